@@ -1,0 +1,26 @@
+"""bugfix-gym: repair small buggy Python functions with text tool calls.
+
+``import bugfix_gym`` registers ``BugFix-v0``; ``gym.make("bugfix_gym:BugFix-v0")`` imports
+this package by itself (gymnasium >= 1.0 has no entry-point plugins).
+"""
+
+from gymnasium.envs.registration import register as _register
+
+from .env import BugFixEnv, CHARSET, OWNER_PAD, OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL
+from .evaluation import episode_stats, evaluate
+from .ops import DEFECTS, FIX_OPS, apply_op
+from .scripted import scripted_policy
+from .tasks import Task, get_task, make_tasks
+from .tokenizer import Tokenizer, build_tokenizer
+from .tokens import action_mask, encode_segment, episode_tokens
+from .tools import CALLS, parse_call
+
+__version__ = "0.1.0"
+
+_register(id="BugFix-v0", entry_point="bugfix_gym.env:BugFixEnv")
+
+__all__ = [
+    "BugFixEnv", "CALLS", "CHARSET", "DEFECTS", "FIX_OPS", "OWNER_PAD", "OWNER_POLICY", "OWNER_PROMPT",
+    "OWNER_TOOL", "Task", "Tokenizer", "action_mask", "apply_op", "build_tokenizer", "encode_segment",
+    "episode_stats", "episode_tokens", "evaluate", "get_task", "make_tasks", "parse_call", "scripted_policy",
+]

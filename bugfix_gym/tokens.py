@@ -1,0 +1,41 @@
+"""The token view of an episode: ids, owner codes and the action mask.
+
+Owner codes say who produced each token — prompt 1, policy 2, tool 3, pad 0 — and come
+from the episode's transcript segments, never from the token ids. The action mask is
+``owner == 2``: only the tokens the policy wrote (each call followed by ``<eoc>``).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from .env import OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL
+from .tokenizer import Tokenizer
+
+
+def encode_segment(tokenizer: Tokenizer, owner: int, text: str) -> list[int]:
+    """One transcript segment -> ids; a policy segment (a call) ends with ``<eoc>``."""
+    ids = tokenizer.encode(text)
+    if owner == OWNER_POLICY:
+        ids.append(tokenizer.eoc_id)
+    return ids
+
+
+def episode_tokens(transcript: Sequence[tuple[int, str]], tokenizer: Tokenizer) -> tuple[np.ndarray, np.ndarray]:
+    """``(owner, text)`` segments -> ``ids`` int64 [T], ``owner`` int8 [T]."""
+    ids: list[int] = []
+    owner: list[int] = []
+    for code, text in transcript:
+        if code not in (OWNER_PROMPT, OWNER_POLICY, OWNER_TOOL):
+            raise ValueError(f"unknown owner code {code}; use 1 (prompt), 2 (policy) or 3 (tool)")
+        seg = encode_segment(tokenizer, code, text)
+        ids += seg
+        owner += [code] * len(seg)
+    return np.asarray(ids, dtype=np.int64), np.asarray(owner, dtype=np.int8)
+
+
+def action_mask(owner: np.ndarray) -> np.ndarray:
+    """1 where the policy wrote the token (``owner == 2``)."""
+    return (np.asarray(owner) == OWNER_POLICY).astype(np.int8)

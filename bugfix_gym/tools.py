@@ -1,0 +1,55 @@
+"""The call grammar and the words the tools answer with.
+
+Nine legal calls: ``read``, ``test``, ``edit <fix_op>`` (five ops), ``revert``, ``submit``.
+Anything else is an invalid call; :func:`parse_call` never raises.
+"""
+
+from __future__ import annotations
+
+from .ops import FIX_OPS
+
+CALLS: tuple[str, ...] = ("read", "test", *(f"edit {op}" for op in FIX_OPS), "revert", "submit")
+CALL_INDEX = {call: i for i, call in enumerate(CALLS)}
+REVERT = CALL_INDEX["revert"]
+MENU = " | ".join(CALLS)
+
+# Words the tools can say, so the tokenizer knows them even before any task is seen.
+VOCABULARY_TEXT = (
+    "fix the function : . calls : " + MENU + " | "
+    "visible tests passed , first failure expected got raised Timeout the code does not load "
+    "changed line no change reverted to the original source nothing to revert hidden tests failed "
+    "invalid call unknown edit op is not a call empty turn budget exhausted True False None [ ] ( ) "
+    "ZeroDivisionError IndexError TypeError NameError SyntaxError ValueError RecursionError "
+    "AttributeError KeyError UnboundLocalError IndentationError ... - '"
+)
+
+
+def parse_call(text: str) -> tuple[str, str | None] | None:
+    """``' edit fix_init '`` -> ``('edit', 'fix_init')``; ``'read'`` -> ``('read', None)``; else None."""
+    words = text.split()
+    if len(words) == 1 and words[0] in ("read", "test", "revert", "submit"):
+        return words[0], None
+    if len(words) == 2 and words[0] == "edit" and words[1] in FIX_OPS:
+        return "edit", words[1]
+    return None
+
+
+def why_invalid(text: str) -> str:
+    """One line telling the agent what was wrong with an invalid call."""
+    words = text.split()
+    if not words:
+        return "invalid call : empty turn . calls : " + MENU
+    if words[0] == "edit" and len(words) == 2:
+        return f"invalid call : unknown edit op {_echo(words[1])} . ops : {' | '.join(FIX_OPS)}"
+    return f"invalid call : {_echo(text.strip())} is not a call"
+
+
+def _echo(text: str, limit: int = 40) -> str:
+    """Quote a piece of the agent's text safely: printable ASCII only, at most ``limit`` chars."""
+    clean = "".join(c if 32 <= ord(c) < 127 else "?" for c in text[: limit + 1])
+    return "'" + (clean if len(clean) <= limit else clean[: limit - 3] + "...") + "'"
+
+
+def prompt(task) -> str:
+    """The prompt the agent sees at reset: statement plus call menu."""
+    return f"fix the function {task.name} : {task.statement} . calls : {MENU}"
