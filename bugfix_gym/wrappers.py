@@ -1,0 +1,240 @@
+"""Numeric views of BugFix-v0 for libraries that need array spaces (SB3, TorchRL, RLlib, ...).
+
+Gymnasium's ``Text`` space does not fit SB3's vector envs, so two wrappers turn the text
+episode into arrays:
+
+* :class:`TokenObservation` - the agent writes *tokens*: actions are
+  ``MultiDiscrete([vocab_size] * max_call_tokens)`` token ids, decoded up to the first
+  ``<eoc>`` (or ``<pad>``) into the call text. Observations are the whole episode so far
+  as token ids with owner codes and an attention mask.
+* :class:`DiscreteCalls` - the agent picks one of the nine legal calls:
+  ``Discrete(9)`` over :data:`bugfix_gym.CALLS`, the same token observation plus an
+  ``action_mask`` key (TorchRL / RLlib convention) and an ``action_masks()`` method
+  (sb3-contrib ``MaskablePPO`` convention).
+
+Observation (both views), ``Dict`` of ``Box`` arrays of length ``max_len``:
+
+* ``ids`` int64: token ids, left-aligned, right-padded with ``tokenizer.pad_id`` (0);
+* ``owner`` int8: who produced each token - 1 prompt, 2 policy, 3 tool, 0 pad;
+* ``attention_mask`` int8: 1 on real tokens, 0 on padding (``owner != 0``).
+
+Owner codes come from who produced each token, never from the ids: the policy segment of
+a turn is exactly the ids the agent gave (up to and including its ``<eoc>``) for
+:class:`TokenObservation`, and ``encode(call) + [<eoc>]`` for :class:`DiscreteCalls`; the
+token-level action mask of a trainer is ``owner == 2``.
+
+Longer than ``max_len``: the prompt (at most ``max_len // 2`` tokens of it) is kept and the
+oldest tokens after it are dropped, so the policy always sees the task and the latest
+turns; ``info["n_dropped_tokens"]`` says how many were dropped (0 in a normal book-sized
+episode with the default ``max_len=512``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from .env import OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL
+from .tasks import make_tasks
+from .tokenizer import Tokenizer, build_tokenizer
+from .tokens import encode_segment
+from .tools import CALLS
+
+_DEFAULT_TOKENIZER: Tokenizer | None = None
+
+
+def default_tokenizer(env: gym.Env) -> Tokenizer:
+    """The book tokenizer (``build_tokenizer()``), extended with the env's own tasks if it has others.
+
+    Pass one tokenizer explicitly to every env of a vectorised set whose tasks differ, so
+    they share ids.
+    """
+    global _DEFAULT_TOKENIZER
+    if _DEFAULT_TOKENIZER is None:
+        _DEFAULT_TOKENIZER = build_tokenizer()
+    book = {t.uid for t in make_tasks("all")}
+    extra = [t for t in getattr(env.unwrapped, "tasks", []) if t.uid not in book]
+    return build_tokenizer([*make_tasks("all"), *extra]) if extra else _DEFAULT_TOKENIZER
+
+
+class TokenView:
+    """The episode so far as token ids and owner codes, grown one segment at a time.
+
+    Shared by both wrappers: ``reset(prompt_ids)``, then ``add(owner, ids)`` for each policy
+    and tool segment, and ``arrays()`` for fresh, padded observation arrays.
+
+    :param tokenizer: gives ``pad_id`` and the vocabulary size
+    :param max_len: length of the padded arrays
+    """
+
+    def __init__(self, tokenizer: Tokenizer, max_len: int):
+        if max_len < 2:
+            raise ValueError(f"max_len must be at least 2, got {max_len}")
+        self.tokenizer = tokenizer
+        self.max_len = int(max_len)
+        self.ids: list[int] = []
+        self.owner: list[int] = []
+        self.n_prompt = 0
+
+    def space(self) -> spaces.Dict:
+        n, vocab = self.max_len, self.tokenizer.vocab_size
+        return spaces.Dict({
+            "ids": spaces.Box(0, vocab - 1, shape=(n,), dtype=np.int64),
+            "owner": spaces.Box(0, OWNER_TOOL, shape=(n,), dtype=np.int8),
+            "attention_mask": spaces.Box(0, 1, shape=(n,), dtype=np.int8),
+        })
+
+    def reset(self, prompt_ids: Sequence[int]) -> None:
+        self.ids = list(prompt_ids)
+        self.owner = [OWNER_PROMPT] * len(self.ids)
+        self.n_prompt = len(self.ids)
+
+    def add(self, owner: int, ids: Sequence[int]) -> None:
+        self.ids.extend(int(i) for i in ids)
+        self.owner.extend([owner] * len(ids))
+
+    @property
+    def n_dropped(self) -> int:
+        return max(0, len(self.ids) - self.max_len)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """New ``ids`` / ``owner`` / ``attention_mask`` arrays (see the module docstring for overflow)."""
+        ids, owner = self.ids, self.owner
+        if len(ids) > self.max_len:
+            head = min(self.n_prompt, self.max_len // 2)
+            tail = self.max_len - head
+            ids = ids[:head] + ids[len(ids) - tail:]
+            owner = owner[:head] + owner[len(owner) - tail:]
+        n = len(ids)
+        out_ids = np.full(self.max_len, self.tokenizer.pad_id, dtype=np.int64)
+        out_owner = np.zeros(self.max_len, dtype=np.int8)
+        out_ids[:n] = ids
+        out_owner[:n] = owner
+        return {"ids": out_ids, "owner": out_owner, "attention_mask": (out_owner != 0).astype(np.int8)}
+
+
+class _TokenViewWrapper(gym.Wrapper):
+    """Common part of the two views: keeps a :class:`TokenView` of the wrapped text env."""
+
+    def __init__(self, env: gym.Env, tokenizer: Tokenizer | None, max_len: int):
+        super().__init__(env)
+        if not isinstance(env.observation_space, spaces.Text):
+            raise TypeError("bugfix_gym wrappers wrap the text env (BugFix-v0), got observation space "
+                            f"{env.observation_space}; apply only one of TokenObservation / DiscreteCalls")
+        self.tokenizer = tokenizer if tokenizer is not None else default_tokenizer(env)
+        self.view = TokenView(self.tokenizer, max_len)
+
+    def _observe(self, info: dict[str, Any]) -> dict[str, np.ndarray]:
+        """Fresh observation arrays; subclasses add keys from the env's ``info``."""
+        return self.view.arrays()
+
+    def _info(self, info: dict[str, Any]) -> dict[str, Any]:
+        info = dict(info)
+        info["n_dropped_tokens"] = self.view.n_dropped
+        return info
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        text, info = self.env.reset(seed=seed, options=options)
+        self.view.reset(self.tokenizer.encode(text))
+        return self._observe(info), self._info(info)
+
+    def _step_text(self, call_text: str, policy_ids: Sequence[int]):
+        """Play ``call_text`` in the text env; record ``policy_ids`` (owner 2) and the tool output (owner 3)."""
+        text, reward, terminated, truncated, info = self.env.step(call_text)
+        self.view.add(OWNER_POLICY, policy_ids)
+        self.view.add(OWNER_TOOL, self.tokenizer.encode(text))
+        return self._observe(info), reward, terminated, truncated, self._info(info)
+
+
+class TokenObservation(_TokenViewWrapper):
+    """BugFix-v0 with token-id actions and a token-array observation.
+
+    ## Action Space
+    ``MultiDiscrete([vocab_size] * max_call_tokens)``: the call as token ids. Ids after the
+    first ``<eoc>`` or ``<pad>`` are ignored; the ids up to it are decoded with
+    ``tokenizer.decode`` into the call text (``[edit, fix_init, <eoc>, ...]`` ->
+    ``"edit fix_init"``). The view records the given ids up to and including that
+    terminator (all ``max_call_tokens`` ids when there is none) with owner 2.
+
+    ## Observation Space
+    ``Dict(ids=Box(int64), owner=Box(int8), attention_mask=Box(int8))``, each ``[max_len]``:
+    the whole episode so far, see :mod:`bugfix_gym.wrappers`.
+
+    :param env: a BugFix-v0 env (``gym.make("BugFix-v0")`` or ``BugFixEnv()``)
+    :param tokenizer: defaults to :func:`default_tokenizer`
+    :param max_len: padded observation length
+    :param max_call_tokens: token ids per action
+    """
+
+    def __init__(self, env: gym.Env, tokenizer: Tokenizer | None = None, max_len: int = 512,
+                 max_call_tokens: int = 8):
+        super().__init__(env, tokenizer, max_len)
+        if max_call_tokens < 1:
+            raise ValueError(f"max_call_tokens must be at least 1, got {max_call_tokens}")
+        self.max_call_tokens = int(max_call_tokens)
+        self.action_space = spaces.MultiDiscrete([self.tokenizer.vocab_size] * self.max_call_tokens)
+        self.observation_space = self.view.space()
+
+    def policy_ids(self, action: Sequence[int]) -> list[int]:
+        """The ids of ``action`` the view records: up to and including the first ``<eoc>`` / ``<pad>``."""
+        ids = [int(i) for i in np.asarray(action).reshape(-1)[: self.max_call_tokens]]
+        stops = (self.tokenizer.eoc_id, self.tokenizer.pad_id)
+        for k, i in enumerate(ids):
+            if i in stops:
+                return ids[: k + 1]
+        return ids
+
+    def step(self, action):
+        ids = self.policy_ids(action)
+        text = self.tokenizer.decode(ids[:-1] if ids and ids[-1] == self.tokenizer.pad_id else ids)
+        return self._step_text(text, ids)
+
+
+class DiscreteCalls(_TokenViewWrapper):
+    """BugFix-v0 with ``Discrete(9)`` actions over :data:`bugfix_gym.CALLS` and a call mask.
+
+    ## Action Space
+    ``Discrete(9)``: index into ``CALLS`` (``read``, ``test``, five ``edit`` ops, ``revert``,
+    ``submit``). An illegal call (``revert`` before any change) is played as the env plays
+    it: an invalid call that costs the turn.
+
+    ## Observation Space
+    The token view of :class:`TokenObservation` plus ``action_mask``:
+    ``Box(0, 1, (9,), int8)``, 1 where the call is legal now (``info["call_mask"]``). The
+    same mask is returned by :meth:`action_masks` (sb3-contrib ``MaskablePPO``).
+
+    :param env: a BugFix-v0 env
+    :param tokenizer: defaults to :func:`default_tokenizer`
+    :param max_len: padded observation length
+    """
+
+    def __init__(self, env: gym.Env, tokenizer: Tokenizer | None = None, max_len: int = 512):
+        super().__init__(env, tokenizer, max_len)
+        self.action_space = spaces.Discrete(len(CALLS))
+        space = self.view.space()
+        space.spaces["action_mask"] = spaces.Box(0, 1, shape=(len(CALLS),), dtype=np.int8)
+        self.observation_space = space
+        self._mask = np.zeros(len(CALLS), dtype=bool)
+
+    def _observe(self, info: dict[str, Any]) -> dict[str, np.ndarray]:
+        self._mask = np.array(info["call_mask"], dtype=bool)
+        obs = self.view.arrays()
+        obs["action_mask"] = self._mask.astype(np.int8)
+        return obs
+
+    def action_masks(self) -> np.ndarray:
+        """bool[9]: which calls are legal now (sb3-contrib convention)."""
+        return self._mask.copy()
+
+    def step(self, action):
+        arr = np.asarray(action)
+        if isinstance(action, (bool, np.bool_)) or arr.size != 1 or not np.issubdtype(arr.dtype, np.integer):
+            raise TypeError(f"DiscreteCalls actions are integer call indices 0..{len(CALLS) - 1}, got {action!r}")
+        index = int(arr.reshape(-1)[0])
+        if not 0 <= index < len(CALLS):
+            raise ValueError(f"DiscreteCalls actions are call indices 0..{len(CALLS) - 1}, got {index}")
+        call = CALLS[index]
+        return self._step_text(call, encode_segment(self.tokenizer, OWNER_POLICY, call))
