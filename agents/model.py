@@ -1,0 +1,234 @@
+"""TinyAgent: a tiny decoder-only transformer with a policy (LM) head and a critic (value) head.
+
+The policy reads one token sequence (prompt, then alternating policy and tool tokens) and
+predicts the next token; the critic head gives ``V(ids[:t+1])`` at every position. Pre-LN
+blocks, learned positions, tied LM head, no dropout (dropout would make the first PPO ratio
+differ from 1). ``KVCache`` + :meth:`TinyAgent.extend` decode incrementally with per-row
+lengths, so a batch of episodes of different lengths can be sampled in lockstep.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+@dataclass
+class TinyAgentConfig:
+    """TinyAgent sizes. The defaults give ~148k parameters for the 229-word default vocabulary.
+
+    :param vocab_size: number of token ids (``tok.vocab_size``)
+    :param d_model: width of the residual stream
+    :param n_layer: number of transformer blocks
+    :param n_head: attention heads (``d_model`` must be divisible by it)
+    :param d_ff: hidden width of each block's MLP
+    :param max_len: longest sequence (learned positions; the KV cache holds this many tokens)
+    :param bias: biases in linear layers
+    :param value_init_std: std of the value head's weight at init (near zero: the critic starts at ~0)
+    """
+
+    vocab_size: int = 229
+    d_model: int = 64
+    n_layer: int = 2
+    n_head: int = 4
+    d_ff: int = 256
+    max_len: int = 512
+    bias: bool = True
+    value_init_std: float = 1e-3
+
+
+class KVCache:
+    """Keys and values of every layer for ``batch_size`` rows, each row with its own length.
+
+    ``k, v``: [n_layer, B, max_len, n_head, head_dim]; ``lengths`` [B]: tokens held per row.
+    Positions at or beyond a row's length hold garbage and are never read as valid.
+    """
+
+    def __init__(self, config: TinyAgentConfig, batch_size: int, device=None, dtype=torch.float32):
+        hs = config.d_model // config.n_head
+        shape = (config.n_layer, batch_size, config.max_len, config.n_head, hs)
+        self.k = torch.zeros(shape, device=device, dtype=dtype)  # [L, B, max_len, nh, hs]
+        self.v = torch.zeros(shape, device=device, dtype=dtype)  # [L, B, max_len, nh, hs]
+        self.lengths = torch.zeros(batch_size, dtype=torch.long, device=device)  # [B]
+        self.max_len = config.max_len
+
+    @property
+    def batch_size(self) -> int:
+        return self.lengths.shape[0]
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head causal self-attention with an optional KV cache."""
+
+    def __init__(self, config: TinyAgentConfig):
+        super().__init__()
+        if config.d_model % config.n_head:
+            raise ValueError(f"d_model ({config.d_model}) must be divisible by n_head ({config.n_head})")
+        self.n_head, self.hs = config.n_head, config.d_model // config.n_head
+        self.qkv = nn.Linear(config.d_model, 3 * config.d_model, bias=config.bias)
+        self.proj = nn.Linear(config.d_model, config.d_model, bias=config.bias)
+
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0,
+                write: tuple[torch.Tensor, ...] | None = None, attn_mask: torch.Tensor | None = None,
+                n_keys: int = 0) -> torch.Tensor:
+        B, S, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)  # 3 x [B, S, C]
+        q = q.view(B, S, self.n_head, self.hs)  # [B, S, nh, hs]
+        k = k.view(B, S, self.n_head, self.hs)  # [B, S, nh, hs]
+        v = v.view(B, S, self.n_head, self.hs)  # [B, S, nh, hs]
+        if cache is None:
+            y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                               is_causal=True)  # [B, nh, S, hs]
+        else:
+            rows, steps, pos = write  # valid new tokens: row, index in chunk, position in cache
+            cache.k[layer, rows, pos] = k[rows, steps]  # [N, nh, hs] into the cache
+            cache.v[layer, rows, pos] = v[rows, steps]  # [N, nh, hs]
+            keys = cache.k[layer, :, :n_keys].transpose(1, 2)  # [B, nh, P, hs]
+            vals = cache.v[layer, :, :n_keys].transpose(1, 2)  # [B, nh, P, hs]
+            y = F.scaled_dot_product_attention(q.transpose(1, 2), keys, vals, attn_mask=attn_mask)  # [B, nh, S, hs]
+        y = y.transpose(1, 2).reshape(B, S, C)  # [B, S, C]
+        return self.proj(y)
+
+
+class Block(nn.Module):
+    """Pre-LN transformer block: ``x + attn(ln(x))``, then ``x + mlp(ln(x))``."""
+
+    def __init__(self, config: TinyAgentConfig):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(config.d_model)
+        self.attn = CausalSelfAttention(config)
+        self.ln2 = nn.LayerNorm(config.d_model)
+        self.mlp = nn.Sequential(nn.Linear(config.d_model, config.d_ff, bias=config.bias), nn.GELU(),
+                                 nn.Linear(config.d_ff, config.d_model, bias=config.bias))
+
+    def forward(self, x: torch.Tensor, **attn_kwargs) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x), **attn_kwargs)
+        return x + self.mlp(self.ln2(x))
+
+
+class TinyAgent(nn.Module):
+    """Decoder-only transformer policy with a scalar critic head.
+
+    :param config: a :class:`TinyAgentConfig`, or just the vocabulary size (book style:
+        ``TinyAgent(tok.vocab_size)``) for the default sizes
+    """
+
+    def __init__(self, config: TinyAgentConfig | int):
+        super().__init__()
+        if isinstance(config, int):
+            config = TinyAgentConfig(vocab_size=config)
+        self.config = config
+        self.tok_emb = nn.Embedding(config.vocab_size, config.d_model)
+        self.pos_emb = nn.Embedding(config.max_len, config.d_model)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
+        self.ln_f = nn.LayerNorm(config.d_model)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.value_head = nn.Linear(config.d_model, 1)
+        self.apply(self._init_weights)
+        for name, p in self.named_parameters():  # GPT-2: scale residual projections by depth
+            if name.endswith("attn.proj.weight") or name.endswith("mlp.2.weight"):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+        self.lm_head.weight = self.tok_emb.weight  # tied: the policy head reuses the embedding
+        nn.init.normal_(self.value_head.weight, std=config.value_init_std)  # critic starts near zero
+        nn.init.zeros_(self.value_head.bias)
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if getattr(module, "bias", None) is not None:
+                nn.init.zeros_(module.bias)
+
+    def num_params(self) -> int:
+        """Number of distinct parameters (the tied head counted once)."""
+        return sum(p.numel() for p in self.parameters())
+
+    def embed(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """Token + position embeddings: ids, pos [B, T] -> [B, T, C]."""
+        return self.tok_emb(ids) + self.pos_emb(pos)
+
+    def heads(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Final hidden states [B, T, C] -> (logits [B, T, V], values [B, T])."""
+        h = self.ln_f(h)
+        return self.lm_head(h), self.value_head(h).squeeze(-1)
+
+    def forward(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Full causal forward: ids [B, T] -> (logits [B, T, V], values [B, T]).
+
+        Right padding never changes earlier positions (causal attention), so no mask is needed.
+        """
+        B, T = ids.shape
+        if T > self.config.max_len:
+            raise ValueError(f"sequence of {T} tokens is longer than max_len={self.config.max_len}; "
+                             "raise TinyAgentConfig.max_len")
+        pos = torch.arange(T, device=ids.device).expand(B, T)  # [B, T]
+        x = self.embed(ids, pos)  # [B, T, C]
+        for block in self.blocks:
+            x = block(x)
+        return self.heads(x)
+
+    # ------------------------------------------------------------------ incremental decoding
+    def new_cache(self, batch_size: int) -> KVCache:
+        """An empty KV cache for ``batch_size`` rows."""
+        p = self.tok_emb.weight
+        return KVCache(self.config, batch_size, device=p.device, dtype=p.dtype)
+
+    @torch.no_grad()
+    def extend(self, ids: torch.Tensor, n_new: torch.Tensor, cache: KVCache,
+               last_only: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append a right-padded chunk of new tokens to each row of ``cache`` and run them.
+
+        :param ids: [B, S] new tokens; row ``b`` uses its first ``n_new[b]`` (0 = row idle)
+        :param n_new: [B] long, number of valid new tokens per row
+        :param cache: the rows' KV cache; its ``lengths`` advance by ``n_new``
+        :param last_only: return logits only at each row's last new token
+        :return: ``(logits [B, V] or [B, S, V], values [B, S])``; entries past ``n_new`` are garbage
+        """
+        B, S = ids.shape
+        start = cache.lengths  # [B]
+        end = start + n_new  # [B]
+        if int(end.max()) > cache.max_len:
+            raise ValueError(f"KV cache overflow: a row needs {int(end.max())} positions, max_len={cache.max_len}")
+        steps = torch.arange(S, device=ids.device)  # [S]
+        pos = start[:, None] + steps  # [B, S] absolute positions
+        valid = steps < n_new[:, None]  # [B, S]
+        rows, cols = valid.nonzero(as_tuple=True)  # [N], [N]
+        write = (rows, cols, pos[rows, cols])
+        n_keys = int(end.max())
+        keys = torch.arange(n_keys, device=ids.device)  # [P]
+        attn_mask = (keys <= pos[:, :, None]).unsqueeze(1)  # [B, 1, S, P] causal within each row
+        x = self.embed(ids, pos.clamp(max=cache.max_len - 1))  # [B, S, C]
+        for layer, block in enumerate(self.blocks):
+            x = block(x, cache=cache, layer=layer, write=write, attn_mask=attn_mask, n_keys=n_keys)
+        cache.lengths = end
+        if not last_only:
+            return self.heads(x)
+        h = self.ln_f(x)  # [B, S, C]
+        values = self.value_head(h).squeeze(-1)  # [B, S]
+        last = (n_new - 1).clamp(min=0)  # [B]
+        logits = self.lm_head(h[torch.arange(B, device=ids.device), last])  # [B, V]
+        return logits, values
+
+
+def sequence_log_probs(model: TinyAgent, ids: torch.Tensor) -> torch.Tensor:
+    """Log-prob of each next token: ids [B, T] -> logp [B, T-1], ``logp[t] = log pi(ids[t+1] | ids[:t+1])``."""
+    logits, _ = model(ids)  # [B, T, V]
+    logp = F.log_softmax(logits[:, :-1].float(), dim=-1)  # [B, T-1, V]
+    return logp.gather(-1, ids[:, 1:, None]).squeeze(-1)  # [B, T-1]
+
+
+def sequence_logp_values_entropy(model: TinyAgent, ids: torch.Tensor
+                                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One forward -> (logp [B, T-1], values [B, T-1], entropy [B, T-1]), aligned with ``ids[1:]``.
+
+    ``values[t] = V(ids[:t+1])``; ``entropy[t]`` is the entropy of the next-token distribution at ``t``.
+    """
+    logits, values = model(ids)  # [B, T, V], [B, T]
+    logp_all = F.log_softmax(logits[:, :-1].float(), dim=-1)  # [B, T-1, V]
+    logp = logp_all.gather(-1, ids[:, 1:, None]).squeeze(-1)  # [B, T-1]
+    entropy = -(logp_all.exp() * logp_all).sum(-1)  # [B, T-1]
+    return logp, values[:, :-1], entropy
