@@ -1,0 +1,219 @@
+"""Returns, baselines and advantages over policy tokens (book ch. 6 and 7).
+
+Tensors are per predicted token, ``[B, T-1]`` (written ``[B, T]``), aligned as in
+``docs/CONTRACT.md``; ``mask`` is the action mask (1 on policy tokens). Rewards sit on
+policy positions: each env step's reward is on the last token (``<eoc>``) of the call
+that earned it.
+
+* :func:`reward_to_go` - causality (book §6.5, eq. 6.4), over policy tokens only.
+* baselines - :func:`batch_mean`, :class:`EMABaseline`, :func:`per_task_baseline`,
+  :func:`optimal_constant_baseline` (book §6.4).
+* :func:`gae_policy_tokens` - GAE that skips prompt / tool / pad positions (verl's rule).
+* :func:`whiten`, :func:`explained_variance` - batch statistics over policy tokens.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+
+from agents.losses import masked_mean
+
+
+def _check_rewards_on_policy(token_rewards: torch.Tensor, mask: torch.Tensor) -> None:
+    off = token_rewards * (1 - mask)
+    if bool((off != 0).any()):
+        raise ValueError("token_rewards must be zero off the action mask: each reward sits on the last "
+                         "policy token of the call that earned it (docs/CONTRACT.md)")
+
+
+def reward_to_go(token_rewards: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:
+    """``G_i = sum_{j >= i} gamma^(k(j) - k(i)) r_j`` over policy tokens (book §6.5, eq. 6.4).
+
+    ``k`` counts policy tokens only: prompt / tool / pad positions are skipped, not
+    discounted. With ``gamma=1`` this is a reverse cumulative sum. Off-mask entries are 0.
+
+    :param token_rewards: ``[B, T]`` rewards on policy positions.
+    :param mask: ``[B, T]`` action mask.
+    :param gamma: discount per policy token.
+    :return: ``[B, T]`` reward-to-go on policy tokens, 0 elsewhere.
+    """
+    mask = mask.to(token_rewards.dtype)
+    _check_rewards_on_policy(token_rewards, mask)
+    running = torch.zeros_like(token_rewards[:, 0])  # [B]
+    out = torch.zeros_like(token_rewards)
+    for t in reversed(range(token_rewards.shape[1])):
+        m = mask[:, t]
+        # at a policy token fold in its reward; elsewhere carry the running sum unchanged
+        running = m * (token_rewards[:, t] + gamma * running) + (1 - m) * running
+        out[:, t] = running * m
+    return out
+
+
+# ---------------------------------------------------------------- baselines (book §6.4)
+
+def batch_mean(rewards: torch.Tensor) -> torch.Tensor:
+    """The batch's own mean reward (a scalar tensor).
+
+    Note: it includes each trajectory's own return, which shrinks the expected gradient
+    by ``1 - 1/B`` (book §6.4); negligible at B = 64.
+    """
+    return rewards.float().mean()
+
+
+class EMABaseline:
+    """Exponential moving average of past batch means (book §6.7).
+
+    Use :attr:`value` for the advantage *before* calling :meth:`update` with the batch,
+    so the baseline is fixed before the batch is sampled (eq. 6.3 stays unbiased).
+
+    :param init: initial value (the book starts at the base agent's measured pass rate).
+    :param decay: weight of the old value; ``b <- decay * b + (1 - decay) * mean(rewards)``.
+    """
+
+    def __init__(self, init: float = 0.0, decay: float = 0.9) -> None:
+        if not 0.0 <= decay <= 1.0:
+            raise ValueError(f"decay must be in [0, 1], got {decay!r}")
+        self.value = float(init)
+        self.decay = float(decay)
+
+    def update(self, rewards: torch.Tensor | Sequence[float]) -> float:
+        """Fold one batch's mean reward in; returns the new value."""
+        mean = float(torch.as_tensor(rewards, dtype=torch.float32).mean())
+        self.value = self.decay * self.value + (1.0 - self.decay) * mean
+        return self.value
+
+    def state_dict(self) -> dict:
+        return dict(value=self.value, decay=self.decay)
+
+    def load_state_dict(self, state: dict) -> None:
+        self.value, self.decay = float(state["value"]), float(state["decay"])
+
+    def __repr__(self) -> str:
+        return f"EMABaseline(value={self.value:.4f}, decay={self.decay})"
+
+
+def per_task_baseline(tasks: Sequence[str], ref_tasks: Sequence[str], ref_rewards: torch.Tensor | Sequence[float],
+                      default: Optional[float] = None) -> torch.Tensor:
+    """Per-task mean reward measured on a *separate* batch (book §6.4).
+
+    The reference batch must be independent of the episodes the baseline is used on,
+    so the baseline is fixed before their actions are sampled.
+
+    :param tasks: task name of each episode that needs a baseline (length N).
+    :param ref_tasks: task names of the reference episodes.
+    :param ref_rewards: rewards of the reference episodes.
+    :param default: value for a task absent from the reference batch (default: the
+        reference batch's overall mean).
+    :return: ``[N]`` float tensor.
+    """
+    ref_rewards = torch.as_tensor(ref_rewards, dtype=torch.float32)
+    if len(ref_tasks) != len(ref_rewards):
+        raise ValueError(f"ref_tasks ({len(ref_tasks)}) and ref_rewards ({len(ref_rewards)}) differ in length")
+    if default is None:
+        default = float(ref_rewards.mean()) if len(ref_rewards) else 0.0
+    sums: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for name, r in zip(ref_tasks, ref_rewards.tolist()):
+        sums[name] = sums.get(name, 0.0) + r
+        counts[name] = counts.get(name, 0) + 1
+    return torch.tensor([sums[n] / counts[n] if n in counts else default for n in tasks], dtype=torch.float32)
+
+
+def optimal_constant_baseline(rewards: torch.Tensor, sq_norms: torch.Tensor) -> float:
+    """Variance-minimising constant ``b* = E[R ||g||^2] / E[||g||^2]`` (book §6.4).
+
+    :param rewards: ``[N]`` episode returns.
+    :param sq_norms: ``[N]`` squared norms of each episode's score ``g = grad log p(tau)``.
+    """
+    rewards, sq_norms = rewards.double(), sq_norms.double()
+    return float((rewards * sq_norms).sum() / sq_norms.sum().clamp(min=1e-30))
+
+
+# ---------------------------------------------------------------- GAE (book ch. 7/8)
+
+def gae_policy_tokens(token_rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor,
+                      gamma: float = 1.0, lam: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """GAE over policy tokens only (Schulman et al. 2016), skipping prompt / tool / pad tokens.
+
+    Iterating backwards over positions, at a policy token ``t``::
+
+        delta_t   = r_t + gamma * V_next - V_t
+        A_t       = delta_t + gamma * lam * A_next
+        V_next, A_next <- V_t, A_t
+
+    and at every other position ``V_next`` and ``A_next`` are carried unchanged, so the
+    next *policy* token's value bootstraps across the tool output in between (verl's
+    multi-turn rule, ``compute_gae_advantage_return`` with ``response_mask``). After the
+    last policy token ``V_next = 0`` (the episode has ended). Values at non-policy
+    positions are never read, so they cannot change the advantages.
+
+    :param token_rewards: ``[B, T]`` rewards, non-zero only on policy positions.
+    :param values: ``[B, T]`` critic values ``V(ids[:t+1])`` (old values; detached here).
+    :param mask: ``[B, T]`` action mask.
+    :param gamma: discount per policy token.
+    :param lam: GAE lambda (1 gives Monte-Carlo returns minus values).
+    :return: ``(advantages, returns)``, both ``[B, T]``, 0 off the mask;
+        ``returns = advantages + values`` on policy tokens (the critic's targets).
+    """
+    mask = mask.to(token_rewards.dtype)
+    _check_rewards_on_policy(token_rewards, mask)
+    values = values.detach().to(token_rewards.dtype)
+    next_value = torch.zeros_like(token_rewards[:, 0])  # [B]
+    last_gae = torch.zeros_like(token_rewards[:, 0])  # [B]
+    adv = torch.zeros_like(token_rewards)
+    for t in reversed(range(token_rewards.shape[1])):
+        m = mask[:, t]
+        delta = token_rewards[:, t] + gamma * next_value - values[:, t]
+        gae = delta + gamma * lam * last_gae
+        # verl's rule: at non-policy positions keep next_value and last_gae unchanged.
+        # torch.where (not a 0/1 blend) so a NaN/inf value at a masked position cannot leak in.
+        on = m > 0
+        next_value = torch.where(on, values[:, t], next_value)
+        last_gae = torch.where(on, gae, last_gae)
+        adv[:, t] = torch.where(on, gae, torch.zeros_like(gae))
+    returns = torch.where(mask > 0, adv + values, torch.zeros_like(adv))
+    return adv, returns
+
+
+# ---------------------------------------------------------------- batch statistics
+
+def whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, eps: float = 1e-8) -> torch.Tensor:
+    """Normalise ``x`` to zero mean, unit variance over the masked positions of the whole batch.
+
+    Mean and (unbiased) variance are taken over all policy tokens of the batch, as in
+    verl's ``masked_whiten`` and the book's §8.4. ``shift_mean=False`` only rescales
+    (the mean is added back). Off-mask entries are returned as 0.
+
+    :param x: ``[B, T]`` (e.g. GAE advantages).
+    :param mask: ``[B, T]`` action mask.
+    """
+    mask = mask.to(x.dtype)
+    n = mask.sum()
+    mean = masked_mean(x, mask)
+    var = (((x - mean) ** 2) * mask).sum() / (n - 1).clamp(min=1.0)  # Bessel-corrected
+    out = (x - mean) * torch.rsqrt(var + eps)
+    if not shift_mean:
+        out = out + mean
+    return out * mask
+
+
+def explained_variance(pred: torch.Tensor, target: torch.Tensor, mask: Optional[torch.Tensor] = None) -> float:
+    """``1 - Var[target - pred] / Var[target]`` over masked positions (SB3's definition).
+
+    1 is a perfect critic, 0 no better than a constant, negative worse than a constant;
+    NaN when the target has zero variance.
+    """
+    pred, target = pred.detach().double(), target.detach().double()
+    if mask is None:
+        mask = torch.ones_like(target)
+    mask = mask.to(target.dtype)
+
+    def var(z: torch.Tensor) -> torch.Tensor:
+        mu = masked_mean(z, mask)
+        return masked_mean((z - mu) ** 2, mask)
+
+    var_target = var(target)
+    if float(var_target) == 0.0:
+        return float("nan")
+    return float(1.0 - var(target - pred) / var_target)

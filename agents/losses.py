@@ -1,0 +1,224 @@
+"""Per-token policy and value losses, shared by REINFORCE and PPO.
+
+Every tensor here is *per predicted token* and aligned as in ``docs/CONTRACT.md``:
+shape ``[B, T-1]`` (written ``[B, T]`` below), position ``t`` holds quantities of
+predicting ``ids[t+1]``; ``mask`` is the float 0/1 ``action_mask`` (1 on policy tokens).
+
+One function per idea (book ch. 6 and 8):
+
+* :func:`aggregate_loss` turns per-token terms into a scalar; the *mode* sets the
+  weight of every policy token (SPEC §2 table, book §6.6).
+* :func:`reinforce_loss` is the surrogate ``-A * log pi`` (book §6.6, eq. 6.2).
+* :func:`clipped_policy_loss` is PPO's clipped surrogate with clip-higher and dual
+  clip (book §8.2, eq. 8.3), plus the diagnostics of §8.5.
+* :func:`clipped_value_loss` is the PPO2-style clipped critic loss (book §8.4).
+* :func:`kl_estimate` gives the k1 / k2 / k3 per-token KL estimators.
+
+Entropy bonuses are left to the caller (``entropy`` comes from the model's forward).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+AGGREGATION_MODES = ("token_mean", "seq_mean_token_sum", "seq_mean_token_mean", "constant")
+KL_KINDS = ("k1", "k2", "k3")
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: Optional[int] = None) -> torch.Tensor:
+    """Mean of ``x`` where ``mask`` is 1 (book §6.2).
+
+    :param x: values ``[B, T]`` (any shape broadcastable with ``mask``).
+    :param mask: float 0/1 mask of the same shape.
+    :param dim: ``None`` reduces everything to a scalar; an int reduces that dim only.
+    :return: the masked mean; rows with an empty mask give 0 (not NaN).
+    """
+    mask = mask.to(x.dtype)
+    if dim is None:
+        return (x * mask).sum() / mask.sum().clamp(min=1e-8)
+    return (x * mask).sum(dim) / mask.sum(dim).clamp(min=1e-8)
+
+
+def aggregate_loss(per_token: torch.Tensor, mask: torch.Tensor, mode: str = "token_mean",
+                   norm_const: Optional[float] = None) -> torch.Tensor:
+    """Reduce per-token terms ``[B, T]`` under ``mask`` to a scalar; ``mode`` sets each token's weight.
+
+    With ``L_n`` the number of policy tokens of row ``n`` and ``B`` the number of rows
+    (SPEC §2 / book §6.6 table):
+
+    ==========================  ==========================  =======================
+    mode                        loss                        weight of one token
+    ==========================  ==========================  =======================
+    ``token_mean``              sum m*l / sum_k L_k         1 / sum_k L_k
+    ``seq_mean_token_sum``      (1/B) sum_n sum_i m*l       1 / B
+    ``seq_mean_token_mean``     (1/B) sum_n (1/L_n) sum_i   1 / (B * L_n)
+    ``constant``                sum m*l / C                 1 / C
+    ==========================  ==========================  =======================
+
+    :param per_token: per-token loss terms ``[B, T]``.
+    :param mask: float 0/1 action mask ``[B, T]``.
+    :param mode: one of :data:`AGGREGATION_MODES`.
+    :param norm_const: the constant ``C`` for ``mode='constant'`` (e.g. batch_size * max_policy_tokens).
+    :return: scalar loss.
+    """
+    mask = mask.to(per_token.dtype)
+    if mode == "token_mean":  # each policy token of the batch weighs 1 / sum(mask)
+        return masked_mean(per_token, mask)
+    if mode == "seq_mean_token_sum":  # sum within a trajectory, mean over trajectories (eq. 6.2)
+        return (per_token * mask).sum(-1).mean()
+    if mode == "seq_mean_token_mean":  # mean within a trajectory, then mean over trajectories
+        return masked_mean(per_token, mask, dim=-1).mean()
+    if mode == "constant":  # sum over the batch divided by a fixed constant (Dr. GRPO style)
+        if norm_const is None:
+            raise ValueError("mode='constant' needs norm_const, e.g. batch_size * max_policy_tokens")
+        if norm_const <= 0:
+            raise ValueError(f"norm_const must be positive, got {norm_const!r}")
+        return (per_token * mask).sum() / norm_const
+    raise ValueError(f"unknown aggregation mode {mode!r}; valid modes: {', '.join(AGGREGATION_MODES)}")
+
+
+def _per_token_advantages(advantages: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``[B]`` (one per trajectory) or ``[B, T]`` advantages -> detached ``[B, T]``-broadcastable tensor."""
+    adv = advantages.detach().to(like.dtype)  # advantages are constants in the surrogate (book §6.8)
+    if adv.dim() == 1:
+        adv = adv[:, None]  # one advantage per trajectory -> [B, 1], broadcast over T
+    elif adv.shape != like.shape:
+        raise ValueError(f"advantages must be [B] or {tuple(like.shape)}, got {tuple(adv.shape)}")
+    return adv
+
+
+def reinforce_loss(logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+                   mode: str = "token_mean", norm_const: Optional[float] = None) -> torch.Tensor:
+    """REINFORCE surrogate ``-A * log pi`` on policy tokens (book §6.6).
+
+    Its gradient is the score-function estimator (eq. 6.1 / 6.3); its *value* means nothing
+    (book §6.1), so log reward and pass rate, not this.
+
+    :param logp: log-probs of the taken tokens ``[B, T]``, with grad.
+    :param advantages: ``[B]`` (one per trajectory) or ``[B, T]`` (per token); detached here.
+    :param mask: action mask ``[B, T]``.
+    :param mode: aggregation mode, see :func:`aggregate_loss`.
+    :param norm_const: constant for ``mode='constant'``.
+    """
+    adv = _per_token_advantages(advantages, logp)
+    return aggregate_loss(-adv * logp, mask, mode, norm_const)
+
+
+def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor,
+                        clip_low: float = 0.2, clip_high: float = 0.2, dual_clip: Optional[float] = 3.0,
+                        mode: str = "token_mean", norm_const: Optional[float] = None
+                        ) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO clipped surrogate with clip-higher and dual clip (book §8.2, eq. 8.3).
+
+    Per policy token, with ``rho = exp(logp - old_logp)``::
+
+        obj = min(rho * A, clip(rho, 1 - clip_low, 1 + clip_high) * A)        # Schulman et al. 2017
+        obj = max(obj, c * A)          where A < 0 and dual_clip=c is set   # Ye et al. 2020
+        loss = aggregate(-obj)
+
+    Clip-higher (``clip_high > clip_low``) is DAPO's (Yu et al. 2025). The dual clip puts a
+    floor ``c * A`` under the objective of negative-advantage tokens, so a stale token with a
+    huge ratio cannot dominate the batch (book: ratios 2, 5, 20 with A = -1 give loss 27
+    unclipped, 2 + 3 + 3 = 8 with c = 3).
+
+    :param logp: current log-probs ``[B, T]``, with grad.
+    :param old_logp: log-probs under pi_old ``[B, T]`` (frozen; detached here).
+    :param adv: advantages ``[B]`` or ``[B, T]`` (detached here).
+    :param mask: action mask ``[B, T]``.
+    :param clip_low: epsilon_low, the lower clip is ``1 - clip_low``.
+    :param clip_high: epsilon_high, the upper clip is ``1 + clip_high``.
+    :param dual_clip: the constant ``c > 1`` of the dual clip, or ``None`` to turn it off.
+    :param mode: aggregation mode, see :func:`aggregate_loss`.
+    :param norm_const: constant for ``mode='constant'``.
+    :return: ``(loss, stats)``; stats are python floats over masked tokens:
+        ``clip_frac`` (share of tokens where the clipped branch is strictly smaller, i.e. the
+        ratio clip zeroes the gradient), ``dual_clip_frac`` (share where the dual-clip floor
+        is active), ``approx_kl`` (k3 estimate of KL(pi_old || pi_theta), E_old[rho - 1 - log rho]),
+        ``ratio_min``, ``ratio_max``.
+    """
+    if dual_clip is not None and dual_clip <= 1.0:
+        raise ValueError(f"dual_clip must be > 1 (typically 3) or None, got {dual_clip!r}")
+    adv = _per_token_advantages(adv, logp)
+    log_ratio = logp - old_logp.detach()  # [B, T]
+    ratio = torch.exp(log_ratio)  # rho = pi_theta / pi_old per token
+    surr = ratio * adv  # unclipped surrogate
+    surr_clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * adv
+    obj = torch.minimum(surr, surr_clipped)  # pessimistic bound (eq. 8.3)
+    clipped = surr_clipped < surr  # clipped branch strictly smaller -> zero gradient
+    if dual_clip is not None:
+        floor = dual_clip * adv  # dual clip (Ye et al. 2020): objective >= c * A when A < 0
+        dual_active = (adv < 0) & (obj < floor)
+        obj = torch.where(adv < 0, torch.maximum(obj, floor), obj)
+    else:
+        dual_active = torch.zeros_like(clipped)
+    loss = aggregate_loss(-obj, mask, mode, norm_const)
+
+    with torch.no_grad():
+        m = mask.to(logp.dtype)
+        on = m > 0
+        # k3 estimator of KL(pi_old || pi_theta) from samples of pi_old (Schulman 2020,
+        # "Approximating KL divergence"): r = pi_theta / pi_old, k3 = (r - 1) - log r >= 0.
+        k3 = ratio - 1.0 - log_ratio
+        stats = dict(
+            clip_frac=float(masked_mean(clipped.to(m.dtype), m)),
+            dual_clip_frac=float(masked_mean(dual_active.to(m.dtype), m)),
+            approx_kl=float(masked_mean(k3, m)),
+            ratio_min=float(ratio[on].min()) if on.any() else 1.0,
+            ratio_max=float(ratio[on].max()) if on.any() else 1.0,
+        )
+    return loss, stats
+
+
+def clipped_value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
+                       mask: torch.Tensor, clip: Optional[float] = 0.2, mode: str = "token_mean",
+                       norm_const: Optional[float] = None) -> torch.Tensor:
+    """PPO2-style clipped value loss (book §8.4), with the 0.5 factor::
+
+        L_V = 0.5 * aggregate( max((V - R)^2, (V_old + clip(V - V_old, -eps_v, eps_v) - R)^2) )
+
+    The max makes it pessimistic, like the min of the policy loss: it removes the incentive
+    to move a value further than ``eps_v`` from ``V_old`` when that lowers the loss, it does
+    not hard-limit the prediction. ``clip=None`` gives the plain ``0.5 * MSE`` (Andrychowicz
+    et al. 2021 found value clipping hurts on continuous control). Convention: the 0.5 is
+    inside this function, so the caller's value coefficient multiplies ``0.5 * MSE``
+    (CleanRL / verl convention; SB3 uses plain MSE, i.e. twice this, times ``vf_coef``).
+
+    :param values: current critic predictions ``[B, T]``, with grad.
+    :param old_values: predictions at rollout time ``[B, T]`` (detached here).
+    :param returns: value targets ``[B, T]`` (advantages + old values; detached here).
+    :param mask: action mask ``[B, T]``.
+    :param clip: eps_v, or ``None`` for the unclipped loss.
+    :param mode: aggregation mode, see :func:`aggregate_loss`.
+    :param norm_const: constant for ``mode='constant'``.
+    """
+    returns = returns.detach()
+    err = (values - returns) ** 2
+    if clip is not None:
+        old_values = old_values.detach()
+        v_clipped = old_values + torch.clamp(values - old_values, -clip, clip)
+        err = torch.maximum(err, (v_clipped - returns) ** 2)
+    return 0.5 * aggregate_loss(err, mask, mode, norm_const)
+
+
+def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "k3") -> torch.Tensor:
+    """Per-token estimators of KL(pi || ref) from tokens sampled from pi (Schulman 2020).
+
+    With ``log r = ref_logp - logp`` (r = ref / pi at the sampled token):
+
+    * ``k1 = -log r``               unbiased, high variance, can be negative;
+    * ``k2 = 0.5 * (log r)^2``      biased (low bias near ref), always >= 0;
+    * ``k3 = (r - 1) - log r``      unbiased (E_pi[r] = 1), always >= 0.
+
+    The result is per token ``[B, T]``; reduce with :func:`masked_mean` or
+    :func:`aggregate_loss`. Gradients flow through both arguments (detach ``ref_logp``
+    yourself if the reference is frozen; it normally comes from ``torch.no_grad()``).
+    """
+    log_r = ref_logp - logp
+    if kind == "k1":
+        return -log_r
+    if kind == "k2":
+        return 0.5 * log_r ** 2
+    if kind == "k3":
+        return torch.exp(log_r) - 1.0 - log_r
+    raise ValueError(f"unknown KL estimator {kind!r}; valid kinds: {', '.join(KL_KINDS)}")
