@@ -287,6 +287,31 @@ def get_task(key: str | Task) -> Task:
         raise KeyError(f"no task named {key!r}; see bugfix_gym.make_tasks('all')") from None
 
 
+def task_problems(task: Task) -> list[str]:
+    """What is wrong with a task, in words (empty when it is a well-formed repair task).
+
+    Checks: the fix op is known, visible tests are a strict subset of the hidden tests, the
+    untouched buggy source fails the hidden tests, and the fix op repairs it.
+    """
+    from .execution import run_tests
+    from .ops import apply_op
+
+    problems = []
+    if task.fix_op not in FIX_OPS:
+        return [f"unknown fix_op {task.fix_op!r}; ops are {', '.join(FIX_OPS)}"]
+    hidden = list(task.hidden)  # cases hold lists: compare with ==, not hashing
+    if not all(case in hidden for case in task.visible) or all(case in task.visible for case in hidden):
+        problems.append("visible tests must be a strict subset of the hidden tests")
+    buggy = run_tests(task, task.source, "hidden")
+    if buggy.ok:
+        problems.append(f"the buggy source passes all {buggy.total} hidden tests; add a case that exposes the defect")
+    fixed = run_tests(task, apply_op(task.source, task.fix_op), "hidden")
+    if not fixed.ok:
+        problems.append(f"{task.fix_op} does not repair the source ({fixed.passed} / {fixed.total} hidden tests "
+                        f"pass after it; first failure: {fixed.first_failure})")
+    return problems
+
+
 def correct_source(task: Task) -> str:
     """The repaired source: the task's fix op applied to its buggy source."""
     from .ops import apply_op
