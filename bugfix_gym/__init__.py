@@ -8,7 +8,9 @@ from gymnasium.envs.registration import register as _register
 
 from .env import BugFixEnv, CHARSET, OWNER_PAD, OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL
 from .evaluation import episode_stats, evaluate
-from .ops import DEFECTS, FIX_OPS, apply_op
+from .generator import generate_tasks
+from .ops import DEFECTS, FIX_OPS, apply_op, inject_defect
+from .packs import TaskPackError, load_task_pack
 from .scripted import scripted_policy
 from .tasks import Task, get_task, make_tasks
 from .tokenizer import Tokenizer, build_tokenizer
@@ -21,6 +23,7 @@ _register(id="BugFix-v0", entry_point="bugfix_gym.env:BugFixEnv")
 
 __all__ = [
     "BugFixEnv", "CALLS", "CHARSET", "DEFECTS", "FIX_OPS", "OWNER_PAD", "OWNER_POLICY", "OWNER_PROMPT",
-    "OWNER_TOOL", "Task", "Tokenizer", "action_mask", "apply_op", "build_tokenizer", "encode_segment",
-    "episode_stats", "episode_tokens", "evaluate", "get_task", "make_tasks", "parse_call", "scripted_policy",
+    "OWNER_TOOL", "Task", "TaskPackError", "Tokenizer", "action_mask", "apply_op", "build_tokenizer",
+    "encode_segment", "episode_stats", "episode_tokens", "evaluate", "generate_tasks", "get_task", "inject_defect",
+    "load_task_pack", "make_tasks", "parse_call", "scripted_policy",
 ]

@@ -1,0 +1,104 @@
+"""Play BugFix-v0 in the terminal: type calls, read the tool output.
+
+    python -m bugfix_gym.play                     # a random train task
+    python -m bugfix_gym.play --task clamp        # a named task
+    python -m bugfix_gym.play --split heldout --seed 3
+    python -m bugfix_gym.play --pack examples/task_pack_example.json
+
+Each line you type is one tool call (``read``, ``test``, ``edit <fix_op>``, ``revert``,
+``submit``), played exactly as an agent's action text would be. ``help`` shows the calls
+and ``quit`` leaves; neither costs a turn. End of input (Ctrl-D) or Ctrl-C exits cleanly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence, TextIO
+
+from .env import BugFixEnv
+from .tasks import SPLITS, get_task
+from .tools import CALLS
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bugfix_gym.play",
+                                     description="Repair a buggy Python function by typing tool calls.")
+    parser.add_argument("--task", help="task name, e.g. clamp (default: drawn from the split)")
+    parser.add_argument("--split", default="train", choices=SPLITS, help="task split to draw from (default: train)")
+    parser.add_argument("--seed", type=int, default=None, help="seed for drawing the task")
+    parser.add_argument("--pack", metavar="FILE", help="play the tasks of a .json/.toml task pack instead")
+    parser.add_argument("--episodes", type=int, default=1, help="episodes to play (default: 1)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
+    """Run the interactive game; returns the exit status (0 when the input ends normally, 130 on Ctrl-C).
+
+    :param argv: command-line arguments (default ``sys.argv[1:]``)
+    :param stdin: where calls are read from (default ``sys.stdin``)
+    :param stdout: where the game is shown (default ``sys.stdout``)
+    """
+    parser = _parser()
+    args = parser.parse_args(argv)
+    stdin = stdin if stdin is not None else sys.stdin
+    stdout = stdout if stdout is not None else sys.stdout
+    if args.episodes < 1:
+        parser.error(f"--episodes must be at least 1, got {args.episodes}")
+    tasks = None
+    if args.pack:
+        from .packs import TaskPackError, load_task_pack
+
+        try:
+            tasks = load_task_pack(args.pack)
+        except TaskPackError as exc:
+            parser.error(str(exc))
+    task = None
+    if args.task:
+        pool = tasks
+        try:
+            task = next(t for t in pool if t.name == args.task) if pool else get_task(args.task)
+        except (KeyError, StopIteration):
+            parser.error(f"no task named {args.task!r}; `python -c \"import bugfix_gym as b; "
+                         f"print([t.name for t in b.make_tasks('all')])\"` lists them")
+    env = BugFixEnv(split=args.split, tasks=tasks, render_mode="ansi")
+
+    def show(text: str) -> None:
+        stdout.write(text + "\n")
+        stdout.flush()
+
+    try:
+        for episode in range(args.episodes):
+            seed = None if args.seed is None else args.seed + episode
+            env.reset(seed=seed, options={"task": task} if task is not None else None)
+            show(env.render())
+            show("type a call (help for the list, quit to leave)")
+            done = False
+            while not done:
+                stdout.write("> ")
+                stdout.flush()
+                line = stdin.readline()
+                if not line:  # end of input
+                    show("")
+                    return 0
+                line = line.rstrip("\n")
+                if line.strip() in ("quit", "exit"):
+                    return 0
+                if line.strip() == "help":
+                    show("calls : " + " | ".join(CALLS))
+                    continue
+                obs, reward, terminated, truncated, info = env.step(line)
+                done = terminated or truncated
+                show(f"[turn {info['turn']}/{env.max_turns}] {obs}")
+                if done:
+                    show(env.render())
+                    show(f"reward {reward:.1f} . stop : {info['stop']} . "
+                         f"{'fixed' if info['hidden_pass'] else 'not fixed'} (the defect was {env.task.fix_op})")
+    except KeyboardInterrupt:
+        show("")
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
