@@ -10,7 +10,6 @@ from .env import BugFixEnv, CHARSET, OWNER_PAD, OWNER_POLICY, OWNER_PROMPT, OWNE
 from .evaluation import episode_stats, evaluate
 from .generator import generate_tasks
 from .ops import DEFECTS, FIX_OPS, apply_op, inject_defect
-from .packs import TaskPackError, load_task_pack
 from .scripted import scripted_policy
 from .tasks import Task, get_task, make_tasks
 from .tokenizer import Tokenizer, build_tokenizer
@@ -20,6 +19,15 @@ from .tools import CALLS, parse_call
 __version__ = "0.1.0"
 
 _register(id="BugFix-v0", entry_point="bugfix_gym.env:BugFixEnv")
+
+
+def __getattr__(name: str):
+    # Task packs load lazily, so ``python -m bugfix_gym.packs`` does not import itself twice.
+    if name in ("TaskPackError", "load_task_pack"):
+        from . import packs
+
+        return getattr(packs, name)
+    raise AttributeError(f"module 'bugfix_gym' has no attribute {name!r}")
 
 __all__ = [
     "BugFixEnv", "CALLS", "CHARSET", "DEFECTS", "FIX_OPS", "OWNER_PAD", "OWNER_POLICY", "OWNER_PROMPT",
