@@ -132,7 +132,7 @@ class BugFixEnv(gym.Env):
             raise RuntimeError("the episode has ended; call reset() before step()")
         self.turn += 1
         self.actions.append(action[:MAX_KEPT_ACTION_CHARS])
-        reward = -self.call_cost
+        reward = 0.0 - self.call_cost  # not -0.0 when there is no cost
         terminated = False
         call = tools.parse_call(action)
         if call is not None and call[0] == "revert" and self.source == self.task.source:
