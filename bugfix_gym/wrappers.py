@@ -75,9 +75,11 @@ class TokenView:
             raise ValueError(f"max_len must be at least 2, got {max_len}")
         self.tokenizer = tokenizer
         self.max_len = int(max_len)
-        self.ids: list[int] = []
-        self.owner: list[int] = []
+        self._ids = np.zeros(2 * self.max_len, dtype=np.int64)  # grows by doubling
+        self._owner = np.zeros(2 * self.max_len, dtype=np.int8)
+        self.n = 0
         self.n_prompt = 0
+        self._encoded: dict[str, np.ndarray] = {}  # tool outputs repeat a lot (sources, test reports)
 
     def space(self) -> spaces.Dict:
         n, vocab = self.max_len, self.tokenizer.vocab_size
@@ -87,32 +89,59 @@ class TokenView:
             "attention_mask": spaces.Box(0, 1, shape=(n,), dtype=np.int8),
         })
 
-    def reset(self, prompt_ids: Sequence[int]) -> None:
-        self.ids = list(prompt_ids)
-        self.owner = [OWNER_PROMPT] * len(self.ids)
-        self.n_prompt = len(self.ids)
+    def encode(self, text: str) -> np.ndarray:
+        """``tokenizer.encode(text)`` as an array, memoised (read-only, shared)."""
+        ids = self._encoded.get(text)
+        if ids is None:
+            if len(self._encoded) >= 4096:
+                self._encoded.clear()
+            ids = np.asarray(self.tokenizer.encode(text), dtype=np.int64)
+            ids.flags.writeable = False
+            self._encoded[text] = ids
+        return ids
 
-    def add(self, owner: int, ids: Sequence[int]) -> None:
-        self.ids.extend(int(i) for i in ids)
-        self.owner.extend([owner] * len(ids))
+    @property
+    def ids(self) -> np.ndarray:
+        """The whole episode's ids so far (a copy, not truncated to ``max_len``)."""
+        return self._ids[: self.n].copy()
+
+    @property
+    def owner(self) -> np.ndarray:
+        """The owner code of every token so far (a copy)."""
+        return self._owner[: self.n].copy()
+
+    def reset(self, prompt_ids: Sequence[int]) -> None:
+        self.n = 0
+        self.add(OWNER_PROMPT, prompt_ids)
+        self.n_prompt = self.n
+
+    def add(self, owner: int, ids: Sequence[int] | np.ndarray) -> None:
+        k = len(ids)
+        if self.n + k > len(self._ids):
+            size = max(2 * len(self._ids), self.n + k)
+            self._ids = np.resize(self._ids, size)
+            self._owner = np.resize(self._owner, size)
+        self._ids[self.n: self.n + k] = ids
+        self._owner[self.n: self.n + k] = owner
+        self.n += k
 
     @property
     def n_dropped(self) -> int:
-        return max(0, len(self.ids) - self.max_len)
+        return max(0, self.n - self.max_len)
 
     def arrays(self) -> dict[str, np.ndarray]:
         """New ``ids`` / ``owner`` / ``attention_mask`` arrays (see the module docstring for overflow)."""
-        ids, owner = self.ids, self.owner
-        if len(ids) > self.max_len:
-            head = min(self.n_prompt, self.max_len // 2)
-            tail = self.max_len - head
-            ids = ids[:head] + ids[len(ids) - tail:]
-            owner = owner[:head] + owner[len(owner) - tail:]
-        n = len(ids)
         out_ids = np.full(self.max_len, self.tokenizer.pad_id, dtype=np.int64)
         out_owner = np.zeros(self.max_len, dtype=np.int8)
-        out_ids[:n] = ids
-        out_owner[:n] = owner
+        if self.n <= self.max_len:
+            out_ids[: self.n] = self._ids[: self.n]
+            out_owner[: self.n] = self._owner[: self.n]
+        else:  # keep (at most half a window of) the prompt, then the latest tokens
+            head = min(self.n_prompt, self.max_len // 2)
+            tail = self.max_len - head
+            out_ids[:head], out_owner[:head] = self._ids[:head], self._owner[:head]
+            out_ids[head:] = self._ids[self.n - tail: self.n]
+            out_owner[head:] = self._owner[self.n - tail: self.n]
         return {"ids": out_ids, "owner": out_owner, "attention_mask": (out_owner != 0).astype(np.int8)}
 
 
@@ -138,14 +167,14 @@ class _TokenViewWrapper(gym.Wrapper):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         text, info = self.env.reset(seed=seed, options=options)
-        self.view.reset(self.tokenizer.encode(text))
+        self.view.reset(self.view.encode(text))
         return self._observe(info), self._info(info)
 
     def _step_text(self, call_text: str, policy_ids: Sequence[int]):
         """Play ``call_text`` in the text env; record ``policy_ids`` (owner 2) and the tool output (owner 3)."""
         text, reward, terminated, truncated, info = self.env.step(call_text)
         self.view.add(OWNER_POLICY, policy_ids)
-        self.view.add(OWNER_TOOL, self.tokenizer.encode(text))
+        self.view.add(OWNER_TOOL, self.view.encode(text))
         return self._observe(info), reward, terminated, truncated, self._info(info)
 
 
