@@ -145,11 +145,11 @@ class TokenView:
         return {"ids": out_ids, "owner": out_owner, "attention_mask": (out_owner != 0).astype(np.int8)}
 
 
-class _TokenViewWrapper(gym.Wrapper):
+class _TokenViewWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """Common part of the two views: keeps a :class:`TokenView` of the wrapped text env."""
 
     def __init__(self, env: gym.Env, tokenizer: Tokenizer | None, max_len: int):
-        super().__init__(env)
+        gym.Wrapper.__init__(self, env)
         if not isinstance(env.observation_space, spaces.Text):
             raise TypeError("bugfix_gym wrappers wrap the text env (BugFix-v0), got observation space "
                             f"{env.observation_space}; apply only one of TokenObservation / DiscreteCalls")
@@ -200,6 +200,8 @@ class TokenObservation(_TokenViewWrapper):
 
     def __init__(self, env: gym.Env, tokenizer: Tokenizer | None = None, max_len: int = 512,
                  max_call_tokens: int = 8):
+        gym.utils.RecordConstructorArgs.__init__(self, tokenizer=tokenizer, max_len=max_len,
+                                                 max_call_tokens=max_call_tokens)  # env.spec can rebuild the view
         super().__init__(env, tokenizer, max_len)
         if max_call_tokens < 1:
             raise ValueError(f"max_call_tokens must be at least 1, got {max_call_tokens}")
@@ -241,6 +243,7 @@ class DiscreteCalls(_TokenViewWrapper):
     """
 
     def __init__(self, env: gym.Env, tokenizer: Tokenizer | None = None, max_len: int = 512):
+        gym.utils.RecordConstructorArgs.__init__(self, tokenizer=tokenizer, max_len=max_len)
         super().__init__(env, tokenizer, max_len)
         self.action_space = spaces.Discrete(len(CALLS))
         space = self.view.space()

@@ -27,6 +27,19 @@ def test_both_views_pass_sb3_check_env_without_warnings(wrapper):
     assert [str(w.message) for w in caught] == []
 
 
+@pytest.mark.parametrize("wrapper", [TokenObservation, DiscreteCalls])
+def test_both_views_pass_gymnasium_check_env_and_rebuild_from_their_spec(wrapper):
+    from gymnasium.utils.env_checker import check_env
+
+    env = wrapper(gym.make("BugFix-v0").unwrapped, max_len=300)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check_env(env)
+    assert [str(w.message) for w in caught if "different from the unwrapped" not in str(w.message)] == []
+    rebuilt = env.spec.make()  # the wrapper records its constructor arguments, as gymnasium's own do
+    assert type(rebuilt) is wrapper and rebuilt.observation_space == env.observation_space
+
+
 def test_token_observation_decodes_ids_up_to_eoc_and_records_exactly_the_given_ids():
     env = TokenObservation(BugFixEnv(), TOK, max_len=256, max_call_tokens=8)
     obs, info = env.reset(options={"task": "clamp"})
