@@ -211,7 +211,13 @@ class TokenObservation(_TokenViewWrapper):
 
     def policy_ids(self, action: Sequence[int]) -> list[int]:
         """The ids of ``action`` the view records: up to and including the first ``<eoc>`` / ``<pad>``."""
-        ids = [int(i) for i in np.asarray(action).reshape(-1)[: self.max_call_tokens]]
+        arr = np.asarray(action)
+        if not np.issubdtype(arr.dtype, np.integer) or arr.ndim != 1 or arr.size == 0:
+            raise TypeError(f"TokenObservation actions are 1-d integer arrays of up to {self.max_call_tokens} token "
+                            f"ids, got {action!r:.80}")
+        if arr.min() < 0 or arr.max() >= self.tokenizer.vocab_size:
+            raise ValueError(f"token ids must be in 0..{self.tokenizer.vocab_size - 1}, got {arr.tolist()!r:.80}")
+        ids = arr[: self.max_call_tokens].tolist()
         stops = (self.tokenizer.eoc_id, self.tokenizer.pad_id)
         for k, i in enumerate(ids):
             if i in stops:

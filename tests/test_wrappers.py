@@ -71,6 +71,19 @@ def test_token_observation_pad_and_missing_terminators():
     assert info["actions"][-1] == "<unk>" and info["n_invalid"] == 2
 
 
+def test_token_observation_rejects_non_integer_and_out_of_vocabulary_actions():
+    env = TokenObservation(BugFixEnv(), TOK, max_call_tokens=4)
+    env.reset(seed=0)
+    for bad in ("read", np.array([1.0, 2.0]), np.array([[1, 2]]), np.array([], dtype=np.int64)):
+        with pytest.raises(TypeError, match="1-d integer arrays"):
+            env.step(bad)
+    for bad in ([TOK.vocab_size, 0], [-1, 2]):
+        with pytest.raises(ValueError, match=f"0..{TOK.vocab_size - 1}"):
+            env.step(np.array(bad))
+    obs, *_, info = env.step([TOK.ids["read"], TOK.eoc_id])  # a plain list of ints is fine
+    assert info["actions"] == ["read"] and env.observation_space.contains(obs)
+
+
 def test_owner_codes_come_from_the_producer_not_the_token_id():
     env = DiscreteCalls(BugFixEnv(), TOK)
     obs, _ = env.reset(options={"task": "clamp"})
