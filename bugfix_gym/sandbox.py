@@ -107,8 +107,14 @@ def _child_main(argv: Sequence[str]) -> None:
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):  # ... and give task code nothing to read and nowhere visible to print
         os.dup2(devnull, fd)
-    sys.path.insert(0, _HERE)
-    import execution  # bugfix_gym/execution.py, stdlib only, loaded without the package
+    import importlib.util
+
+    # bugfix_gym/execution.py (stdlib only) by path: neither the package nor its folder on sys.path,
+    # so the child imports nothing of ours but this one file and task code cannot shadow stdlib modules
+    spec = importlib.util.spec_from_file_location("_bugfix_execution", os.path.join(_HERE, "execution.py"))
+    execution = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = execution  # dataclasses looks its module up while building TestReport
+    spec.loader.exec_module(execution)
 
     source, name, cases = pickle.loads(payload)
     report = execution.run_cases(source, name, cases)
