@@ -52,18 +52,27 @@ def _read(path: Path) -> Any:
         raw = path.read_bytes()
     except OSError as exc:
         raise TaskPackError(f"{path}: cannot read the file ({exc.strerror or type(exc).__name__})") from None
+    parse = json.loads if suffix == ".json" else _toml().loads
     try:
-        if suffix == ".json":
-            return json.loads(raw.decode("utf-8"))
-        import tomllib
-
-        return tomllib.loads(raw.decode("utf-8"))
+        return parse(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise TaskPackError(f"{path}: the file is not UTF-8 text") from None
     except json.JSONDecodeError as exc:
         raise TaskPackError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
     except ValueError as exc:  # tomllib.TOMLDecodeError
-        raise TaskPackError(f"{path}: invalid TOML: {exc}") from None
+        raise TaskPackError(f"{path}: invalid TOML: {str(exc).splitlines()[0]}") from None
+
+
+def _toml():
+    try:
+        import tomllib  # Python >= 3.11
+    except ModuleNotFoundError:
+        try:
+            import tomli as tomllib  # the same parser, for Python 3.10
+        except ModuleNotFoundError:
+            raise TaskPackError("TOML task packs need Python 3.11+ or `pip install tomli`; "
+                                "JSON packs work everywhere") from None
+    return tomllib
 
 
 def _case(raw: Any, where: str) -> tuple[tuple, Any]:
