@@ -1,0 +1,126 @@
+"""TinyAgent: sizes, causal right padding, critic init, KV-cache parity with the full forward."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from agents.model import TinyAgent, TinyAgentConfig, sequence_log_probs, sequence_logp_values_entropy
+
+V = 229
+
+
+def _model(seed: int = 0, **kw) -> TinyAgent:
+    torch.manual_seed(seed)
+    return TinyAgent(TinyAgentConfig(vocab_size=V, **kw)).eval()
+
+
+def test_default_size_is_about_150k_params():
+    model = TinyAgent(V)  # book style: just the vocabulary size
+    assert model.config == TinyAgentConfig(vocab_size=V)
+    assert 130_000 <= model.num_params() <= 170_000
+    assert model.lm_head.weight is model.tok_emb.weight  # tied policy head
+
+
+def test_forward_shapes_and_no_dropout():
+    model = _model().train()
+    ids = torch.randint(V, (3, 17))
+    logits, values = model(ids)
+    assert logits.shape == (3, 17, V) and values.shape == (3, 17)
+    logits2, values2 = model(ids)  # train mode: no dropout, so the same numbers
+    assert torch.equal(logits, logits2) and torch.equal(values, values2)
+
+
+def test_value_head_near_zero_at_init():
+    _, values = _model()(torch.randint(V, (8, 40)))
+    assert values.abs().max() < 0.05
+    assert values.abs().max() > 0  # near zero, not degenerate (its weight still gets gradients)
+
+
+def test_right_padding_does_not_change_earlier_positions():
+    model = _model(value_init_std=0.5)
+    ids = torch.randint(1, V, (2, 12))
+    logits, values = model(ids)
+    padded = torch.cat([ids, torch.zeros(2, 9, dtype=torch.long)], 1)  # right-pad with pad id 0
+    junk = torch.cat([ids, torch.randint(V, (2, 9))], 1)
+    for other in (padded, junk):
+        lo, vo = model(other)
+        torch.testing.assert_close(lo[:, :12], logits, atol=1e-5, rtol=0)
+        torch.testing.assert_close(vo[:, :12], values, atol=1e-5, rtol=0)
+
+
+def test_kv_cache_one_token_at_a_time_matches_full_forward():
+    model = _model(seed=1, value_init_std=0.5)  # a visible critic so value parity means something
+    B, T = 4, 30
+    ids = torch.randint(V, (B, T))
+    logits, values = model(ids)
+    cache = model.new_cache(B)
+    prompt = torch.tensor([3, 7, 1, 5])  # rows start with prompts of different lengths
+    lo, vo = model.extend(ids[:, :7], prompt, cache, last_only=False)
+    for b in range(B):
+        n = int(prompt[b])
+        torch.testing.assert_close(lo[b, :n], logits[b, :n], atol=1e-5, rtol=0)
+        torch.testing.assert_close(vo[b, :n], values[b, :n], atol=1e-5, rtol=0)
+    while int(cache.lengths.min()) < T:
+        pos = cache.lengths.clone()
+        active = pos < T
+        step = ids[torch.arange(B), pos.clamp(max=T - 1)][:, None]  # [B, 1]
+        last, v = model.extend(step, active.long(), cache)  # idle rows feed nothing
+        for b in torch.nonzero(active).flatten().tolist():
+            p = int(pos[b])
+            torch.testing.assert_close(last[b], logits[b, p], atol=1e-5, rtol=0)
+            torch.testing.assert_close(v[b, 0], values[b, p], atol=1e-5, rtol=0)
+    assert cache.lengths.tolist() == [T] * B
+
+
+def test_kv_cache_ragged_chunks_match_full_forward():
+    model = _model(seed=2, value_init_std=0.5)
+    B, T = 3, 40
+    ids = torch.randint(V, (B, T))
+    logits, values = model(ids)
+    cache = model.new_cache(B)
+    g = torch.Generator().manual_seed(0)
+    while int(cache.lengths.min()) < T:
+        start = cache.lengths.clone()
+        n_new = torch.minimum(torch.randint(0, 9, (B,), generator=g), T - start)  # [B], 0 = idle row
+        S = max(int(n_new.max()), 1)
+        chunk = torch.zeros(B, S, dtype=torch.long)
+        for b in range(B):
+            chunk[b, : n_new[b]] = ids[b, start[b]: start[b] + n_new[b]]
+        lo, vo = model.extend(chunk, n_new, cache, last_only=False)
+        for b in range(B):
+            s, n = int(start[b]), int(n_new[b])
+            torch.testing.assert_close(lo[b, :n], logits[b, s: s + n], atol=1e-5, rtol=0)
+            torch.testing.assert_close(vo[b, :n], values[b, s: s + n], atol=1e-5, rtol=0)
+
+
+def test_kv_cache_overflow_and_long_input_raise():
+    model = _model(max_len=16)
+    with pytest.raises(ValueError, match="max_len"):
+        model(torch.zeros(1, 17, dtype=torch.long))
+    cache = model.new_cache(1)
+    model.extend(torch.zeros(1, 10, dtype=torch.long), torch.tensor([10]), cache)
+    with pytest.raises(ValueError, match="overflow"):
+        model.extend(torch.zeros(1, 7, dtype=torch.long), torch.tensor([7]), cache)
+
+
+@torch.no_grad()
+def test_sequence_log_probs_values_entropy_agree_with_logits():
+    model = _model(seed=3)
+    ids = torch.randint(V, (2, 15))
+    logits, values = model(ids)
+    ref = F.log_softmax(logits, -1)  # [B, T, V]
+    logp = sequence_log_probs(model, ids)
+    assert logp.shape == (2, 14)
+    for b in range(2):
+        for t in range(14):
+            assert abs(float(logp[b, t] - ref[b, t, ids[b, t + 1]])) < 1e-5
+    logp2, v, ent = sequence_logp_values_entropy(model, ids)
+    torch.testing.assert_close(logp2, logp)
+    torch.testing.assert_close(v, values[:, :-1])
+    manual = -(ref[:, :-1].exp() * ref[:, :-1]).sum(-1)
+    torch.testing.assert_close(ent, manual, atol=1e-5, rtol=0)
+    assert (ent <= math.log(V) + 1e-4).all() and (ent > 0).all()
