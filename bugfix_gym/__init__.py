@@ -29,6 +29,10 @@ def __getattr__(name: str):
         return getattr(packs, name)
     raise AttributeError(f"module 'bugfix_gym' has no attribute {name!r}")
 
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 __all__ = [
     "BugFixEnv", "CALLS", "CHARSET", "DEFECTS", "FIX_OPS", "OWNER_PAD", "OWNER_POLICY", "OWNER_PROMPT",
     "OWNER_TOOL", "Task", "TaskPackError", "Tokenizer", "action_mask", "apply_op", "build_tokenizer",
