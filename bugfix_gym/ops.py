@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import io
+import re
 import tokenize
 from functools import lru_cache
 
@@ -37,15 +38,41 @@ def _tokens(source: str) -> list[tokenize.TokenInfo] | None:
         return None
 
 
-def _offset(source: str, line: int, col: int) -> int:
-    """(1-based line, 0-based column) -> string offset."""
-    lines = source.splitlines(keepends=True)
+_LINE_END = re.compile(r"\r\n|\r|\n")
+
+
+def _lines(source: str) -> list[str]:
+    """Lines with their ends, split where Python's tokenizer and ``ast`` split them (not at ``\u2028`` etc.)."""
+    out, at = [], 0
+    for m in _LINE_END.finditer(source):
+        out.append(source[at:m.end()])
+        at = m.end()
+    if at < len(source):
+        out.append(source[at:])
+    return out
+
+
+def _offset(source: str, line: int, col: int, byte_col: bool) -> int:
+    """(1-based line, 0-based column) -> string offset; ``ast`` columns count UTF-8 bytes, tokenize's characters."""
+    lines = _lines(source)
+    if byte_col and line - 1 < len(lines):
+        col = len(lines[line - 1].encode("utf-8")[:col].decode("utf-8", errors="ignore"))
     return sum(len(x) for x in lines[: line - 1]) + col
 
 
-def _replace_span(source: str, start: tuple[int, int], end: tuple[int, int], text: str) -> str:
-    a, b = _offset(source, *start), _offset(source, *end)
+def _replace_span(source: str, start: tuple[int, int], end: tuple[int, int], text: str,
+                  byte_col: bool = False) -> str:
+    a, b = _offset(source, *start, byte_col), _offset(source, *end, byte_col)
     return source[:a] + text + source[b:]
+
+
+def _node_span(node: ast.AST) -> tuple[tuple[int, int], tuple[int, int]]:
+    return (node.lineno, node.col_offset), (node.end_lineno, node.end_col_offset)
+
+
+def _replace_node(source: str, node: ast.AST, text: str) -> str:
+    """Replace an ``ast`` node's source text (its columns are UTF-8 byte offsets)."""
+    return _replace_span(source, *_node_span(node), text, byte_col=True)
 
 
 def _parse(source: str) -> ast.Module | None:
@@ -105,10 +132,9 @@ def fix_range_end(source: str) -> str:
     stop = _range_stop(tree) if tree else None
     if stop is None:
         return source
-    span = (stop.lineno, stop.col_offset), (stop.end_lineno, stop.end_col_offset)
     if _is_plus_minus_one(stop):
-        return _replace_span(source, *span, ast.get_source_segment(source, stop.left))
-    return _replace_span(source, *span, ast.get_source_segment(source, stop) + " + 1")
+        return _replace_node(source, stop, ast.get_source_segment(source, stop.left))
+    return _replace_node(source, stop, ast.get_source_segment(source, stop) + " + 1")
 
 
 def _first_literal_init(tree: ast.Module) -> ast.Constant | None:
@@ -125,8 +151,7 @@ def fix_init(source: str) -> str:
     const = _first_literal_init(tree) if tree else None
     if const is None:
         return source
-    span = (const.lineno, const.col_offset), (const.end_lineno, const.end_col_offset)
-    return _replace_span(source, *span, "0" if const.value == 1 else "1")
+    return _replace_node(source, const, "0" if const.value == 1 else "1")
 
 
 def _guard_target(func: ast.FunctionDef, source: str) -> str | None:
@@ -155,7 +180,7 @@ def _guard_lines(name: str, indent: str) -> str:
 
 
 def _body_indent(func: ast.FunctionDef, source: str) -> str:
-    line = source.splitlines()[func.body[0].lineno - 1]
+    line = _lines(source)[func.body[0].lineno - 1]
     return line[: len(line) - len(line.lstrip())]
 
 
@@ -170,7 +195,7 @@ def add_zero_guard(source: str) -> str:
         return source
     indent = _body_indent(func, source)
     guard = _guard_lines(name, indent)
-    lines = source.splitlines(keepends=True)
+    lines = _lines(source)
     at = func.body[0].lineno - 1
     if "".join(lines[at:at + 2]) == guard:  # already guarded: idempotent
         return source
@@ -204,16 +229,15 @@ def inject_defect(correct: str, fix_op: str) -> str:
         stop = _range_stop(tree) if tree else None
         if stop is None:
             return correct
-        span = (stop.lineno, stop.col_offset), (stop.end_lineno, stop.end_col_offset)
         if isinstance(stop, ast.BinOp) and isinstance(stop.op, ast.Add) and _is_plus_minus_one(stop):
-            return _replace_span(correct, *span, ast.get_source_segment(correct, stop.left))  # n + 1 -> n
-        return _replace_span(correct, *span, ast.get_source_segment(correct, stop) + " - 1")  # n -> n - 1
+            return _replace_node(correct, stop, ast.get_source_segment(correct, stop.left))  # n + 1 -> n
+        return _replace_node(correct, stop, ast.get_source_segment(correct, stop) + " - 1")  # n -> n - 1
     if fix_op == "add_zero_guard":
         tree = _parse(correct)
         func = _first(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)) if tree else None
         if func is None or len(func.body) < 2:
             return correct
-        lines = correct.splitlines(keepends=True)
+        lines = _lines(correct)
         at = func.body[0].lineno - 1
         name = _guard_target(func, correct)
         if name is None or "".join(lines[at:at + 2]) != _guard_lines(name, _body_indent(func, correct)):

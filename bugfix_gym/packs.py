@@ -139,7 +139,7 @@ def task_from_dict(raw: Any, where: str = "task") -> Task:
     if "defect" in raw and raw["defect"] != DEFECTS[fix_op]:
         raise TaskPackError(f"{where}: defect {_short(raw['defect'])} does not match fix_op {fix_op!r} "
                             f"(its defect is {DEFECTS[fix_op]!r}); drop the key or fix it")
-    source = source.strip("\n") + "\n"
+    source = source.replace("\r\n", "\n").replace("\r", "\n").strip("\n") + "\n"
     _defines(source, name, where)
     visible, hidden = _cases(raw["visible"], where, "visible"), _cases(raw["hidden"], where, "hidden")
     digest = hashlib.sha1(repr((statement, source, fix_op, visible, hidden)).encode()).hexdigest()[:10]

@@ -123,3 +123,16 @@ def test_results_are_cached_by_source_text():
     assert again is first and execution.stats == {"hits": 1, "misses": 1}
     fresh = run_tests(task, task.source, "hidden", cache=False)
     assert fresh == first and fresh is not first and execution.stats["misses"] == 2
+
+
+def test_ops_edit_the_right_characters_next_to_unicode_and_odd_line_separators():
+    # ast columns count UTF-8 bytes and ast does not split lines at U+2028; edits must still land right.
+    src = 'def f(n):\n    label = "héé\u2028"; total = 1\n    for i in range(len(label), n):\n        total += i\n    return total\n'
+    assert apply_op(src, "fix_init") == src.replace("total = 1", "total = 0")
+    assert apply_op(src, "fix_range_end") == src.replace("range(len(label), n)", "range(len(label), n + 1)")
+    assert inject_defect(src, "fix_range_end") == src.replace("range(len(label), n)", "range(len(label), n - 1)")
+    guarded = 'def f(a, b):\n    s = "é\u2028"\n    return a / b\n'
+    fixed = apply_op(guarded, "add_zero_guard")
+    assert fixed == 'def f(a, b):\n    if not b:\n        return 0\n    s = "é\u2028"\n    return a / b\n'
+    assert inject_defect(fixed, "add_zero_guard") == guarded
+    assert apply_op('def f(x):\n    return "ö" < x\n', "fix_comparison") == 'def f(x):\n    return "ö" <= x\n'
