@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import copy
 import math
 import sys
 from dataclasses import dataclass
@@ -115,7 +116,7 @@ def run_cases(source: str, name: str, cases: Sequence[Case]) -> TestReport:
         for args, expected in cases:
             reset()
             try:
-                got = func(*args)
+                got = func(*copy.deepcopy(args))  # task code must not change the stored cases
                 ok = same_value(got, expected)
                 detail = f"{format_call(name, args)} expected {_short(expected)} got {_short(got)}"
             except (Exception, SystemExit) as exc:  # noqa: BLE001

@@ -8,6 +8,7 @@ few hidden cases, so they are a strict subset of what ``submit`` checks.
 
 from __future__ import annotations
 
+import copy
 import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
@@ -57,7 +58,7 @@ def task_from_correct(name: str, statement: str, correct: str, fix_op: str, inpu
     cases = []
     for args in inputs:
         reset()
-        cases.append((tuple(args), func(*args)))
+        cases.append((tuple(args), func(*copy.deepcopy(tuple(args)))))
     return Task(name=name, statement=statement, source=inject_defect(correct, fix_op), defect=DEFECTS[fix_op],
                 fix_op=fix_op, visible=tuple(cases[:n_visible]), hidden=tuple(cases), split=split)
 

@@ -136,3 +136,10 @@ def test_ops_edit_the_right_characters_next_to_unicode_and_odd_line_separators()
     assert fixed == 'def f(a, b):\n    if not b:\n        return 0\n    s = "é\u2028"\n    return a / b\n'
     assert inject_defect(fixed, "add_zero_guard") == guarded
     assert apply_op('def f(x):\n    return "ö" < x\n', "fix_comparison") == 'def f(x):\n    return "ö" <= x\n'
+
+
+def test_task_code_cannot_change_the_stored_test_cases():
+    cases = [(([3, 1, 2],), [1, 2, 3]), (([3, 1, 2],), [1, 2, 3])]
+    report = run_cases("def f(xs):\n    xs.sort()\n    xs.append(9)\n    return xs[:3]\n", "f", cases)
+    assert (report.passed, report.total) == (2, 2)
+    assert cases[0][0] == ([3, 1, 2],)  # the stored input is untouched
