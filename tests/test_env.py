@@ -247,3 +247,16 @@ def test_package_exports_match_the_contract():
         assert hasattr(bugfix_gym, name), name
     assert len(CALLS) == 9 and len(set(CALLS)) == 9
     assert (bugfix_gym.OWNER_PAD, bugfix_gym.OWNER_PROMPT, bugfix_gym.OWNER_POLICY, bugfix_gym.OWNER_TOOL) == (0, 1, 2, 3)
+
+
+def test_throughput_benchmark_runs_and_reports_a_ratio(capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "env_throughput.py"
+    spec = importlib.util.spec_from_file_location("env_throughput", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    result = bench.main(["--steps", "300", "--repeats", "1"])
+    assert result["ratio"] > 0 and result["BugFix-v0 (uncached)"] < result["BugFix-v0 (cached)"]
+    assert "BugFix-v0 / CartPole-v1 ratio of medians" in capsys.readouterr().out
