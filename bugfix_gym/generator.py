@@ -90,11 +90,10 @@ def _count_cmp_inputs(rng: np.random.Generator) -> list[tuple]:
     return [([2, 2, 3], 2), ([5, 1, 5, 9], 5), ([], 1), *_with_threshold(rng, _lists(rng, [[4, 4]], 4))]
 
 
-def _pair_inputs(nonzero_second: bool) -> Inputs:
-    def inputs(rng: np.random.Generator) -> list[tuple]:
-        fixed = [(6, 3), (7, 0), (5, 2), (0, 4), (9, 0)] if not nonzero_second else [(6, 3), (5, 2), (0, 4)]
-        return fixed + [(int(a), int(b)) for a, b in rng.integers(-9, 10, size=(3, 2))]
-    return inputs
+def _pair_inputs(rng: np.random.Generator) -> list[tuple]:
+    """(a, b) pairs including zeros for b, so a missing zero guard shows."""
+    fixed = [(6, 3), (7, 0), (5, 2), (0, 4), (9, 0)]
+    return fixed + [(int(a), int(b)) for a, b in rng.integers(-9, 10, size=(3, 2))]
 
 
 def _clamp_inputs(rng: np.random.Generator) -> list[tuple]:
@@ -156,7 +155,7 @@ def {f}({a}, {b}):
     if not {b}:
         return 0
     return {a} / {b}
-""", ("add_zero_guard",), _pair_inputs(False)),
+""", ("add_zero_guard",), _pair_inputs),
         Template("average", "return the average of {xs}, or 0 if {xs} is empty", """
 def {f}({xs}):
     if not {xs}:
@@ -215,7 +214,7 @@ def {f}({a}, {b}):
     if not {b}:
         return 0
     return {a} * 100 // {b}
-""", ("add_zero_guard",), _pair_inputs(False)),
+""", ("add_zero_guard",), _pair_inputs),
         Template("sum_steps", "return the sum of 0, {b}, 2 * {b}, ... up to {n} inclusive", """
 def {f}({n}, {b}):
     {acc} = 0
@@ -252,7 +251,7 @@ def {f}({a}, {b}):
     if not {b}:
         return 0
     return {a} // {b}
-""", ("add_zero_guard",), _pair_inputs(False)),
+""", ("add_zero_guard",), _pair_inputs),
         Template("saturate", "return {x}, but never more than {t}", """
 def {f}({x}, {t}):
     return min({x}, {t})
