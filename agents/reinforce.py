@@ -129,6 +129,7 @@ class Reinforce:
         self.history: list[dict[str, float]] = []  # one record per step
         self.evals: list[tuple[int, float]] = []  # (step, held-out pass rate)
         self.train_time = 0.0  # seconds inside learn(), evaluations included
+        self.eval_time = 0.0  # seconds of held-out evaluation inside learn()
 
     # ------------------------------------------------------------------ training
     def _init_baseline(self) -> None:
@@ -143,7 +144,9 @@ class Reinforce:
     def _evaluate_heldout(self) -> None:
         if not self.eval_tasks:
             return
+        start = time.perf_counter()
         stats = self.evaluate(self.eval_tasks, self.eval_episodes_per_task, seed=100 + self.num_steps)
+        self.eval_time += time.perf_counter() - start
         self.evals.append((self.num_steps, stats["pass_rate"]))
         if self.verbose:
             line = f"step {self.num_steps:3d} | held-out pass {stats['pass_rate']:.3f}"
