@@ -44,15 +44,15 @@ class TinyAgentConfig:
 class KVCache:
     """Keys and values of every layer for ``batch_size`` rows, each row with its own length.
 
-    ``k, v``: [n_layer, B, max_len, n_head, head_dim]; ``lengths`` [B]: tokens held per row.
+    ``k, v``: [n_layer, B, n_head, max_len, head_dim]; ``lengths`` [B]: tokens held per row.
     Positions at or beyond a row's length hold garbage and are never read as valid.
     """
 
     def __init__(self, config: TinyAgentConfig, batch_size: int, device=None, dtype=torch.float32):
         hs = config.d_model // config.n_head
-        shape = (config.n_layer, batch_size, config.max_len, config.n_head, hs)
-        self.k = torch.zeros(shape, device=device, dtype=dtype)  # [L, B, max_len, nh, hs]
-        self.v = torch.zeros(shape, device=device, dtype=dtype)  # [L, B, max_len, nh, hs]
+        shape = (config.n_layer, batch_size, config.n_head, config.max_len, hs)
+        self.k = torch.zeros(shape, device=device, dtype=dtype)  # [L, B, nh, max_len, hs]
+        self.v = torch.zeros(shape, device=device, dtype=dtype)  # [L, B, nh, max_len, hs]
         self.lengths = torch.zeros(batch_size, dtype=torch.long, device=device)  # [B]
         self.max_len = config.max_len
 
@@ -74,22 +74,26 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0,
                 write: tuple[torch.Tensor, ...] | None = None, attn_mask: torch.Tensor | None = None,
-                n_keys: int = 0) -> torch.Tensor:
+                n_keys: int = 0, cache_rows: torch.Tensor | None = None) -> torch.Tensor:
         B, S, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=2)  # 3 x [B, S, C]
-        q = q.view(B, S, self.n_head, self.hs)  # [B, S, nh, hs]
+        q = q.view(B, S, self.n_head, self.hs).transpose(1, 2)  # [B, nh, S, hs]
         k = k.view(B, S, self.n_head, self.hs)  # [B, S, nh, hs]
         v = v.view(B, S, self.n_head, self.hs)  # [B, S, nh, hs]
         if cache is None:
-            y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                               is_causal=True)  # [B, nh, S, hs]
+            y = F.scaled_dot_product_attention(q, k.transpose(1, 2), v.transpose(1, 2), is_causal=True)  # [B, nh, S, hs]
         else:
-            rows, steps, pos = write  # valid new tokens: row, index in chunk, position in cache
-            cache.k[layer, rows, pos] = k[rows, steps]  # [N, nh, hs] into the cache
-            cache.v[layer, rows, pos] = v[rows, steps]  # [N, nh, hs]
-            keys = cache.k[layer, :, :n_keys].transpose(1, 2)  # [B, nh, P, hs]
-            vals = cache.v[layer, :, :n_keys].transpose(1, 2)  # [B, nh, P, hs]
-            y = F.scaled_dot_product_attention(q.transpose(1, 2), keys, vals, attn_mask=attn_mask)  # [B, nh, S, hs]
+            rows, steps, pos = write  # valid new tokens: cache row, index in chunk, position in cache
+            local = rows if cache_rows is None else torch.searchsorted(cache_rows, rows)  # row in x
+            cache.k[layer, rows, :, pos] = k[local, steps]  # [N, nh, hs] into the cache
+            cache.v[layer, rows, :, pos] = v[local, steps]  # [N, nh, hs]
+            if cache_rows is None:
+                keys = cache.k[layer, :, :, :n_keys]  # [B, nh, P, hs]
+                vals = cache.v[layer, :, :, :n_keys]  # [B, nh, P, hs]
+            else:  # only the rows being run
+                keys = cache.k[layer, cache_rows, :, :n_keys]  # [B, nh, P, hs]
+                vals = cache.v[layer, cache_rows, :, :n_keys]  # [B, nh, P, hs]
+            y = F.scaled_dot_product_attention(q, keys, vals, attn_mask=attn_mask)  # [B, nh, S, hs]
         y = y.transpose(1, 2).reshape(B, S, C)  # [B, S, C]
         return self.proj(y)
 
@@ -182,35 +186,51 @@ class TinyAgent(nn.Module):
                last_only: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
         """Append a right-padded chunk of new tokens to each row of ``cache`` and run them.
 
+        Only rows with new tokens are computed; keys are masked per row (``key <= position``),
+        so rows of different lengths share one batched call.
+
         :param ids: [B, S] new tokens; row ``b`` uses its first ``n_new[b]`` (0 = row idle)
         :param n_new: [B] long, number of valid new tokens per row
         :param cache: the rows' KV cache; its ``lengths`` advance by ``n_new``
         :param last_only: return logits only at each row's last new token
-        :return: ``(logits [B, V] or [B, S, V], values [B, S])``; entries past ``n_new`` are garbage
+        :return: ``(logits [B, V] or [B, S, V], values [B, S])``; entries past ``n_new`` (and of
+            idle rows) are zero
         """
         B, S = ids.shape
         start = cache.lengths  # [B]
         end = start + n_new  # [B]
         if int(end.max()) > cache.max_len:
             raise ValueError(f"KV cache overflow: a row needs {int(end.max())} positions, max_len={cache.max_len}")
-        steps = torch.arange(S, device=ids.device)  # [S]
-        pos = start[:, None] + steps  # [B, S] absolute positions
-        valid = steps < n_new[:, None]  # [B, S]
-        rows, cols = valid.nonzero(as_tuple=True)  # [N], [N]
-        write = (rows, cols, pos[rows, cols])
-        n_keys = int(end.max())
+        active = torch.nonzero(n_new).flatten()  # rows with new tokens
+        if 2 * active.shape[0] > B:  # most rows are busy: run them all (idle rows' outputs are dropped)
+            active = torch.arange(B, device=ids.device)
+        R = active.shape[0]
+        cache_rows = None if R == B else active  # else gather only the busy rows' keys
+        S_run = int(n_new.max())  # trim the chunk's shared right padding
+        steps = torch.arange(S_run, device=ids.device)  # [S]
+        pos = start[active, None] + steps  # [R, S] absolute positions
+        valid = steps < n_new[active, None]  # [R, S]
+        local, cols = valid.nonzero(as_tuple=True)  # [N], [N]
+        write = (active[local], cols, pos[local, cols])
+        n_keys = int(end[active].max())
         keys = torch.arange(n_keys, device=ids.device)  # [P]
-        attn_mask = (keys <= pos[:, :, None]).unsqueeze(1)  # [B, 1, S, P] causal within each row
-        x = self.embed(ids, pos.clamp(max=cache.max_len - 1))  # [B, S, C]
+        attn_mask = torch.zeros(R, 1, S_run, n_keys, device=ids.device)  # [R, 1, S, P] additive
+        attn_mask.masked_fill_(keys > pos[:, :, None].unsqueeze(1), float("-inf"))  # causal within each row
+        x = self.embed(ids[active, :S_run], pos.clamp(max=cache.max_len - 1))  # [R, S, C]
         for layer, block in enumerate(self.blocks):
-            x = block(x, cache=cache, layer=layer, write=write, attn_mask=attn_mask, n_keys=n_keys)
+            x = block(x, cache=cache, layer=layer, write=write, attn_mask=attn_mask, n_keys=n_keys,
+                      cache_rows=cache_rows)
         cache.lengths = end
-        if not last_only:
-            return self.heads(x)
-        h = self.ln_f(x)  # [B, S, C]
-        values = self.value_head(h).squeeze(-1)  # [B, S]
-        last = (n_new - 1).clamp(min=0)  # [B]
-        logits = self.lm_head(h[torch.arange(B, device=ids.device), last])  # [B, V]
+        h = self.ln_f(x)  # [R, S, C]
+        values = torch.zeros(B, S, device=ids.device, dtype=h.dtype)  # [B, S]
+        values[active, :S_run] = self.value_head(h).squeeze(-1) * valid  # [R, S]
+        if last_only:
+            logits = torch.zeros(B, self.config.vocab_size, device=ids.device, dtype=h.dtype)  # [B, V]
+            last = (n_new[active] - 1).clamp(min=0)  # [R]
+            logits[active] = self.lm_head(h[torch.arange(R, device=ids.device), last])  # [R, V]
+        else:
+            logits = torch.zeros(B, S, self.config.vocab_size, device=ids.device, dtype=h.dtype)  # [B, S, V]
+            logits[active, :S_run] = self.lm_head(h)  # [R, S, V]
         return logits, values
 
 

@@ -148,24 +148,34 @@ def rollout_batch(model: TinyAgent, envs: Sequence, tasks: Sequence, tok, genera
     writing = [True] * B  # still sampling calls (episode not over)
     call_len = [0] * B
     cache = model.new_cache(B)
+    logits = torch.zeros(B, model.config.vocab_size, device=device)  # [B, V] next-token logits per row
     while any(pending):
-        S = max(len(p) for p in pending)
-        chunk = torch.full((B, S), tok.pad_id, dtype=torch.long)  # [B, S]
-        for b, p in enumerate(pending):
-            if p:
-                chunk[b, : len(p)] = torch.tensor(p)
-        n_new = torch.tensor([len(p) for p in pending], dtype=torch.long)  # [B]
-        logits, vals = model.extend(chunk.to(device), n_new.to(device), cache)  # [B, V], [B, S]
-        vals = vals.cpu().tolist()
-        for b, p in enumerate(pending):
-            values[b] += vals[b][: len(p)]
+        # one call for the rows feeding a single sampled token, one for the rows prefilling
+        # tool outputs (or prompts), so that a long prefill does not pad every row to its length
+        for group in ([b for b, p in enumerate(pending) if len(p) == 1],
+                      [b for b, p in enumerate(pending) if len(p) > 1]):
+            if not group:
+                continue
+            S = max(len(pending[b]) for b in group)
+            rows_ids = [[tok.pad_id] * S for _ in range(B)]
+            n_new = [0] * B
+            for b in group:
+                rows_ids[b][: len(pending[b])] = pending[b]
+                n_new[b] = len(pending[b])
+            chunk = torch.tensor(rows_ids, dtype=torch.long, device=device)  # [B, S]
+            step_logits, vals = model.extend(chunk, torch.tensor(n_new, device=device), cache)  # [B, V], [B, S]
+            group_t = torch.tensor(group, device=device)
+            logits[group_t] = step_logits[group_t].float()
+            vals = vals[group_t].cpu().tolist()
+            for b, v in zip(group, vals):
+                values[b] += v[: n_new[b]]
         fed = [bool(p) for p in pending]
         pending = [[] for _ in range(B)]
         rows = [b for b in range(B) if writing[b] and fed[b]]
         if not rows:
             break
         rows_t = torch.tensor(rows, device=device)
-        logp_all = F.log_softmax(logits[rows_t].float() / temperature, dim=-1)  # [R, V]
+        logp_all = F.log_softmax(logits[rows_t] / temperature, dim=-1)  # [R, V]
         new = torch.multinomial(logp_all.exp(), 1, generator=generator)  # [R, 1]
         new_logp = logp_all.gather(-1, new).squeeze(-1).tolist()  # [R]
         for b, t, lp in zip(rows, new.squeeze(-1).tolist(), new_logp):
