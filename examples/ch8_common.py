@@ -97,17 +97,19 @@ class RecordingPPO(TokenPPO):
         return loss, stats
 
 
-def ppo(**kw) -> RecordingPPO:
-    """A TokenPPO from the base agent with the book's §8.4 settings unless overridden."""
+def ppo(cls: type[RecordingPPO] = RecordingPPO, **kw) -> RecordingPPO:
+    """A TokenPPO (``cls``) from the base agent with the book's §8.4 settings unless overridden."""
     args = dict(n_episodes=64, n_epochs=4, n_minibatches=4, gamma=1.0, gae_lambda=1.0, seed=0)
     args.update(kw)
-    return RecordingPPO("TinyAgentPolicy", make_env(), **args)
+    return cls("TinyAgentPolicy", make_env(), **args)
 
 
-def one_batch_update(trajs: Sequence[Trajectory], seed: int = 0, **kw) -> tuple[RecordingPPO, list[dict]]:
+def one_batch_update(trajs: Sequence[Trajectory], seed: int = 0, cls: type[RecordingPPO] = RecordingPPO,
+                     **kw) -> tuple[RecordingPPO, list[dict]]:
     """A fresh TokenPPO from the base agent trained on one given batch (critic warm-up first, as in
     the first iteration of a run); returns the trainer and its per-epoch statistics."""
-    model = ppo(seed=seed, **kw)
+    kw.setdefault("n_episodes", len(trajs))  # minibatch size = len(trajs) / n_minibatches
+    model = ppo(cls, seed=seed, **kw)
     np.random.seed(seed)  # the buffer's minibatch shuffle uses numpy's global RNG
     torch.manual_seed(seed)
     epochs = model.train_on_batch(list(trajs))
