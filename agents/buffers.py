@@ -1,0 +1,213 @@
+"""TokenRolloutBuffer: SB3's rollout-buffer interface over whole token trajectories.
+
+SB3's ``RolloutBuffer`` stores one row per env step with a fixed observation shape. A token
+episode is one variable-length sequence in which only the policy tokens are actions, so this
+buffer stores *trajectories*: ``add`` takes whole episodes, ``get`` yields minibatches of whole
+episodes as right-padded ``[b, T]`` tensors, so one forward pass scores every policy token of
+an episode (docs/CONTRACT.md alignment: per-token fields are ``[b, T-1]``).
+
+Life of a batch (one PPO iteration)::
+
+    buffer.reset(); buffer.add(trajectories)                  # collect_rollouts
+    buffer.set_old_policy(old_logp, old_values, ref_logp)     # the trainer freezes pi_old once
+    buffer.compute_returns_and_advantage()                    # GAE over policy tokens, whitening
+    for sample in buffer.get(batch_size): ...                 # epochs x shuffled minibatches
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from typing import NamedTuple
+
+import numpy as np
+import torch as th
+from gymnasium import spaces
+from stable_baselines3.common.buffers import BaseBuffer
+from stable_baselines3.common.utils import get_device
+from stable_baselines3.common.vec_env import VecNormalize
+
+from .advantages import explained_variance, gae_policy_tokens, reward_to_go, whiten
+from .rollout import Trajectory, collate
+
+
+class TokenRolloutBufferSamples(NamedTuple):
+    """One minibatch of whole trajectories; ``[b, T]`` token fields, ``[b, T-1]`` per-token fields."""
+
+    ids: th.Tensor  # [b, T] token ids, right-padded with pad_id
+    owner: th.Tensor  # [b, T] owner codes (prompt 1, policy 2, tool 3, pad 0)
+    action_mask: th.Tensor  # [b, T-1] 1 where the target ids[t+1] is a policy token
+    old_log_prob: th.Tensor  # [b, T-1] log pi_old(ids[t+1] | ids[:t+1]), frozen
+    old_values: th.Tensor  # [b, T-1] V_old(ids[:t+1]), frozen
+    advantages: th.Tensor  # [b, T-1] GAE advantages (whitened over the batch's policy tokens)
+    returns: th.Tensor  # [b, T-1] value targets = raw advantages + old values
+    ref_log_prob: th.Tensor | None  # [b, T-1] log pi_ref, when a KL penalty is used
+    rewards: th.Tensor  # [b] episode returns
+    indices: th.Tensor  # [b] positions of these trajectories in the buffer
+
+
+class TokenRolloutBuffer(BaseBuffer):
+    """Rollout buffer of whole token trajectories, with SB3's interface.
+
+    :param buffer_size: episodes per rollout (``n_episodes``)
+    :param observation_space: the env's observation space (kept for SB3; not used for storage)
+    :param action_space: the env's action space (kept for SB3; not used for storage)
+    :param device: torch device of the yielded tensors
+    :param gae_lambda: GAE lambda (1 = Monte-Carlo return minus value)
+    :param gamma: discount per policy token
+    :param n_envs: kept for SB3's constructor call
+    :param pad_id: the tokenizer's pad id
+    :param normalize_advantage: whiten advantages over all policy tokens of the batch
+    """
+
+    def __init__(
+        self,
+        buffer_size: int,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        device: th.device | str = "auto",
+        gae_lambda: float = 1.0,
+        gamma: float = 1.0,
+        n_envs: int = 1,
+        pad_id: int = 0,
+        normalize_advantage: bool = True,
+    ):
+        # BaseBuffer.__init__ derives fixed array shapes from the spaces; a token trajectory has
+        # none (the Text spaces have no shape), so set its fields here instead.
+        self.buffer_size = buffer_size
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self.device = get_device(device)
+        self.n_envs = n_envs
+        self.gae_lambda = gae_lambda
+        self.gamma = gamma
+        self.pad_id = pad_id
+        self.normalize_advantage = normalize_advantage
+        self.reset()
+
+    # ------------------------------------------------------------------ SB3 interface
+    def reset(self) -> None:
+        """Drop every stored trajectory."""
+        super().reset()
+        self.trajectories: list[Trajectory] = []
+        self.data: dict[str, th.Tensor] = {}
+        self.lengths = th.zeros(0, dtype=th.long)
+        self.old_log_prob: th.Tensor | None = None
+        self.old_values: th.Tensor | None = None
+        self.ref_log_prob: th.Tensor | None = None
+        self.advantages: th.Tensor | None = None
+        self.raw_advantages: th.Tensor | None = None
+        self.returns: th.Tensor | None = None
+        self.generator_ready = False
+
+    def add(self, trajectories: Trajectory | Sequence[Trajectory]) -> None:  # type: ignore[override]
+        """Store whole episodes (one :class:`~agents.rollout.Trajectory` or a list)."""
+        if isinstance(trajectories, Trajectory):
+            trajectories = [trajectories]
+        self.trajectories.extend(trajectories)
+        self.pos = len(self.trajectories)
+        self.full = self.pos >= self.buffer_size
+        self.data = collate(self.trajectories, self.pad_id)  # ids [N, T], per-token fields [N, T-1]
+        self.lengths = (self.data["owner"] > 0).sum(1)  # [N]
+        self.old_log_prob = self.old_values = self.ref_log_prob = None
+        self.advantages = self.raw_advantages = self.returns = None
+
+    def size(self) -> int:
+        return len(self.trajectories)
+
+    @property
+    def action_mask(self) -> th.Tensor:
+        """[N, T-1] float, 1 on policy-token targets."""
+        return self.data["action_mask"]
+
+    @property
+    def n_policy_tokens(self) -> int:
+        return int(self.data["action_mask"].sum()) if self.data else 0
+
+    def set_old_policy(self, old_log_prob: th.Tensor, old_values: th.Tensor,
+                       ref_log_prob: th.Tensor | None = None) -> None:
+        """Freeze pi_old: log-probs and values of the whole batch, computed once by the trainer
+        before any update (book §8.4; recomputing them inside the update loop makes every ratio 1).
+
+        :param old_log_prob: [N, T-1] log pi_old of each target token
+        :param old_values: [N, T-1] V_old at each position
+        :param ref_log_prob: [N, T-1] log pi_ref (KL penalty), or None
+        """
+        mask = self.action_mask
+        self.old_log_prob = old_log_prob.detach().float() * mask
+        self.old_values = old_values.detach().float()
+        self.ref_log_prob = None if ref_log_prob is None else ref_log_prob.detach().float() * mask
+
+    def compute_returns_and_advantage(self, last_values: th.Tensor | None = None,
+                                      dones: np.ndarray | None = None) -> None:
+        """GAE over policy tokens (:func:`agents.advantages.gae_policy_tokens`: prompt and tool
+        tokens are skipped, carrying the next value and running advantage across them), value
+        targets = advantages + old values, then whitening over all policy tokens of the batch.
+
+        Uses the frozen ``old_values`` (:meth:`set_old_policy`), else the sampler's values.
+        ``last_values`` / ``dones`` are SB3's bootstrap arguments; episodes here are complete,
+        so they are ignored.
+        """
+        mask = self.action_mask
+        values = self.old_values if self.old_values is not None else self.data["values"]
+        adv, returns = gae_policy_tokens(self.data["token_rewards"], values, mask, self.gamma, self.gae_lambda)
+        self.raw_advantages = adv  # [N, T-1]
+        self.returns = returns  # [N, T-1]
+        if self.normalize_advantage and mask.sum() > 1:
+            rewards = self.data["rewards"]
+            if float(rewards.max()) == float(rewards.min()):
+                # every episode has the same return: the advantages are pure critic error
+                # (zero in expectation), and whitening would blow that noise up to unit scale, so the
+                # batch carries no policy signal (the critic still trains on it)
+                self.advantages = th.zeros_like(adv)
+            else:
+                self.advantages = whiten(adv, mask)
+        else:
+            self.advantages = adv
+
+    def monte_carlo_returns(self) -> th.Tensor:
+        """[N, T-1] reward-to-go on policy tokens (the critic warm-up target, book §8.4)."""
+        return reward_to_go(self.data["token_rewards"], self.action_mask, self.gamma)
+
+    def explained_variance(self) -> float:
+        """Explained variance of the frozen values against Monte-Carlo returns on policy tokens,
+        measured before the critic trains on this batch (book §8.4)."""
+        values = self.old_values if self.old_values is not None else self.data["values"]
+        return explained_variance(values, self.monte_carlo_returns(), self.action_mask)
+
+    def get(self, batch_size: int | None = None) -> Generator[TokenRolloutBufferSamples, None, None]:
+        """Shuffled minibatches of ``batch_size`` whole trajectories (all of them if None)."""
+        if self.returns is None or self.old_log_prob is None:
+            raise RuntimeError("call set_old_policy() and compute_returns_and_advantage() before get()")
+        n = self.size()
+        indices = np.random.permutation(n)
+        if batch_size is None:
+            batch_size = n
+        self.generator_ready = True
+        start = 0
+        while start < n:
+            yield self._get_samples(indices[start: start + batch_size])
+            start += batch_size
+
+    def _get_samples(self, batch_inds: np.ndarray,  # type: ignore[override]
+                     env: VecNormalize | None = None) -> TokenRolloutBufferSamples:
+        idx = th.as_tensor(batch_inds, dtype=th.long)
+        T = int(self.lengths[idx].max())  # trim the padding shared by this minibatch
+
+        def tok(x: th.Tensor) -> th.Tensor:
+            return x[idx, :T].to(self.device)
+
+        def per_token(x: th.Tensor | None) -> th.Tensor | None:
+            return None if x is None else x[idx, : T - 1].to(self.device)
+
+        return TokenRolloutBufferSamples(
+            ids=tok(self.data["ids"]),
+            owner=tok(self.data["owner"]),
+            action_mask=per_token(self.data["action_mask"]),
+            old_log_prob=per_token(self.old_log_prob),
+            old_values=per_token(self.old_values),
+            advantages=per_token(self.advantages),
+            returns=per_token(self.returns),
+            ref_log_prob=per_token(self.ref_log_prob),
+            rewards=self.data["rewards"][idx].to(self.device),
+            indices=idx,
+        )

@@ -1,0 +1,300 @@
+"""TinyAgentPolicy: the TinyAgent wrapped as a Stable-Baselines3 policy, and the cached base agent.
+
+The policy holds the model (``policy.model``), the tokenizer (``policy.tokenizer``) and the
+optimizer (``policy.optimizer``, SB3's convention). Training never goes through
+``forward``: TokenPPO samples whole episodes with :func:`agents.rollout.rollout_batch` and
+scores them with :func:`agents.model.sequence_logp_values_entropy`. ``predict`` is SB3's
+entry point for acting (``evaluate_policy``, ``EvalCallback``, user loops); what it expects
+is documented on :meth:`TinyAgentPolicy.predict`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import inspect
+import json
+import os
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch as th
+import torch.nn.functional as F
+from gymnasium import spaces
+from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.type_aliases import Schedule
+
+from bugfix_gym import OWNER_PAD, OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL, Tokenizer, build_tokenizer, encode_segment
+
+from .model import TinyAgent, TinyAgentConfig
+
+# keys under which a token-view observation (bugfix_gym.wrappers.TokenObservation) may hold its arrays
+_IDS_KEYS = ("ids", "input_ids", "token_ids", "tokens")
+_OWNER_KEYS = ("owner", "owners", "owner_ids")
+
+
+class TinyAgentPolicy(BasePolicy):
+    """TinyAgent (decoder-only transformer, LM head = policy, value head = critic) as an SB3 policy.
+
+    :param observation_space: the env's observation space (``Text`` for BugFix-v0, or the
+        ``Dict`` of the token-view wrapper)
+    :param action_space: the env's action space (``Text``: the call as a string)
+    :param lr_schedule: learning-rate schedule; the optimizer starts at ``lr_schedule(1)``
+    :param tokenizer: the tokenizer (a ``Tokenizer`` or its ``to_dict()``); default
+        ``bugfix_gym.build_tokenizer()`` over all tasks
+    :param model_config: ``TinyAgentConfig`` fields as a dict (or the dataclass); default sizes
+        with the tokenizer's vocabulary
+    :param max_call_tokens: the most tokens one call may have (``<eoc>`` included)
+    :param optimizer_class: optimizer class (``Adam``)
+    :param optimizer_kwargs: extra optimizer arguments (``eps`` etc., not the learning rate)
+    :param use_sde: accepted for SB3's constructor call; must be False
+    """
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        lr_schedule: Schedule,
+        tokenizer: Tokenizer | dict | None = None,
+        model_config: TinyAgentConfig | dict | None = None,
+        max_call_tokens: int = 8,
+        optimizer_class: type[th.optim.Optimizer] = th.optim.Adam,
+        optimizer_kwargs: dict[str, Any] | None = None,
+        use_sde: bool = False,
+    ):
+        if use_sde:
+            raise ValueError("TinyAgentPolicy samples tokens from a categorical distribution; use_sde must be False")
+        super().__init__(observation_space, action_space, optimizer_class=optimizer_class,
+                         optimizer_kwargs=optimizer_kwargs)
+        if tokenizer is None:
+            tokenizer = build_tokenizer()
+        self.tokenizer = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer.from_dict(tokenizer)
+        if model_config is None:
+            model_config = TinyAgentConfig(vocab_size=self.tokenizer.vocab_size)
+        elif isinstance(model_config, dict):
+            model_config = TinyAgentConfig(**model_config)
+        if model_config.vocab_size != self.tokenizer.vocab_size:
+            raise ValueError(f"model_config.vocab_size ({model_config.vocab_size}) differs from the tokenizer's "
+                             f"vocabulary ({self.tokenizer.vocab_size})")
+        self.model_config = model_config
+        self.max_call_tokens = int(max_call_tokens)
+        self.model = TinyAgent(model_config)
+        self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        data = super()._get_constructor_parameters()
+        data.update(tokenizer=self.tokenizer.to_dict(), model_config=dataclasses.asdict(self.model_config),
+                    max_call_tokens=self.max_call_tokens, optimizer_class=self.optimizer_class,
+                    optimizer_kwargs=self.optimizer_kwargs, lr_schedule=self._dummy_schedule)
+        return data
+
+    # ------------------------------------------------------------------ acting
+    def forward(self, ids: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
+        """Full causal forward: ids [B, T] -> (logits [B, T, V], values [B, T])."""
+        return self.model(ids)
+
+    @th.no_grad()
+    def generate_calls(self, prefixes: Sequence[Sequence[int]], deterministic: bool = False,
+                       generator: th.Generator | None = None) -> list[list[int]]:
+        """Write one call for each token prefix (the episode so far).
+
+        Decodes token by token with full forwards over the right-padded batch (causal, so the
+        padding never changes a row's last position). A call ends at ``<eoc>`` or after
+        ``max_call_tokens`` tokens. Prefixes longer than the model's ``max_len`` keep their
+        last tokens.
+
+        :param prefixes: token ids of each episode so far
+        :param deterministic: greedy (argmax) decoding instead of sampling at temperature 1
+        :param generator: seeds the sampling
+        :return: each call's token ids (``<eoc>`` included when it was written)
+        """
+        eoc, pad = self.tokenizer.eoc_id, self.tokenizer.pad_id
+        keep = self.model_config.max_len - self.max_call_tokens
+        rows = [list(p)[-keep:] for p in prefixes]
+        calls: list[list[int]] = [[] for _ in rows]
+        active = list(range(len(rows)))
+        device = self.device
+        for _ in range(self.max_call_tokens):
+            if not active:
+                break
+            lengths = [len(rows[b]) for b in active]
+            ids = th.full((len(active), max(lengths)), pad, dtype=th.long)  # [A, T]
+            for i, b in enumerate(active):
+                ids[i, : lengths[i]] = th.tensor(rows[b], dtype=th.long)
+            logits, _ = self.model(ids.to(device))  # [A, T, V]
+            last = logits[th.arange(len(active)), th.tensor(lengths) - 1].float()  # [A, V]
+            if deterministic:
+                new = last.argmax(-1)  # [A]
+            else:
+                new = th.multinomial(F.softmax(last, dim=-1), 1, generator=generator).squeeze(-1)  # [A]
+            still = []
+            for b, t in zip(active, new.tolist()):
+                rows[b].append(t)
+                calls[b].append(t)
+                if t != eoc and len(calls[b]) < self.max_call_tokens:
+                    still.append(b)
+            active = still
+        return calls
+
+    def _predict(self, observation: th.Tensor, deterministic: bool = False) -> th.Tensor:
+        """Token ids of the episodes so far [B, T] (right-padded with ``pad_id``) -> call ids
+        [B, max_call_tokens] (right-padded with ``pad_id``)."""
+        pad = self.tokenizer.pad_id
+        prefixes = [[t for t in row.tolist() if t != pad] for row in observation]
+        calls = self.generate_calls(prefixes, deterministic)
+        out = th.full((len(calls), self.max_call_tokens), pad, dtype=th.long)
+        for i, c in enumerate(calls):
+            out[i, : len(c)] = th.tensor(c, dtype=th.long)
+        return out
+
+    def predict(
+        self,
+        observation: str | np.ndarray | Sequence[str] | dict[str, np.ndarray],
+        state: tuple[np.ndarray, ...] | None = None,
+        episode_start: np.ndarray | None = None,
+        deterministic: bool = False,
+    ) -> tuple[np.ndarray | str, tuple[np.ndarray, ...] | None]:
+        """The next call(s), as text.
+
+        Two kinds of observation are accepted:
+
+        * **Token view** (``dict`` from ``bugfix_gym.wrappers.TokenObservation``: token ids of
+          the whole episode so far and their owner codes, ``[T]`` or ``[n_envs, T]``). It holds
+          the history, so ``state`` is not needed and is returned unchanged.
+        * **Text** (BugFix-v0's own observation: a ``str``, or an array of strings from a
+          :class:`agents.vec_env.TextDummyVecEnv`). A text observation is only the latest tool
+          output, so the episode history travels in ``state``, as for SB3's recurrent policies:
+          pass back the ``state`` this method returned, and ``episode_start`` (True where an
+          episode begins; SB3's ``evaluate_policy`` does both). Without ``state`` every
+          observation is taken as the first one of an episode (the prompt).
+
+        :param observation: the observation(s)
+        :param state: ``(histories,)``, an object array of per-env token-id lists, from the previous call
+        :param episode_start: bool [n_envs], True where an episode starts (history reset)
+        :param deterministic: greedy decoding instead of sampling
+        :return: ``(actions, state)``: one call string per env (a ``str`` for a single
+            unbatched observation), and the new state
+        """
+        self.set_training_mode(False)
+        if isinstance(observation, tuple) and len(observation) == 2 and isinstance(observation[1], dict):
+            raise ValueError("predict() got an (obs, info) tuple; pass only the observation "
+                             "(`obs, info = env.reset()` then `model.predict(obs)`)")
+        if isinstance(observation, dict):
+            prefixes, single = self._token_view_prefixes(observation)
+            new_state = state
+        else:
+            prefixes, single, new_state = self._text_prefixes(observation, state, episode_start)
+        calls = self.generate_calls(prefixes, deterministic)
+        texts = [self.tokenizer.decode(c) for c in calls]
+        if new_state is not None and not isinstance(observation, dict):
+            for hist, c in zip(new_state[0], calls):  # remember the call as the env will see it
+                hist.extend(c if c and c[-1] == self.tokenizer.eoc_id else c + [self.tokenizer.eoc_id])
+        actions = np.array(texts, dtype=object)
+        return (actions[0] if single else actions), new_state
+
+    def _token_view_prefixes(self, observation: dict[str, np.ndarray]) -> tuple[list[list[int]], bool]:
+        ids_key = next((k for k in _IDS_KEYS if k in observation), None)
+        if ids_key is None:
+            raise ValueError(f"a dict observation needs token ids under one of {_IDS_KEYS}; got keys "
+                             f"{sorted(observation)}")
+        ids = np.asarray(observation[ids_key])
+        single = ids.ndim == 1
+        ids = ids.reshape(-1, ids.shape[-1])
+        owner_key = next((k for k in _OWNER_KEYS if k in observation), None)
+        if owner_key is not None:
+            keep = np.asarray(observation[owner_key]).reshape(ids.shape) != OWNER_PAD
+        else:
+            keep = ids != self.tokenizer.pad_id
+        return [row[k].astype(np.int64).tolist() for row, k in zip(ids, keep)], single
+
+    def _text_prefixes(self, observation, state, episode_start):
+        single = isinstance(observation, str)
+        texts = [observation] if single else [str(o) for o in np.asarray(observation, dtype=object).reshape(-1)]
+        n = len(texts)
+        old = None if state is None else state[0]
+        if old is not None and len(old) != n:
+            raise ValueError(f"state holds {len(old)} histories but {n} observations were given")
+        starts = np.ones(n, dtype=bool) if old is None else (
+            np.zeros(n, dtype=bool) if episode_start is None else np.asarray(episode_start, dtype=bool).reshape(n))
+        histories = np.empty(n, dtype=object)
+        for i, text in enumerate(texts):
+            if starts[i]:
+                histories[i] = encode_segment(self.tokenizer, OWNER_PROMPT, text)
+            else:
+                histories[i] = list(old[i]) + encode_segment(self.tokenizer, OWNER_TOOL, text)
+        return [list(h) for h in histories], single, (histories,)
+
+
+# ---------------------------------------------------------------------- the cached base agent
+_BASE_FORMAT = "bugfix_gym.base_agent/1"
+
+
+def cache_dir() -> Path:
+    """Where trained base agents are cached: ``$BUGFIX_GYM_CACHE``, else ``$XDG_CACHE_HOME/bugfix_gym``,
+    else ``~/.cache/bugfix_gym``."""
+    if os.environ.get("BUGFIX_GYM_CACHE"):
+        return Path(os.environ["BUGFIX_GYM_CACHE"]).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")).expanduser() / "bugfix_gym"
+
+
+def _base_agent_key(tok: Tokenizer, kwargs: dict[str, Any]) -> str:
+    """Hash of everything the base agent's weights depend on, code included."""
+    from . import base_agent, model, rollout
+
+    h = hashlib.sha256()
+    h.update(json.dumps({"format": _BASE_FORMAT, "words": tok.words, "kwargs": kwargs, "torch": th.__version__},
+                        sort_keys=True, default=str).encode())
+    for module in (base_agent, model, rollout):
+        h.update(inspect.getsource(module).encode())
+    return h.hexdigest()[:16]
+
+
+def cached_base_agent(tok: Tokenizer, seed: int = 0, use_cache: bool = True, verbose: int = 0,
+                      **kwargs) -> TinyAgent:
+    """``agents.base_agent.make_base_agent(tok, seed, **kwargs)``, cached on disk.
+
+    The file name is a hash of the tokenizer, the arguments, the torch version and the source
+    of the model / rollout / base-agent code, so a code change retrains. A missing, corrupt
+    or unreadable cache file is retrained and rewritten (atomically); an unwritable cache
+    directory only costs the retraining next time.
+
+    :param tok: the tokenizer
+    :param seed: the base agent's seed
+    :param use_cache: read and write the cache (False: always train)
+    :param verbose: 1 prints where the agent came from
+    :param kwargs: more ``make_base_agent`` arguments (``steps``, ``episodes_per_task``, ...)
+    """
+    from .base_agent import make_base_agent
+
+    path = cache_dir() / f"base_agent-{_base_agent_key(tok, dict(seed=seed, **kwargs))}.pt"
+    if use_cache and path.exists():
+        try:
+            blob = th.load(path, map_location="cpu", weights_only=True)
+            if blob.get("format") != _BASE_FORMAT:
+                raise ValueError("unknown format")
+            agent = TinyAgent(TinyAgentConfig(**blob["config"]))
+            agent.load_state_dict(blob["state_dict"])
+            if verbose:
+                print(f"base agent loaded from {path}")
+            return agent
+        except Exception as e:  # corrupt / truncated / stale: retrain below
+            warnings.warn(f"ignoring unreadable base-agent cache {path} ({type(e).__name__}: {e}); retraining")
+    if verbose:
+        print("training the base agent (behaviour cloning on scripted play; cached afterwards) ...")
+    rng_state = th.get_rng_state()
+    agent = make_base_agent(tok, seed=seed, **kwargs)
+    th.set_rng_state(rng_state)  # make_base_agent seeds the global RNG; leave it as it was
+    if use_cache:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+            with os.fdopen(fd, "wb") as f:
+                th.save({"format": _BASE_FORMAT, "config": dataclasses.asdict(agent.config),
+                         "state_dict": agent.state_dict()}, f)
+            os.replace(tmp, path)  # atomic: a concurrent reader sees the old file or the new one
+        except OSError as e:
+            warnings.warn(f"could not write the base-agent cache under {path.parent}: {e}")
+    return agent

@@ -1,0 +1,86 @@
+"""A ``DummyVecEnv`` that carries ``gymnasium.spaces.Text`` observations.
+
+SB3's ``DummyVecEnv`` stores observations in fixed-shape numpy buffers, so it fails on
+``BugFix-v0``'s ``Text`` observation space (``TypeError: 'NoneType' object is not iterable``).
+:class:`TextDummyVecEnv` keeps one Python string per sub-environment in an ``object``
+array instead; everything else (auto-reset, ``terminal_observation``, ``TimeLimit.truncated``,
+``get_attr`` / ``env_method``, seeding) is SB3's own code. Spaces that already have a
+shape fall through to ``DummyVecEnv`` unchanged.
+
+``TokenPPO`` wraps a plain ``gym.make("BugFix-v0")`` in it automatically; build one
+yourself for SB3 helpers that need a ``VecEnv`` of the raw text environment, e.g.
+``EvalCallback(TextDummyVecEnv([lambda: Monitor(gym.make("BugFix-v0", split="heldout"))]))``.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
+from stable_baselines3.common.vec_env.patch_gym import _patch_env
+
+
+def is_text_space(space: spaces.Space) -> bool:
+    """True for a ``Text`` space (no fixed array shape)."""
+    return isinstance(space, spaces.Text)
+
+
+class TextDummyVecEnv(DummyVecEnv):
+    """``DummyVecEnv`` whose observation buffer holds strings when the space is ``Text``.
+
+    :param env_fns: functions that each return a *new* environment instance
+    """
+
+    def __init__(self, env_fns: list[Callable[[], gym.Env]]):
+        probe = [_patch_env(fn()) for fn in env_fns]
+        if not is_text_space(probe[0].observation_space):
+            # shaped observations: SB3's DummyVecEnv as is (reuse the instances just built)
+            super().__init__([lambda e=e: e for e in probe])
+            return
+        if len({id(e.unwrapped) for e in probe}) != len(probe):
+            raise ValueError("TextDummyVecEnv needs a new environment instance from every env_fn "
+                             "(use `lambda: gym.make('BugFix-v0')`, not `lambda: env`)")
+        self.envs = probe
+        env = self.envs[0]
+        VecEnv.__init__(self, len(env_fns), env.observation_space, env.action_space)
+        # the only change from DummyVecEnv: one object slot per env instead of a shaped array
+        self.keys = [None]
+        self.buf_obs = OrderedDict([(None, np.empty((self.num_envs,), dtype=object))])
+        self.buf_dones = np.zeros((self.num_envs,), dtype=bool)
+        self.buf_rews = np.zeros((self.num_envs,), dtype=np.float32)
+        self.buf_infos = [{} for _ in range(self.num_envs)]
+        self.metadata = env.metadata
+
+
+def make_text_vec_env(env: str | gym.Env | Callable[[], gym.Env], n_envs: int = 1, monitor: bool = True,
+                      **make_kwargs) -> TextDummyVecEnv:
+    """A :class:`TextDummyVecEnv` of ``n_envs`` fresh environments.
+
+    :param env: an env id (``"BugFix-v0"``), a callable returning a new env, or an env
+        instance (only for ``n_envs=1``)
+    :param n_envs: number of sub-environments
+    :param monitor: wrap each in SB3's ``Monitor`` (episode return / length in ``info``)
+    :param make_kwargs: keyword arguments for ``gym.make`` when ``env`` is an id
+    """
+    from stable_baselines3.common.monitor import Monitor
+
+    if isinstance(env, gym.Env):
+        if n_envs != 1:
+            raise ValueError("pass an env id or a factory to build more than one sub-environment")
+        instance = env
+        factory: Callable[[], gym.Env] = lambda: instance  # noqa: E731
+    elif isinstance(env, str):
+        env_id = env
+        factory = lambda: gym.make(env_id, **make_kwargs)  # noqa: E731
+    else:
+        factory = env
+
+    def make() -> gym.Env:
+        e = factory()
+        return Monitor(e) if monitor else e
+
+    return TextDummyVecEnv([make for _ in range(n_envs)])
