@@ -33,26 +33,26 @@ train_tasks, heldout_tasks = make_tasks("train"), make_tasks("heldout")
 FIX_OP = {t.name: t.fix_op for t in train_tasks + heldout_tasks}
 
 
-def _cache_key(seed: int) -> str:
+def _cache_key(seed: int, steps: int) -> str:
     h = hashlib.sha256()
     for rel in ("agents/base_agent.py", "agents/model.py", "agents/rollout.py", "bugfix_gym/scripted.py",
                 "bugfix_gym/env.py", "bugfix_gym/tasks.py"):
         h.update((ROOT / rel).read_bytes())
     h.update(json.dumps(tok.to_dict(), sort_keys=True).encode())
-    h.update(str(seed).encode())
+    h.update(f"{seed}/{steps}".encode())
     return h.hexdigest()[:16]
 
 
-def base_agent(seed: int = 0, verbose: bool = True) -> TinyAgent:
-    """``make_base_agent(tok, seed)``, cached under ``runs/``."""
-    path = ROOT / "runs" / f"base_agent_seed{seed}_{_cache_key(seed)}.pt"
+def base_agent(seed: int = 0, steps: int = 200, verbose: bool = True) -> TinyAgent:
+    """``make_base_agent(tok, seed=seed, steps=steps)`` (book default: 200 steps), cached under ``runs/``."""
+    path = ROOT / "runs" / f"base_agent_seed{seed}_steps{steps}_{_cache_key(seed, steps)}.pt"
     if path.exists():
         data = torch.load(path, map_location="cpu", weights_only=False)
         model = TinyAgent(TinyAgentConfig(**data["config"]))
         model.load_state_dict(data["state"])
         return model
     start = time.perf_counter()
-    model = make_base_agent(tok, seed=seed)
+    model = make_base_agent(tok, seed=seed, steps=steps)
     if verbose:
         print(f"(built the base agent in {time.perf_counter() - start:.1f} s; cached at {path.relative_to(ROOT)})")
     path.parent.mkdir(exist_ok=True)

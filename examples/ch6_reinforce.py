@@ -34,6 +34,7 @@ parser.add_argument("--seed", type=int, default=0)
 parser.add_argument("--lr", type=float, default=2e-3)
 parser.add_argument("--mode", default="token_mean")
 parser.add_argument("--base-seed", type=int, default=0)
+parser.add_argument("--base-steps", type=int, default=200, help="behaviour-cloning steps of the base agent")
 parser.add_argument("--png", default=str(ROOT / "docs" / "reinforce_curve.png"))
 parser.add_argument("--save", default=str(ROOT / "runs" / "reinforce_ch6.pt"), help="checkpoint path ('' = none)")
 args = parser.parse_args()
@@ -41,7 +42,7 @@ args = parser.parse_args()
 BOOK_STEPS = {0: (0.156, 0.263), 10: (0.328, 0.200), 20: (0.469, 0.375), 30: (0.531, 0.375), 40: (0.719, 0.525),
               50: (0.781, 0.537), 60: (0.828, 0.475), 70: (0.844, 0.537), 80: (None, 0.450)}
 
-base = base_agent(args.base_seed)
+base = base_agent(args.base_seed, args.base_steps)
 agent = Reinforce(copy.deepcopy(base), tok, train_tasks=train_tasks, eval_tasks=heldout_tasks,
                   episodes_per_step=args.episodes, lr=args.lr, mode=args.mode, seed=args.seed)
 start = time.perf_counter()

@@ -110,7 +110,8 @@ def _one_row(ratios, adv):
     ratios = torch.tensor(ratios, dtype=torch.float64)
     logp = torch.log(ratios).clone().requires_grad_()
     old = torch.zeros_like(ratios)
-    return logp[None], old[None], torch.full((1, len(ratios)), float(adv), dtype=torch.float64), torch.ones(1, len(ratios))
+    adv = torch.full((1, len(ratios)), float(adv), dtype=torch.float64)
+    return logp[None], old[None], adv, torch.ones(1, len(ratios))
 
 
 @pytest.mark.parametrize("dual_clip", [None, 3.0])
