@@ -97,9 +97,14 @@ class RecordingPPO(TokenPPO):
         return loss, stats
 
 
+PPO_OVERRIDES: dict = {}  # set by a script's command line (e.g. learning_rate), applied to every TokenPPO
+
+
 def ppo(cls: type[RecordingPPO] = RecordingPPO, **kw) -> RecordingPPO:
-    """A TokenPPO (``cls``) from the base agent with the book's §8.4 settings unless overridden."""
+    """A TokenPPO (``cls``) from the base agent with the book's §8.4 settings unless overridden;
+    everything else is TokenPPO's default (Adam 1e-3, eps 0.2, dual clip 3, value clip 0.2, ...)."""
     args = dict(n_episodes=64, n_epochs=4, n_minibatches=4, gamma=1.0, gae_lambda=1.0, seed=0)
+    args.update(PPO_OVERRIDES)
     args.update(kw)
     return cls("TinyAgentPolicy", make_env(), **args)
 
