@@ -1,0 +1,279 @@
+"""TokenPPO behind the SB3 interface: ratios, buffer GAE, save/load, callbacks, logging, guards, learning."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from stable_baselines3.common.callbacks import CheckpointCallback, EvalCallback
+from stable_baselines3.common.logger import KVWriter, Logger
+
+import bugfix_gym  # noqa: F401  (registers BugFix-v0)
+from agents.buffers import TokenRolloutBuffer
+from agents.policies import cached_base_agent
+from agents.ppo import TokenPPO
+from agents.rollout import Trajectory
+from agents.vec_env import make_text_vec_env
+from bugfix_gym import build_tokenizer
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models on a shared 2-core machine: one intra-op thread is ~3x faster than two."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return build_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def base(tok):
+    return cached_base_agent(tok)  # trained once per machine, then read from the cache
+
+
+def small(env=None, **kw) -> TokenPPO:
+    """A fast TokenPPO from the base agent (small batches)."""
+    args = dict(n_episodes=8, n_minibatches=2, n_epochs=2, seed=0, critic_warmup_steps=5)
+    args.update(kw)
+    return TokenPPO("TinyAgentPolicy", env or gym.make("BugFix-v0"), **args)
+
+
+class Capture(KVWriter):
+    """An SB3 logger output that keeps every dumped key/value."""
+
+    def __init__(self):
+        self.rows: list[dict] = []
+
+    def write(self, key_values, key_excluded, step=0):
+        self.rows.append(dict(key_values))
+
+
+# ---------------------------------------------------------------------- the PPO ratio
+class RecordingPPO(TokenPPO):
+    """Keeps the statistics of every minibatch, in order."""
+
+    def _minibatch_loss(self, sample, clip_low, clip_high):
+        loss, stats = super()._minibatch_loss(sample, clip_low, clip_high)
+        self.seen = getattr(self, "seen", []) + [stats]
+        return loss, stats
+
+
+def test_first_minibatch_ratio_is_exactly_one(base):
+    model = RecordingPPO("TinyAgentPolicy", gym.make("BugFix-v0"), base_agent=base, n_episodes=12,
+                         n_minibatches=3, n_epochs=2, seed=1, learning_rate=3e-3, critic_warmup_steps=0)
+    trajs = model.sample_episodes()
+    epochs = model.train_on_batch(trajs)
+    first = model.seen[0]
+    # pi_old is frozen once before the update: the first minibatch sees ratios of exactly 1
+    # (up to float32 rounding of a forward over a different padding length), zero KL, no clipping
+    assert abs(first["ratio_min"] - 1) < 1e-5 and abs(first["ratio_max"] - 1) < 1e-5
+    assert first["approx_kl"] < 1e-9 and first["clip_fraction"] == 0.0
+    # ... and later minibatches do move (old_logp is NOT recomputed inside the loop)
+    assert max(s["ratio_max"] for s in model.seen[1:]) > 1 + 1e-3
+    assert len(epochs) == 2
+
+
+def test_sampler_logp_gives_ratio_one_too(base):
+    model = RecordingPPO("TinyAgentPolicy", gym.make("BugFix-v0"), base_agent=base, n_episodes=8,
+                         n_minibatches=1, n_epochs=1, seed=2, recompute_old_logp=False, critic_warmup_steps=0)
+    model.train_on_batch(model.sample_episodes())
+    # the KV-cache sampler and the trainer's full forward agree (book §8.6: within ~2e-6)
+    assert abs(model.seen[0]["ratio_min"] - 1) < 1e-4 and abs(model.seen[0]["ratio_max"] - 1) < 1e-4
+
+
+# ---------------------------------------------------------------------- the buffer uses GAE over policy tokens
+def _traj(owner, token_rewards, reward):
+    owner = torch.tensor(owner)
+    T = len(owner)
+    return Trajectory(ids=torch.arange(T) + 4, owner=owner, action_mask=(owner[1:] == 2).float(),
+                      sample_logp=torch.zeros(T - 1), values=torch.zeros(T - 1),
+                      token_rewards=torch.tensor(token_rewards, dtype=torch.float32), reward=reward,
+                      info={}, task="t")
+
+
+def test_buffer_gae_skips_tool_tokens_by_hand():
+    obs_space = gym.spaces.Text(8)
+    buf = TokenRolloutBuffer(2, obs_space, obs_space, gamma=1.0, gae_lambda=0.5)
+    # prompt, call [2 tokens], tool [2 tokens], call [1 token]: policy targets at t = 1, 2, 5
+    a = _traj([1, 1, 2, 2, 3, 3, 2], [0, 0, 0, 0, 0, 1.0], 1.0)
+    b = _traj([1, 1, 2, 2, 3, 3, 2], [0, 0, 0, 0, 0, 0.0], 0.0)
+    buf.add([a, b])
+    values = torch.tensor([[9.0, 0.2, 0.4, 9.0, 9.0, 0.6]] * 2)  # 9s sit on prompt/tool positions
+    buf.set_old_policy(torch.zeros(2, 6), values)
+    buf.compute_returns_and_advantage()
+    # worked by hand (gamma 1, lambda 0.5), row a:
+    # t=5: delta = 1 - 0.6 = 0.4, A = 0.4; t=4,3 tool: carried; t=2: delta = 0.6 - 0.4 = 0.2,
+    # A = 0.2 + 0.5 * 0.4 = 0.4; t=1: delta = 0.4 - 0.2 = 0.2, A = 0.2 + 0.5 * 0.4 = 0.4
+    torch.testing.assert_close(buf.raw_advantages[0], torch.tensor([0, 0.4, 0.4, 0, 0, 0.4]))
+    torch.testing.assert_close(buf.returns[0], torch.tensor([0, 0.6, 0.8, 0, 0, 1.0]))
+    # row b (no reward): t=5: -0.6; t=2: 0.2 - 0.3 = -0.1; t=1: 0.2 - 0.05 = 0.15
+    torch.testing.assert_close(buf.raw_advantages[1], torch.tensor([0, 0.15, -0.1, 0, 0, -0.6]))
+    # whitened over all policy tokens of the batch
+    m = buf.action_mask > 0
+    assert abs(float(buf.advantages[m].mean())) < 1e-6 and abs(float(buf.advantages[m].std()) - 1) < 1e-5
+    # values at tool / prompt positions never change the advantages
+    buf.set_old_policy(torch.zeros(2, 6), values.masked_fill(~m, -123.0))
+    before = buf.raw_advantages.clone()
+    buf.compute_returns_and_advantage()
+    torch.testing.assert_close(buf.raw_advantages, before)
+    # minibatches are whole trajectories trimmed to their own length
+    samples = list(buf.get(1))
+    assert len(samples) == 2 and samples[0].ids.shape == (1, 7) and samples[0].action_mask.shape == (1, 6)
+
+
+# ---------------------------------------------------------------------- save / load
+def test_save_load_identical_predictions(tmp_path, base):
+    env = gym.make("BugFix-v0")
+    model = small(env, base_agent=base)
+    model.learn(40)
+    path = tmp_path / "model.zip"
+    model.save(path)
+    loaded = TokenPPO.load(path, env=env)
+    for (k, v), (k2, v2) in zip(model.policy.state_dict().items(), loaded.policy.state_dict().items()):
+        assert k == k2 and torch.equal(v, v2)
+    assert loaded.policy.tokenizer == model.policy.tokenizer
+    assert loaded.n_episodes == model.n_episodes and loaded.clip_range_vf == model.clip_range_vf
+    obs, _ = env.reset(seed=3)
+    assert model.predict(obs, deterministic=True)[0] == loaded.predict(obs, deterministic=True)[0]
+    torch.manual_seed(0)
+    a = model.predict([obs] * 5)[0]
+    torch.manual_seed(0)
+    b = loaded.predict([obs] * 5)[0]
+    assert list(a) == list(b)
+    # the loaded model keeps training
+    loaded.learn(20)
+
+
+def test_corrupt_foreign_and_missing_files_are_one_line_errors(tmp_path):
+    junk = tmp_path / "junk.zip"
+    junk.write_bytes(b"not a zip at all" * 10)
+    with pytest.raises(ValueError, match="not a TokenPPO checkpoint") as e:
+        TokenPPO.load(junk)
+    assert "\n" not in str(e.value)
+    foreign = tmp_path / "foreign.zip"
+    with zipfile.ZipFile(foreign, "w") as z:  # an SB3 zip from another algorithm: data without our marker
+        z.writestr("data", '{"policy_class": "MlpPolicy"}')
+        z.writestr("policy.pth", b"")
+    with pytest.raises(ValueError, match="not a TokenPPO checkpoint") as e:
+        TokenPPO.load(foreign)
+    assert "\n" not in str(e.value)
+    with pytest.raises(FileNotFoundError):
+        TokenPPO.load(tmp_path / "missing.zip")
+
+
+def test_truncated_checkpoint_is_a_clear_error(tmp_path, base):
+    model = small(base_agent=base)
+    buf = io.BytesIO()
+    model.save(buf)
+    cut = tmp_path / "cut.zip"
+    cut.write_bytes(buf.getvalue()[: len(buf.getvalue()) // 2])
+    with pytest.raises(ValueError, match="TokenPPO checkpoint") as e:
+        TokenPPO.load(cut)
+    assert "\n" not in str(e.value)
+
+
+# ---------------------------------------------------------------------- SB3 callbacks and logging
+def test_eval_and_checkpoint_callbacks_and_progress_bar(tmp_path, base):
+    model = small(base_agent=base)
+    eval_env = make_text_vec_env("BugFix-v0", split="heldout")
+    eval_cb = EvalCallback(eval_env, n_eval_episodes=3, eval_freq=20, log_path=str(tmp_path), verbose=0)
+    ckpt_cb = CheckpointCallback(save_freq=25, save_path=str(tmp_path), name_prefix="tp")
+    model.learn(60, callback=[eval_cb, ckpt_cb], progress_bar=True)
+    assert len(eval_cb.evaluations_results) >= 1 and eval_cb.last_mean_reward > -np.inf
+    assert (tmp_path / "evaluations.npz").exists()
+    files = sorted(tmp_path.glob("tp_*_steps.zip"))
+    assert files, "CheckpointCallback saved nothing"
+    TokenPPO.load(files[-1])
+
+
+def test_learn_returns_self_and_logs_sb3_keys(base):
+    model = small(base_agent=base)
+    cap = Capture()
+    model.set_logger(Logger(folder=None, output_formats=[cap]))
+    assert model.learn(120) is model
+    keys = set().union(*cap.rows)
+    for key in ("rollout/pass_rate", "rollout/ep_rew_mean", "rollout/ep_len_mean", "rollout/policy_tokens",
+                "time/fps", "train/clip_fraction", "train/approx_kl", "train/ratio_min", "train/ratio_max",
+                "train/entropy_loss", "train/explained_variance", "train/value_loss",
+                "train/policy_gradient_loss", "train/epochs_run", "train/n_updates"):
+        assert key in keys, key
+    assert model.num_timesteps >= 120
+    diag = model.diagnostics[-1]
+    assert len(diag["epochs"]) == 2 and {"clip_fraction", "approx_kl", "ratio_min"} <= set(diag["epochs"][0])
+
+
+# ---------------------------------------------------------------------- guards
+def test_nan_loss_stops_training_and_keeps_last_good_parameters(base):
+    model = small(base_agent=base)
+    model.learn(20)  # one good iteration
+    good = {k: v.clone() for k, v in model.policy.state_dict().items()}
+    calls = {"n": 0}
+    original = model._minibatch_loss
+
+    def poisoned(sample, lo, hi):
+        loss, stats = original(sample, lo, hi)
+        calls["n"] += 1
+        return (loss * float("nan"), stats) if calls["n"] == 2 else (loss, stats)  # a step happened before
+
+    model._minibatch_loss = poisoned
+    with pytest.raises(FloatingPointError, match="non-finite loss") as e:
+        model.learn(20, reset_num_timesteps=False)
+    assert "\n" not in str(e.value)
+    for k, v in model.policy.state_dict().items():
+        assert torch.equal(v, good[k]), k
+
+
+def test_target_kl_early_stop_reduces_epochs(base):
+    def make(**kw):
+        return TokenPPO("TinyAgentPolicy", gym.make("BugFix-v0"), base_agent=base, n_episodes=16, n_epochs=4,
+                        n_minibatches=2, seed=4, learning_rate=3e-3, critic_warmup_steps=0, **kw)
+
+    def run(**kw):
+        model = make(**kw)
+        return model, model.train_on_batch(trajs)
+
+    trajs = make().sample_episodes()
+    _, full = run()
+    _, by_epoch = run(target_kl=1e-6, target_kl_mode="epoch")
+    model, by_mb = run(target_kl=1e-6, target_kl_mode="minibatch")
+    assert len(full) == 4 and len(by_epoch) == 1 and len(by_mb) == 1
+    assert by_mb[0]["minibatches"] == 1  # SB3's rule stops before the first step above 1.5 * target
+    assert model.diagnostics[-1]["epochs_run"] == 1 and model.diagnostics[-1]["grad_steps"] == 1
+
+
+def test_bad_arguments_are_clear_errors():
+    env = gym.make("BugFix-v0")
+    with pytest.raises(ValueError, match="loss_mode"):
+        TokenPPO("TinyAgentPolicy", env, base_agent=None, loss_mode="mean")
+    with pytest.raises(ValueError, match="needs loss_norm_const"):
+        TokenPPO("TinyAgentPolicy", env, base_agent=None, loss_mode="constant")
+    with pytest.raises(ValueError, match="dual_clip"):
+        TokenPPO("TinyAgentPolicy", env, base_agent=None, dual_clip=0.5)
+    with pytest.raises(ValueError, match="Policy Mlp"):
+        TokenPPO("MlpPolicy", env, base_agent=None)
+
+
+# ---------------------------------------------------------------------- learning
+@pytest.mark.slow
+def test_short_training_run_improves_pass_rate(base):
+    model = TokenPPO("TinyAgentPolicy", gym.make("BugFix-v0"), base_agent=base, n_episodes=64, seed=0)
+    probe = [t.name for t in model.env.get_attr("tasks")[0]] * 4  # 80 episodes, every train task
+
+    def pass_rate():
+        trajs = model.sample_episodes(tasks=probe, generator=torch.Generator().manual_seed(123))
+        return float(np.mean([bool(t.info["submitted"] and t.info["hidden_pass"]) for t in trajs]))
+
+    before = pass_rate()
+    while len(model.diagnostics) < 4:  # four PPO iterations of 64 episodes
+        model.learn(1, reset_num_timesteps=False)
+    after = pass_rate()
+    assert after >= before + 0.15, (before, after)
