@@ -79,10 +79,11 @@ def test_policy_gradient_step_moves_parameters_and_raises_logp_of_advantaged_tok
 
 
 def test_short_seeded_run_improves_pass_rate_on_two_tasks(tiny):
-    """40 updates x 32 episodes on two train tasks (clamp: swap_minmax, sum_to: fix_range_end).
+    """60 updates x 32 episodes on two train tasks (clamp: swap_minmax, sum_to: fix_range_end).
 
-    With seeds 0, 1, 2 this setting went 0.17 -> 0.66 / 0.98 / 0.89 when written; the
-    assertion leaves a wide margin for platform float differences.
+    When written, seeds 0-5 of this setting all went 0.17 -> 0.86-0.95 (lr 3e-3 was faster
+    but collapsed to 0 in some seeds: the tiny one-layer model is fragile). The assertion
+    leaves a wide margin for platform float differences.
     """
     tok, base = tiny
     by_op = {}
@@ -90,15 +91,15 @@ def test_short_seeded_run_improves_pass_rate_on_two_tasks(tiny):
         by_op.setdefault(task.fix_op, task)
     tasks = [by_op["swap_minmax"], by_op["fix_range_end"]]
     agent = Reinforce(copy.deepcopy(base), tok, train_tasks=tasks, eval_tasks=[], episodes_per_step=32,
-                      lr=3e-3, seed=2)
+                      lr=1.5e-3, seed=0)
     before = agent.evaluate(tasks, 32, seed=1)["pass_rate"]
-    agent.learn(40)
+    agent.learn(60)
     after = agent.evaluate(tasks, 32, seed=1)["pass_rate"]
     # the EMA baseline started at the base agent's measured pass rate (16 episodes per task, trainer's seed)
-    measured = rollout_stats(sample_episodes(base, tok, tasks, 16, seed=2))["pass_rate"]
+    measured = rollout_stats(sample_episodes(base, tok, tasks, 16, seed=0))["pass_rate"]
     assert agent.history[0]["baseline"] == pytest.approx(measured) == pytest.approx(agent.baseline_init_value)
-    assert len(agent.history) == 40
-    assert after >= before + 0.25, (before, after)
+    assert len(agent.history) == 60
+    assert after >= before + 0.4 and after >= 0.6, (before, after)
 
 
 def test_save_load_roundtrip(tiny, tmp_path):
