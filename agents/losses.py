@@ -83,8 +83,8 @@ def _per_token_advantages(advantages: torch.Tensor, like: torch.Tensor) -> torch
     adv = advantages.detach().to(like.dtype)  # advantages are constants in the surrogate (book §6.8)
     if adv.dim() == 1:
         adv = adv[:, None]  # one advantage per trajectory -> [B, 1], broadcast over T
-    elif adv.shape != like.shape:
-        raise ValueError(f"advantages must be [B] or {tuple(like.shape)}, got {tuple(adv.shape)}")
+    if adv.dim() != 2 or adv.shape[0] != like.shape[0] or adv.shape[1] not in (1, like.shape[1]):
+        raise ValueError(f"advantages must be [B], [B, 1] or {tuple(like.shape)}, got {tuple(advantages.shape)}")
     return adv
 
 

@@ -73,8 +73,11 @@ def test_reinforce_loss_trajectory_and_token_advantages_agree_and_are_detached()
     grad_logp, = torch.autograd.grad(loss_b, logp, retain_graph=True)
     torch.testing.assert_close(grad_logp, -adv.detach()[:, None] * mask / 3)
     assert torch.autograd.grad(loss_b, adv, allow_unused=True)[0] is None  # no path to adv
+    torch.testing.assert_close(reinforce_loss(logp, adv[:, None], mask, "seq_mean_token_sum"), loss_b)
     with pytest.raises(ValueError, match="advantages must be"):
         reinforce_loss(logp, torch.zeros(3, 4), mask)
+    with pytest.raises(ValueError, match="advantages must be"):
+        reinforce_loss(logp, torch.zeros(2), mask)
 
 
 def test_detached_baseline_is_unbiased_attached_is_not_book_6_8_bandit():
