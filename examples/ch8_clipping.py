@@ -9,8 +9,11 @@ Part 3 (§8.3): 40 Adam steps on one 64-episode minibatch (the old batch's episo
 four train tasks), clipped (eps 0.2) vs unclipped (eps = inf), then KL, max ratio and the share
 of ratios outside [0.8, 1.2].
 
+The book does not state the learning rate; we use TokenPPO's default 1e-3 (``--lr`` to change).
+
 Run: ``.venv/bin/python examples/ch8_clipping.py``
 """
+import argparse
 import copy
 import math
 import time
@@ -26,6 +29,9 @@ from agents.model import sequence_log_probs  # noqa: E402
 from agents.rollout import collate  # noqa: E402
 from ch8_common import DOCS, base_agent, batch_logp, book_vs_ours, k3_kl, old_batch, tok  # noqa: E402
 
+parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+parser.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate of the 40-step run (TokenPPO's default)")
+args = parser.parse_args()
 start = time.perf_counter()
 
 # ------------------------------------------------------------------ part 1: six-token sign table
@@ -91,7 +97,7 @@ print(f"\nsaved {DOCS / 'fig8_2_clip.png'}")
 # ------------------------------------------------------------------ part 3: 40 Adam steps
 base = base_agent()
 trajs = old_batch(base)[:64]  # the old batch is in task order: 16 episodes of each of the first 4 tasks
-print(f"\npart 3: 40 Adam steps (lr 2e-3, token_mean, A = R - mean R, dual clip off) on 64 episodes of "
+print(f"\npart 3: 40 Adam steps (lr {args.lr:g}, token_mean, A = R - mean R, dual clip off) on 64 episodes of "
       f"{sorted({t.task for t in trajs})}")
 batch = collate(trajs, tok.pad_id)
 mask = batch["action_mask"]  # [64, T-1]
@@ -103,7 +109,7 @@ results = {}
 for name, eps in (("clipped (eps 0.2)", 0.2), ("unclipped (eps inf)", math.inf)):
     model = copy.deepcopy(base)
     torch.manual_seed(0)
-    opt = torch.optim.Adam(model.parameters(), lr=2e-3)
+    opt = torch.optim.Adam(model.parameters(), lr=args.lr)
     for step in range(40):
         logp = sequence_log_probs(model, batch["ids"])  # [64, T-1]
         loss, _ = clipped_policy_loss(logp, old_logp, adv, mask, clip_low=eps, clip_high=eps, dual_clip=None)

@@ -48,7 +48,15 @@ print(f"{'epoch':>5}{'clip frac':>10}{'approx KL':>11}{'ratio max':>10}{'ratio m
 for e in ep16:
     print(f"{e['epoch']:>5}{e['clip_fraction']:>10.1%}{e['approx_kl']:>11.4f}{e['ratio_max']:>10.2f}"
           f"{e['ratio_min']:>10.3f}{e['entropy']:>9.3f}")
-kl_after16 = k3_kl(old_logp, batch_logp(model16.policy.model, batch), mask)
+new16 = batch_logp(model16.policy.model, batch)
+kl_after16 = k3_kl(old_logp, new16, mask)
+invalid = torch.tensor([t.info["n_invalid"] > 0 for t in old])  # [320] episodes with an invalid call
+k3 = (new16 - old_logp).exp() - 1 - (new16 - old_logp)  # [320, T-1] per-token k3
+top = k3[mask > 0].sort(descending=True).values
+print(f"where the KL sits after 16 epochs: episodes with an invalid call ({int(invalid.sum())} of {len(old)}) "
+      f"KL {k3_kl(old_logp[invalid], new16[invalid], mask[invalid]):.4f}, the others "
+      f"{k3_kl(old_logp[~invalid], new16[~invalid], mask[~invalid]):.4f}; the 1% most-moved tokens hold "
+      f"{top[: max(1, len(top) // 100)].sum() / top.sum():.0%} of the KL")
 book_vs_ours([
     ("clip fraction epoch 1 -> 16", f"{ep16[0]['clip_fraction']:.1%} -> {ep16[-1]['clip_fraction']:.1%}", "4% -> 17%"),
     ("approx KL, epochs 5..16 (mean)", f"{np.mean([e['approx_kl'] for e in ep16[4:]]):.4f}", "plateau ~0.027"),
