@@ -83,8 +83,7 @@ class CausalSelfAttention(nn.Module):
         if cache is None:
             y = F.scaled_dot_product_attention(q, k.transpose(1, 2), v.transpose(1, 2), is_causal=True)  # [B, nh, S, hs]
         else:
-            rows, steps, pos = write  # valid new tokens: cache row, index in chunk, position in cache
-            local = rows if cache_rows is None else torch.searchsorted(cache_rows, rows)  # row in x
+            rows, local, steps, pos = write  # valid new tokens: cache row, row in x, index in chunk, position
             cache.k[layer, rows, :, pos] = k[local, steps]  # [N, nh, hs] into the cache
             cache.v[layer, rows, :, pos] = v[local, steps]  # [N, nh, hs]
             if cache_rows is None:
@@ -211,7 +210,7 @@ class TinyAgent(nn.Module):
         pos = start[active, None] + steps  # [R, S] absolute positions
         valid = steps < n_new[active, None]  # [R, S]
         local, cols = valid.nonzero(as_tuple=True)  # [N], [N]
-        write = (active[local], cols, pos[local, cols])
+        write = (active[local], local, cols, pos[local, cols])
         n_keys = int(end[active].max())
         keys = torch.arange(n_keys, device=ids.device)  # [P]
         attn_mask = torch.zeros(R, 1, S_run, n_keys, device=ids.device)  # [R, 1, S, P] additive
