@@ -39,8 +39,9 @@ def _parser() -> argparse.ArgumentParser:
                            description="Train TokenPPO from the behaviour-cloned base agent on the train split, "
                                        "print a before/after table (train and held-out), save the model and a "
                                        "learning-curve PNG.")
-    train.add_argument("--timesteps", type=int, default=2880,
-                       help="environment steps (tool calls) to train for (default: 2880, ~30 iterations)")
+    train.add_argument("--timesteps", type=int, default=5400,
+                       help="environment steps (tool calls) to train for (default: 5400, ~30 iterations of 64 "
+                            "episodes)")
     train.add_argument("--n-episodes", type=int, default=64, help="episodes per PPO iteration (default: 64)")
     train.add_argument("--n-epochs", type=int, default=4, help="epochs per batch (default: 4)")
     train.add_argument("--n-minibatches", type=int, default=4, help="minibatches per epoch (default: 4)")

@@ -49,7 +49,8 @@ class TinyAgentPolicy(BasePolicy):
         with the tokenizer's vocabulary
     :param max_call_tokens: the most tokens one call may have (``<eoc>`` included)
     :param optimizer_class: optimizer class (``Adam``)
-    :param optimizer_kwargs: extra optimizer arguments (``eps`` etc., not the learning rate)
+    :param optimizer_kwargs: extra optimizer arguments, not the learning rate (default for Adam:
+        ``eps=1e-5``, as SB3's PPO)
     :param use_sde: accepted for SB3's constructor call; must be False
     """
 
@@ -67,6 +68,12 @@ class TinyAgentPolicy(BasePolicy):
     ):
         if use_sde:
             raise ValueError("TinyAgentPolicy samples tokens from a categorical distribution; use_sde must be False")
+        if optimizer_kwargs is None and optimizer_class is th.optim.Adam:
+            # SB3's PPO default. With torch's 1e-8, Adam blows the tiny, consistent gradients that
+            # reach rare tokens' logits (through the softmax and the tied embedding) up to full
+            # learning-rate steps: garbage tokens gain mass every update and valid calls collapse
+            # after ~15 iterations (measured: train pass 0.87 -> 0.69); 1e-5 removes that.
+            optimizer_kwargs = {"eps": 1e-5}
         super().__init__(observation_space, action_space, optimizer_class=optimizer_class,
                          optimizer_kwargs=optimizer_kwargs)
         if tokenizer is None:
@@ -163,7 +170,9 @@ class TinyAgentPolicy(BasePolicy):
 
         * **Token view** (``dict`` from ``bugfix_gym.wrappers.TokenObservation``: token ids of
           the whole episode so far and their owner codes, ``[T]`` or ``[n_envs, T]``). It holds
-          the history, so ``state`` is not needed and is returned unchanged.
+          the history, so ``state`` is not needed and is returned unchanged. The actions are
+          then that wrapper's: each call as ``max_call_tokens`` token ids (int64, ending at
+          ``<eoc>``, right-padded with ``<pad>``).
         * **Text** (BugFix-v0's own observation: a ``str``, or an array of strings from a
           :class:`agents.vec_env.TextDummyVecEnv`). A text observation is only the latest tool
           output, so the episode history travels in ``state``, as for SB3's recurrent policies:
@@ -175,8 +184,8 @@ class TinyAgentPolicy(BasePolicy):
         :param state: ``(histories,)``, an object array of per-env token-id lists, from the previous call
         :param episode_start: bool [n_envs], True where an episode starts (history reset)
         :param deterministic: greedy decoding instead of sampling
-        :return: ``(actions, state)``: one call string per env (a ``str`` for a single
-            unbatched observation), and the new state
+        :return: ``(actions, state)``: one call per env (text: a string, a ``str`` for a single
+            unbatched observation; token view: token ids), and the new state
         """
         self.set_training_mode(False)
         if isinstance(observation, tuple) and len(observation) == 2 and isinstance(observation[1], dict):
@@ -188,6 +197,11 @@ class TinyAgentPolicy(BasePolicy):
         else:
             prefixes, single, new_state = self._text_prefixes(observation, state, episode_start)
         calls = self.generate_calls(prefixes, deterministic)
+        if isinstance(observation, dict):  # the token view's actions are the call's token ids
+            ids = np.full((len(calls), self.max_call_tokens), self.tokenizer.pad_id, dtype=np.int64)
+            for i, c in enumerate(calls):
+                ids[i, : len(c)] = c
+            return (ids[0] if single else ids), state
         texts = [self.tokenizer.decode(c) for c in calls]
         if new_state is not None and not isinstance(observation, dict):
             for hist, c in zip(new_state[0], calls):  # remember the call as the env will see it
@@ -241,14 +255,16 @@ def cache_dir() -> Path:
 
 
 def _base_agent_key(tok: Tokenizer, kwargs: dict[str, Any]) -> str:
-    """Hash of everything the base agent's weights depend on, code included."""
-    from . import base_agent, model, rollout
+    """Hash of what the base agent's weights depend on: tokenizer, arguments, model sizes and the
+    behaviour-cloning recipe (``agents/base_agent.py``). Refactors of the model or rollout code
+    keep the cache; an architecture change makes the cached weights fail to load, which retrains."""
+    from . import base_agent
 
     h = hashlib.sha256()
-    h.update(json.dumps({"format": _BASE_FORMAT, "words": tok.words, "kwargs": kwargs, "torch": th.__version__},
+    config = dataclasses.asdict(TinyAgentConfig(vocab_size=tok.vocab_size))
+    h.update(json.dumps({"format": _BASE_FORMAT, "words": tok.words, "kwargs": kwargs, "config": config},
                         sort_keys=True, default=str).encode())
-    for module in (base_agent, model, rollout):
-        h.update(inspect.getsource(module).encode())
+    h.update(inspect.getsource(base_agent).encode())
     return h.hexdigest()[:16]
 
 
@@ -256,10 +272,10 @@ def cached_base_agent(tok: Tokenizer, seed: int = 0, use_cache: bool = True, ver
                       **kwargs) -> TinyAgent:
     """``agents.base_agent.make_base_agent(tok, seed, **kwargs)``, cached on disk.
 
-    The file name is a hash of the tokenizer, the arguments, the torch version and the source
-    of the model / rollout / base-agent code, so a code change retrains. A missing, corrupt
-    or unreadable cache file is retrained and rewritten (atomically); an unwritable cache
-    directory only costs the retraining next time.
+    The file name is a hash of the tokenizer, the arguments, the model sizes and the source of
+    ``agents/base_agent.py``, so a change of the recipe retrains. A missing, corrupt, unreadable
+    or architecture-mismatched cache file is retrained and rewritten (atomically); an
+    unwritable cache directory only costs the retraining next time.
 
     :param tok: the tokenizer
     :param seed: the base agent's seed

@@ -177,7 +177,7 @@ class TokenPPO(OnPolicyAlgorithm):
             rollout_buffer_kwargs=rollout_buffer_kwargs, stats_window_size=stats_window_size or n_episodes,
             tensorboard_log=tensorboard_log, monitor_wrapper=monitor_wrapper, policy_kwargs=policy_kwargs,
             verbose=verbose, seed=seed, device=device, _init_setup_model=False,
-            supported_action_spaces=(spaces.Text,),
+            supported_action_spaces=(spaces.Text, spaces.MultiDiscrete),
         )
         self.n_episodes = n_episodes
         self.n_minibatches = n_minibatches
