@@ -74,6 +74,8 @@ def run(name: str, **kw) -> dict:
     )
     print(f"{name}: {len(diag)} iterations in {out['wall']:.0f} s; batch pass "
           + " ".join(f"{p:.2f}" for p in out["batch_pass"]), flush=True)
+    print("  policy-token entropy (first epoch of every 5th iteration): "
+          + " ".join(f"{d['epochs'][0]['entropy']:.2f}" for d in diag[::5]), flush=True)
     return out
 
 
