@@ -277,3 +277,44 @@ def test_short_training_run_improves_pass_rate(base):
         model.learn(1, reset_num_timesteps=False)
     after = pass_rate()
     assert after >= before + 0.15, (before, after)
+
+
+# ---------------------------------------------------------------------- predict
+def test_predict_threads_text_history_in_state(base):
+    from bugfix_gym import episode_tokens
+
+    model = small(base_agent=base)
+    venv = make_text_vec_env("BugFix-v0", monitor=False)
+    obs = venv.reset()
+    state, start, done = None, np.ones(1, dtype=bool), False
+    env = venv.envs[0].unwrapped
+    while not done:
+        action, state = model.predict(obs, state=state, episode_start=start, deterministic=True)
+        assert isinstance(action[0], str)
+        transcript = list(env.transcript)
+        obs, _, dones, _ = venv.step(action)
+        done, start = bool(dones[0]), dones
+    # the history predict kept is exactly the episode's token view (prompt, calls with <eoc>, tool outputs)
+    from bugfix_gym import OWNER_POLICY
+
+    ids, _ = episode_tokens(transcript + [(OWNER_POLICY, action[0])], model.policy.tokenizer)
+    assert state[0][0] == ids.tolist()
+
+
+def test_predict_on_the_token_view_and_evaluate_policy(base):
+    from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.monitor import Monitor
+
+    from bugfix_gym.wrappers import TokenObservation
+
+    model = small(base_agent=base)
+    env = TokenObservation(gym.make("BugFix-v0"))
+    obs, _ = env.reset(seed=0)
+    ids, state = model.predict(obs, deterministic=True)
+    assert ids.shape == (model.policy.max_call_tokens,) and ids.dtype == np.int64 and state is None
+    text_env = gym.make("BugFix-v0")
+    text_obs, _ = text_env.reset(seed=0)  # same task, same prompt: the same call
+    assert model.policy.tokenizer.decode(ids) == model.predict(text_obs, deterministic=True)[0]
+    mean, _ = evaluate_policy(model, Monitor(env), n_eval_episodes=6)
+    mean_text, _ = evaluate_policy(model, make_text_vec_env("BugFix-v0", n_envs=2), n_eval_episodes=6)
+    assert 0.0 <= mean <= 1.0 and 0.0 <= mean_text <= 1.0
