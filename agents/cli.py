@@ -48,6 +48,9 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--learning-rate", type=float, default=None, help="Adam learning rate (default: TokenPPO's)")
     train.add_argument("--gae-lambda", type=float, default=1.0, help="GAE lambda (default: 1)")
     train.add_argument("--target-kl", type=float, default=None, help="KL early-stop target (default: off)")
+    train.add_argument("--target-kl-mode", default="minibatch", choices=("minibatch", "epoch"),
+                       help="early-stop rule: SB3's per-minibatch 1.5x rule or the book's per-epoch one "
+                            "(default: minibatch)")
     train.add_argument("--seed", type=int, default=0, help="seed (default: 0)")
     train.add_argument("--eval-episodes", type=int, default=8,
                        help="episodes per task for the before/after table (default: 8)")
@@ -141,7 +144,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     print("setting up: base agent (behaviour cloning, cached after the first run) ...", flush=True)
     kwargs: dict[str, Any] = dict(n_episodes=args.n_episodes, n_epochs=args.n_epochs,
                                   n_minibatches=args.n_minibatches, gae_lambda=args.gae_lambda,
-                                  target_kl=args.target_kl, seed=args.seed)
+                                  target_kl=args.target_kl, target_kl_mode=args.target_kl_mode, seed=args.seed)
     if args.learning_rate is not None:
         kwargs["learning_rate"] = args.learning_rate
     if args.tensorboard:

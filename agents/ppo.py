@@ -30,6 +30,7 @@ and what SB3 resets at the start of ``learn``.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import io
 import json
 import math
@@ -38,6 +39,7 @@ import time
 import zipfile
 from typing import Any, ClassVar, TypeVar
 
+import gymnasium as gym
 import numpy as np
 import torch as th
 from gymnasium import spaces
@@ -51,12 +53,12 @@ from stable_baselines3.common.utils import FloatSchedule
 from stable_baselines3.common.vec_env import VecEnv
 from stable_baselines3.common.vec_env.patch_gym import _patch_env
 
-from bugfix_gym import BugFixEnv, episode_stats
+from bugfix_gym import BugFixEnv, Tokenizer, build_tokenizer, episode_stats
 
 from .advantages import explained_variance
 from .buffers import TokenRolloutBuffer, TokenRolloutBufferSamples
 from .losses import AGGREGATION_MODES, KL_KINDS, aggregate_loss, clipped_policy_loss, clipped_value_loss, kl_estimate
-from .model import TinyAgent, sequence_logp_values_entropy
+from .model import TinyAgent, TinyAgentConfig, sequence_logp_values_entropy
 from .policies import TinyAgentPolicy, cached_base_agent
 from .rollout import Trajectory, rollout_batch
 from .vec_env import TextDummyVecEnv, is_text_space
@@ -164,7 +166,6 @@ class TokenPPO(OnPolicyAlgorithm):
         monitor_wrapper: bool = True,
     ):
         if isinstance(env, str):  # SB3 would ask for render_mode="rgb_array", which BugFix-v0 does not have
-            import gymnasium as gym
             env = gym.make(env)
         self._base_model: TinyAgent | None = None
         _check_args(n_episodes=n_episodes, n_epochs=n_epochs, n_minibatches=n_minibatches, dual_clip=dual_clip,
@@ -218,17 +219,11 @@ class TokenPPO(OnPolicyAlgorithm):
     def _prepare_policy_kwargs(self, base_agent: str | TinyAgent | None) -> None:
         """Put the tokenizer and model config into ``policy_kwargs`` (they travel in saved files)
         and fetch the initial weights."""
-        from bugfix_gym import build_tokenizer
-
-        from .model import TinyAgentConfig
-        import dataclasses
-
         kw = dict(self.policy_kwargs)
         tok = kw.get("tokenizer")
         if tok is None:
             tok = build_tokenizer()
         elif isinstance(tok, dict):
-            from bugfix_gym import Tokenizer
             tok = Tokenizer.from_dict(tok)
         if isinstance(base_agent, TinyAgent):
             self._base_model = base_agent
@@ -265,7 +260,9 @@ class TokenPPO(OnPolicyAlgorithm):
         self.ref_model: TinyAgent | None = None
         if self.kl_coef:
             self.ref_model = copy.deepcopy(self.policy.model).requires_grad_(False).eval()
-        self._sampler = th.Generator().manual_seed(self.seed if self.seed is not None else int(th.seed() % 2**62))
+        # the sampler's own generator: seeded by `seed`, else drawn from torch's global RNG (no reseeding)
+        seed = self.seed if self.seed is not None else int(th.randint(0, 2**62, (1,)))
+        self._sampler = th.Generator().manual_seed(seed)
         self._task_rng = np.random.default_rng(self.seed)
         self._workers: list[BugFixEnv] = []
         self._workers_for: int | None = None
@@ -671,7 +668,8 @@ def _step_events(trajs: list[Trajectory], n_envs: int):
             steps.append((last, info, r))
     for start in range(0, len(steps), n_envs):
         chunk = steps[start: start + n_envs]
-        yield (np.array([c[0] for c in chunk]), [c[1] for c in chunk], np.array([c[2] for c in chunk], dtype=np.float32))
+        dones = np.array([c[0] for c in chunk])
+        yield dones, [c[1] for c in chunk], np.array([c[2] for c in chunk], dtype=np.float32)
 
 
 def check_checkpoint(path: str | pathlib.Path | io.BufferedIOBase) -> None:
