@@ -9,7 +9,7 @@ Part 3 (§8.3): 40 Adam steps on one 64-episode minibatch (the old batch's episo
 four train tasks), clipped (eps 0.2) vs unclipped (eps = inf), then KL, max ratio and the share
 of ratios outside [0.8, 1.2].
 
-The book does not state the learning rate; we use TokenPPO's default 1e-3 (``--lr`` to change).
+The book does not state the learning rate; we use the chapter's PPO rate 3e-4 (``--lr`` to change).
 
 Run: ``.venv/bin/python examples/ch8_clipping.py``
 """
@@ -27,10 +27,10 @@ import torch  # noqa: E402
 from agents.losses import clipped_policy_loss  # noqa: E402
 from agents.model import sequence_log_probs  # noqa: E402
 from agents.rollout import collate  # noqa: E402
-from ch8_common import DOCS, base_agent, batch_logp, book_vs_ours, k3_kl, old_batch, tok  # noqa: E402
+from ch8_common import DOCS, LR, base_agent, batch_logp, book_vs_ours, k3_kl, old_batch, tok  # noqa: E402
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-parser.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate of the 40-step run (TokenPPO's default)")
+parser.add_argument("--lr", type=float, default=LR, help="Adam learning rate of the 40-step run (default 3e-4)")
 args = parser.parse_args()
 start = time.perf_counter()
 
