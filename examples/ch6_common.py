@@ -1,15 +1,12 @@
 """Shared set-up of the chapter-6 examples: tokenizer, task splits, the (cached) base agent,
 seeded sampling, and the per-episode score gradients used by §6.4, §6.5 and §6.8.
 
-The base agent is built once with ``make_base_agent(tok, seed=0)`` and cached under
-``runs/`` (git-ignored), keyed by a hash of the code and tokenizer it depends on, so the
-examples share the same weights without paying ~20 s each.
+The base agent is ``make_base_agent(tok, seed=0)`` with the project's default recipe,
+built once and cached by ``agents.policies.cached_base_agent`` (keyed by a hash of the
+recipe), so every example uses the same weights without retraining.
 """
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import json
 import os
 import sys
 import time
@@ -21,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as `python examples/ch6_x.py` from a checkout
     sys.path.insert(0, str(ROOT))
 
-from agents.base_agent import make_base_agent  # noqa: E402
-from agents.model import TinyAgent, TinyAgentConfig, sequence_log_probs  # noqa: E402
+from agents.model import TinyAgent, sequence_log_probs  # noqa: E402
+from agents.policies import cached_base_agent  # noqa: E402
 from agents.reinforce import sample_episodes  # noqa: E402
 from bugfix_gym import build_tokenizer, make_tasks, parse_call  # noqa: E402
 
@@ -33,30 +30,15 @@ train_tasks, heldout_tasks = make_tasks("train"), make_tasks("heldout")
 FIX_OP = {t.name: t.fix_op for t in train_tasks + heldout_tasks}
 
 
-def _cache_key(seed: int, steps: int) -> str:
-    h = hashlib.sha256()
-    for rel in ("agents/base_agent.py", "agents/model.py", "agents/rollout.py", "bugfix_gym/scripted.py",
-                "bugfix_gym/env.py", "bugfix_gym/tasks.py"):
-        h.update((ROOT / rel).read_bytes())
-    h.update(json.dumps(tok.to_dict(), sort_keys=True).encode())
-    h.update(f"{seed}/{steps}".encode())
-    return h.hexdigest()[:16]
-
-
-def base_agent(seed: int = 0, steps: int = 200, verbose: bool = True) -> TinyAgent:
-    """``make_base_agent(tok, seed=seed, steps=steps)`` (book default: 200 steps), cached under ``runs/``."""
-    path = ROOT / "runs" / f"base_agent_seed{seed}_steps{steps}_{_cache_key(seed, steps)}.pt"
-    if path.exists():
-        data = torch.load(path, map_location="cpu", weights_only=False)
-        model = TinyAgent(TinyAgentConfig(**data["config"]))
-        model.load_state_dict(data["state"])
-        return model
+def base_agent(seed: int = 0, steps: int | None = None, verbose: bool = True) -> TinyAgent:
+    """The base agent ``make_base_agent(tok, seed=seed)`` (project default recipe), or with
+    ``steps`` behaviour-cloning steps; cached on disk by ``agents.policies.cached_base_agent``
+    (the same weights the chapter-8 examples use)."""
+    kwargs = {} if steps is None else dict(steps=steps)
     start = time.perf_counter()
-    model = make_base_agent(tok, seed=seed, steps=steps)
-    if verbose:
-        print(f"(built the base agent in {time.perf_counter() - start:.1f} s; cached at {path.relative_to(ROOT)})")
-    path.parent.mkdir(exist_ok=True)
-    torch.save(dict(config=dataclasses.asdict(model.config), state=model.state_dict()), path)
+    model = cached_base_agent(tok, seed=seed, **kwargs)
+    if verbose and time.perf_counter() - start > 5:
+        print(f"(built the base agent in {time.perf_counter() - start:.1f} s; now cached)")
     return model
 
 
