@@ -28,7 +28,8 @@ def make_base_agent(tok, seed: int = 0, kinds: Sequence[str] = ("random", "blind
 
     Collects ``episodes_per_task`` demonstrations per train task from each scripted policy in
     ``kinds``, then takes ``steps`` Adam steps on random minibatches of cross-entropy over
-    policy tokens only. Everything is seeded: the same call returns the same weights.
+    policy tokens only. Everything is seeded: the same call returns the same weights (bit for bit
+    under the same ``torch.get_num_threads()``; float reductions differ between thread counts).
 
     :param tok: the tokenizer (``bugfix_gym.build_tokenizer()``)
     :param seed: seeds the model init, the scripted policies and the minibatches

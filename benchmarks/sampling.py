@@ -85,9 +85,12 @@ def main() -> None:
         model, name = TinyAgent(tok.vocab_size), "untrained TinyAgent"
     else:
         from agents.base_agent import make_base_agent
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # build on one thread (fast for a tiny model); measure with the default
         t0 = time.perf_counter()
         model, name = make_base_agent(tok, seed=0), "base agent"
-        print(f"make_base_agent: {time.perf_counter() - t0:.1f} s")
+        print(f"make_base_agent: {time.perf_counter() - t0:.1f} s (1 thread)")
+        torch.set_num_threads(threads)
     model.eval()
     train = bugfix_gym.make_tasks("train")
     tasks = [train[i % len(train)].name for i in range(args.batch)]

@@ -25,6 +25,7 @@ BOOK_EMB = {"prompt": (480, 1.87e-4), "policy": (954, 1.49e-4), "tool": (1149, 3
 
 
 def main() -> None:
+    torch.set_num_threads(1)  # a tiny model: one thread is as fast, and polite on a shared machine
     tok = bg.build_tokenizer(bg.make_tasks("all"))
     base = make_base_agent(tok)
     tasks = [t for t in bg.make_tasks("train") for _ in range(4)]  # 80 episodes

@@ -53,6 +53,7 @@ def show(name: str, stats: dict, book: dict | None) -> None:
 
 
 def main() -> None:
+    torch.set_num_threads(1)  # a tiny model: one thread is as fast, and polite on a shared machine
     tok = bg.build_tokenizer(bg.make_tasks("all"))
     train_tasks, heldout_tasks = bg.make_tasks("train"), bg.make_tasks("heldout")
     t0 = time.perf_counter()

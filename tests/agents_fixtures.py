@@ -10,6 +10,7 @@ import copy
 import functools
 
 import pytest
+import torch
 
 import bugfix_gym
 
@@ -23,7 +24,12 @@ def _tokenizer() -> bugfix_gym.Tokenizer:
 def _base_agent():
     from agents.base_agent import make_base_agent
 
-    return make_base_agent(_tokenizer(), seed=0).eval()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one thread builds a tiny model fastest on a shared machine
+    try:
+        return make_base_agent(_tokenizer(), seed=0).eval()
+    finally:
+        torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")
