@@ -146,16 +146,19 @@ class TinyAgentPolicy(BasePolicy):
             active = still
         return calls
 
+    def _calls_to_array(self, calls: list[list[int]]) -> np.ndarray:
+        """Call token ids -> int64 [n, max_call_tokens], right-padded with ``pad_id``."""
+        out = np.full((len(calls), self.max_call_tokens), self.tokenizer.pad_id, dtype=np.int64)
+        for i, c in enumerate(calls):
+            out[i, : len(c)] = c
+        return out
+
     def _predict(self, observation: th.Tensor, deterministic: bool = False) -> th.Tensor:
         """Token ids of the episodes so far [B, T] (right-padded with ``pad_id``) -> call ids
         [B, max_call_tokens] (right-padded with ``pad_id``)."""
         pad = self.tokenizer.pad_id
         prefixes = [[t for t in row.tolist() if t != pad] for row in observation]
-        calls = self.generate_calls(prefixes, deterministic)
-        out = th.full((len(calls), self.max_call_tokens), pad, dtype=th.long)
-        for i, c in enumerate(calls):
-            out[i, : len(c)] = th.tensor(c, dtype=th.long)
-        return out
+        return th.as_tensor(self._calls_to_array(self.generate_calls(prefixes, deterministic)))
 
     def predict(
         self,
@@ -164,7 +167,7 @@ class TinyAgentPolicy(BasePolicy):
         episode_start: np.ndarray | None = None,
         deterministic: bool = False,
     ) -> tuple[np.ndarray | str, tuple[np.ndarray, ...] | None]:
-        """The next call(s), as text.
+        """The next call(s) of each episode.
 
         Two kinds of observation are accepted:
 
@@ -191,22 +194,16 @@ class TinyAgentPolicy(BasePolicy):
         if isinstance(observation, tuple) and len(observation) == 2 and isinstance(observation[1], dict):
             raise ValueError("predict() got an (obs, info) tuple; pass only the observation "
                              "(`obs, info = env.reset()` then `model.predict(obs)`)")
-        if isinstance(observation, dict):
+        if isinstance(observation, dict):  # token view: stateless, actions are the calls' token ids
             prefixes, single = self._token_view_prefixes(observation)
-            new_state = state
-        else:
-            prefixes, single, new_state = self._text_prefixes(observation, state, episode_start)
-        calls = self.generate_calls(prefixes, deterministic)
-        if isinstance(observation, dict):  # the token view's actions are the call's token ids
-            ids = np.full((len(calls), self.max_call_tokens), self.tokenizer.pad_id, dtype=np.int64)
-            for i, c in enumerate(calls):
-                ids[i, : len(c)] = c
+            ids = self._calls_to_array(self.generate_calls(prefixes, deterministic))
             return (ids[0] if single else ids), state
-        texts = [self.tokenizer.decode(c) for c in calls]
-        if new_state is not None and not isinstance(observation, dict):
-            for hist, c in zip(new_state[0], calls):  # remember the call as the env will see it
-                hist.extend(c if c and c[-1] == self.tokenizer.eoc_id else c + [self.tokenizer.eoc_id])
-        actions = np.array(texts, dtype=object)
+        prefixes, single, new_state = self._text_prefixes(observation, state, episode_start)
+        calls = self.generate_calls(prefixes, deterministic)
+        eoc = self.tokenizer.eoc_id
+        for hist, c in zip(new_state[0], calls):  # remember each call as the env's transcript will hold it
+            hist.extend(c if c and c[-1] == eoc else c + [eoc])
+        actions = np.array([self.tokenizer.decode(c) for c in calls], dtype=object)
         return (actions[0] if single else actions), new_state
 
     def _token_view_prefixes(self, observation: dict[str, np.ndarray]) -> tuple[list[list[int]], bool]:

@@ -318,3 +318,15 @@ def test_predict_on_the_token_view_and_evaluate_policy(base):
     mean, _ = evaluate_policy(model, Monitor(env), n_eval_episodes=6)
     mean_text, _ = evaluate_policy(model, make_text_vec_env("BugFix-v0", n_envs=2), n_eval_episodes=6)
     assert 0.0 <= mean <= 1.0 and 0.0 <= mean_text <= 1.0
+
+
+def test_same_seed_same_training(base):
+    def run():
+        model = small(base_agent=base, seed=7)
+        model.learn(30)
+        return model
+
+    a, b = run(), run()
+    assert a.num_timesteps == b.num_timesteps
+    for (k, v), (_, w) in zip(a.policy.state_dict().items(), b.policy.state_dict().items()):
+        assert torch.equal(v, w), k
