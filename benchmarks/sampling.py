@@ -77,7 +77,10 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--untrained", action="store_true", help="sample from an untrained TinyAgent (long, invalid calls)")
     parser.add_argument("--no-naive", action="store_true", help="skip the (slow) no-cache path")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads for the measurement (0: default)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     tok = bugfix_gym.build_tokenizer()
     if args.untrained:
