@@ -90,7 +90,7 @@ print(f"{'k':>3}{'std log w':>10}{'ESS':>7}{'IS est.':>9}{'new pass':>10}{'tok s
       f"{'std log w':>9}{'ESS':>6}{'IS est.':>8}{'new pass':>9}")
 for r in rows:
     b = BOOK[r["k"]]
-    print(f"{r['k']:>3}{r['std']:>10.2f}{r['ess']:>7.0%}{r['is_est']:>9.3f}{r['p_new']:>10.3f}{r['tok_std']:>9.3f} | "
+    print(f"{r['k']:>3}{r['std']:>10.2f}{r['ess']:>7.1%}{r['is_est']:>9.3f}{r['p_new']:>10.3f}{r['tok_std']:>9.3f} | "
           f"{b[0]:>9}{b[1]:>6}{b[2]:>8}{b[3]:>9}")
 print("(tok std: std of the per-token log ratio over policy tokens)")
 print("\nthe heaviest weight at each k (its share of sum w decides the ESS)")
@@ -146,7 +146,7 @@ print(f"\nsaved {DOCS / 'fig8_1_ess.png'}")
 r1, r3, r30 = (rows[KS.index(k)] for k in (1, 3, 30))
 print("\nsummary")
 book_vs_ours([
-    ("ESS after 1 / 3 / 30 updates", f"{r1['ess']:.0%} / {r3['ess']:.0%} / {r30['ess']:.0%}", "78% / ~33% / ~10%"),
+    ("ESS after 1 / 3 / 30 updates", f"{r1['ess']:.1%} / {r3['ess']:.1%} / {r30['ess']:.1%}", "78% / ~33% / ~10%"),
     ("std log w after 1 -> 30", f"{r1['std']:.2f} -> {r30['std']:.1f}", "0.8 -> 17"),
     ("IS vs new pass, k=10", f"{r10['is_est']:.3f} vs {r10['p_new']:.3f}", "0.256 vs 0.469"),
     ("IS vs new pass, k=30", f"{r30['is_est']:.3f} vs {r30['p_new']:.3f}", "0.431 vs 0.700"),
