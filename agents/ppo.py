@@ -112,6 +112,9 @@ class TokenPPO(OnPolicyAlgorithm):
         None (random init)
     :param temperature: sampling temperature of the rollouts
     :param max_call_tokens: the most tokens one call may have
+    :param forward_chunk: score each minibatch in length-sorted chunks of this many trajectories, each
+        trimmed to its own length (same loss and gradients, far less padding: BugFix episodes range
+        from ~20 to ~230 tokens); None = one padded forward per minibatch
     :param rollout_buffer_class: buffer class (default :class:`TokenRolloutBuffer`)
     :param rollout_buffer_kwargs: extra buffer arguments
     :param monitor_wrapper: wrap a plain env in SB3's ``Monitor``
@@ -161,6 +164,7 @@ class TokenPPO(OnPolicyAlgorithm):
         base_agent: str | TinyAgent | None = "auto",
         temperature: float = 1.0,
         max_call_tokens: int = 8,
+        forward_chunk: int | None = 4,
         rollout_buffer_class: type[TokenRolloutBuffer] | None = None,
         rollout_buffer_kwargs: dict[str, Any] | None = None,
         monitor_wrapper: bool = True,
@@ -200,6 +204,7 @@ class TokenPPO(OnPolicyAlgorithm):
         self.critic_warmup_lr = critic_warmup_lr
         self.temperature = temperature
         self.max_call_tokens = max_call_tokens
+        self.forward_chunk = forward_chunk
         self.base_agent = base_agent if isinstance(base_agent, str) or base_agent is None else "<TinyAgent>"
         self.critic_warmed_up = critic_warmup_steps <= 0
         self.diagnostics: list[dict[str, Any]] = []  # one entry per iteration, with per-epoch stats
@@ -456,7 +461,8 @@ class TokenPPO(OnPolicyAlgorithm):
                         ) -> tuple[th.Tensor, dict[str, float]]:
         """PPO loss of one minibatch of whole trajectories: one forward scores all its policy tokens."""
         mask = sample.action_mask  # [b, T-1]
-        logp, values, entropy = sequence_logp_values_entropy(self.policy.model, sample.ids)  # 3 x [b, T-1]
+        logp, values, entropy = score_by_length(self.policy.model, sample.ids, sample.owner,
+                                                self.forward_chunk)  # 3 x [b, T-1]
         mode, norm = self.loss_mode, self.loss_norm_const
         pg_loss, stats = clipped_policy_loss(logp, sample.old_log_prob, sample.advantages, mask,
                                              clip_low=clip_low, clip_high=clip_high, dual_clip=self.dual_clip,
@@ -482,13 +488,14 @@ class TokenPPO(OnPolicyAlgorithm):
         ids = buffer.data["ids"]  # [N, T]
         was_training = self.policy.model.training
         self.policy.model.eval()
-        old_logp, old_values, _ = sequence_logp_values_entropy(self.policy.model, ids.to(self.device))
+        owner = buffer.data["owner"].to(self.device)
+        old_logp, old_values, _ = score_by_length(self.policy.model, ids.to(self.device), owner, self.forward_chunk)
         self.policy.model.train(was_training)
         if not self.recompute_old_logp:
             old_logp = buffer.data["sample_logp"].to(self.device)
         ref_logp = None
         if self.ref_model is not None and self.kl_coef:
-            ref_logp, _, _ = sequence_logp_values_entropy(self.ref_model, ids.to(self.device))
+            ref_logp, _, _ = score_by_length(self.ref_model, ids.to(self.device), owner, self.forward_chunk)
         buffer.set_old_policy(old_logp.cpu(), old_values.cpu(), None if ref_logp is None else ref_logp.cpu())
 
     def warmup_critic(self, buffer: TokenRolloutBuffer, steps: int | None = None) -> list[float]:
@@ -619,6 +626,35 @@ def _check_args(*, n_episodes: int, n_epochs: int, n_minibatches: int, dual_clip
         raise ValueError(f"target_kl_mode must be 'minibatch' or 'epoch', got {target_kl_mode!r}")
     if temperature <= 0:
         raise ValueError(f"temperature must be positive, got {temperature}")
+
+
+def score_by_length(model: TinyAgent, ids: th.Tensor, owner: th.Tensor, chunk: int | None
+                    ) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
+    """``sequence_logp_values_entropy`` over a right-padded batch, run in length-sorted chunks.
+
+    Each chunk of ``chunk`` trajectories is trimmed to its own longest row, so short episodes
+    stop paying for the longest one's padding. The model is causal and right padding never
+    changes earlier positions, so the result equals one full forward (up to float rounding).
+
+    :param model: the TinyAgent
+    :param ids: [B, T] token ids, right-padded
+    :param owner: [B, T] owner codes (0 = pad), giving each row's length
+    :param chunk: rows per chunk (None: one forward)
+    :return: ``(logp, values, entropy)``, each [B, T-1], zero past each row's end
+    """
+    B, T = ids.shape
+    if chunk is None or chunk >= B:
+        return sequence_logp_values_entropy(model, ids)
+    lengths = (owner > 0).sum(1)  # [B]
+    order = th.argsort(lengths, descending=True)  # [B]
+    parts: list[list[th.Tensor]] = [[], [], []]
+    for start in range(0, B, chunk):
+        rows = order[start: start + chunk]
+        L = max(int(lengths[rows].max()), 2)
+        for part, out in zip(parts, sequence_logp_values_entropy(model, ids[rows, :L])):  # 3 x [c, L-1]
+            part.append(th.nn.functional.pad(out, (0, T - L)))  # [c, T-1]
+    inverse = th.argsort(order)  # back to the batch's order
+    return tuple(th.cat(part)[inverse] for part in parts)  # type: ignore[return-value]
 
 
 def _is_monitored(env) -> bool:

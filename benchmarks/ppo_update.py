@@ -7,7 +7,8 @@
    the base agent (freeze pi_old with one forward, GAE, whitening, 4 epochs x 4 minibatches
    of whole trajectories with clipped policy / value losses, entropy, grad clip), timed
    against a raw forward + backward + Adam step of the same model over exactly the same
-   minibatches (same trajectories, same padding): the floor any trainer pays. Goal <= 1.5.
+   minibatches (same trajectories, scored in the same length-sorted chunks): the floor any
+   trainer pays. Goal <= 1.5.
 2. **Token-level vs token-per-step.** The design RL4LMs uses: every generated token is one
    environment step of a gym env whose observation is the padded context, trained by stock
    SB3 ``PPO`` with the same TinyAgent trunk as features extractor. Each token then costs a
@@ -38,6 +39,20 @@ from bugfix_gym import OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL, build_tokenizer, 
 
 
 # ---------------------------------------------------------------------- 1. training-phase overhead
+def raw_log_probs(net: TinyAgent, ids: torch.Tensor, owner: torch.Tensor, chunk: int | None) -> torch.Tensor:
+    """Log-probs [b, T-1] from plain forwards over the same length-sorted chunks TokenPPO scores."""
+    if chunk is None or chunk >= len(ids):
+        return sequence_log_probs(net, ids)
+    lengths = (owner > 0).sum(1)
+    order = torch.argsort(lengths, descending=True)
+    parts = []
+    for s in range(0, len(ids), chunk):
+        rows = order[s: s + chunk]
+        L = max(int(lengths[rows].max()), 2)
+        parts.append(torch.nn.functional.pad(sequence_log_probs(net, ids[rows, :L]), (0, ids.shape[1] - L)))
+    return torch.cat(parts)[torch.argsort(order)]
+
+
 def training_overhead(base: TinyAgent, reps: int) -> dict[str, float]:
     model = TokenPPO("TinyAgentPolicy", gym.make("BugFix-v0"), base_agent=base, n_episodes=64, n_epochs=4,
                      n_minibatches=4, seed=0, critic_warmup_steps=0)
@@ -69,7 +84,8 @@ def training_overhead(base: TinyAgent, reps: int) -> dict[str, float]:
                 T = int(lengths[idx].max())
                 ids = buf.data["ids"][idx, :T]
                 mask = buf.data["action_mask"][idx, : T - 1]
-                loss = -(sequence_log_probs(net, ids) * mask).sum() / mask.sum()
+                logp = raw_log_probs(net, ids, buf.data["owner"][idx, :T], model.forward_chunk)
+                loss = -(logp * mask).sum() / mask.sum()
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
