@@ -47,7 +47,8 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--n-minibatches", type=int, default=4, help="minibatches per epoch (default: 4)")
     train.add_argument("--learning-rate", type=float, default=None, help="Adam learning rate (default: TokenPPO's)")
     train.add_argument("--gae-lambda", type=float, default=1.0, help="GAE lambda (default: 1)")
-    train.add_argument("--target-kl", type=float, default=None, help="KL early-stop target (default: off)")
+    train.add_argument("--target-kl", type=float, default=0.02,
+                       help="KL early-stop target; 0 turns early stopping off (default: 0.02)")
     train.add_argument("--target-kl-mode", default="minibatch", choices=("minibatch", "epoch"),
                        help="early-stop rule: SB3's per-minibatch 1.5x rule or the book's per-epoch one "
                             "(default: minibatch)")
@@ -144,7 +145,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     print("setting up: base agent (behaviour cloning, cached after the first run) ...", flush=True)
     kwargs: dict[str, Any] = dict(n_episodes=args.n_episodes, n_epochs=args.n_epochs,
                                   n_minibatches=args.n_minibatches, gae_lambda=args.gae_lambda,
-                                  target_kl=args.target_kl, target_kl_mode=args.target_kl_mode, seed=args.seed)
+                                  target_kl=args.target_kl or None, target_kl_mode=args.target_kl_mode, seed=args.seed)
     if args.learning_rate is not None:
         kwargs["learning_rate"] = args.learning_rate
     if args.tensorboard:

@@ -86,7 +86,9 @@ class TokenPPO(OnPolicyAlgorithm):
     :param ent_coef: entropy bonus coefficient
     :param vf_coef: value-loss coefficient (the value loss already has the 0.5 factor)
     :param max_grad_norm: gradient-norm clip
-    :param target_kl: KL (k3) target for early stopping; None = off
+    :param target_kl: KL (k3) target for early stopping; None = off. The default 0.02 (the book's
+        target) is what makes runs reliable: at lr 1e-3 without it, 3 seeds ended at train pass
+        0.55 / 0.56 (valid calls collapsing), with it at 0.89 / 0.89 / 0.93 using ~25% of the steps
     :param stats_window_size: episodes averaged by ``rollout/ep_rew_mean``; default ``n_episodes``
     :param tensorboard_log: TensorBoard log folder (None = off)
     :param policy_kwargs: extra :class:`TinyAgentPolicy` arguments (``tokenizer``, ``model_config``, ...)
@@ -141,7 +143,7 @@ class TokenPPO(OnPolicyAlgorithm):
         ent_coef: float = 0.0,
         vf_coef: float = 0.5,
         max_grad_norm: float = 1.0,
-        target_kl: float | None = None,
+        target_kl: float | None = 0.02,
         stats_window_size: int | None = None,
         tensorboard_log: str | None = None,
         policy_kwargs: dict[str, Any] | None = None,

@@ -42,7 +42,7 @@ def base(tok):
 
 def small(env=None, **kw) -> TokenPPO:
     """A fast TokenPPO from the base agent (small batches)."""
-    args = dict(n_episodes=8, n_minibatches=2, n_epochs=2, seed=0, critic_warmup_steps=5)
+    args = dict(n_episodes=8, n_minibatches=2, n_epochs=2, seed=0, critic_warmup_steps=5, target_kl=None)
     args.update(kw)
     return TokenPPO("TinyAgentPolicy", env or gym.make("BugFix-v0"), **args)
 
@@ -69,7 +69,8 @@ class RecordingPPO(TokenPPO):
 
 def test_first_minibatch_ratio_is_exactly_one(base):
     model = RecordingPPO("TinyAgentPolicy", gym.make("BugFix-v0"), base_agent=base, n_episodes=12,
-                         n_minibatches=3, n_epochs=2, seed=1, learning_rate=3e-3, critic_warmup_steps=0)
+                         n_minibatches=3, n_epochs=2, seed=1, learning_rate=3e-3, critic_warmup_steps=0,
+                         target_kl=None)
     trajs = model.sample_episodes()
     epochs = model.train_on_batch(trajs)
     first = model.seen[0]
@@ -234,6 +235,7 @@ def test_nan_loss_stops_training_and_keeps_last_good_parameters(base):
 
 def test_target_kl_early_stop_reduces_epochs(base):
     def make(**kw):
+        kw.setdefault("target_kl", None)
         return TokenPPO("TinyAgentPolicy", gym.make("BugFix-v0"), base_agent=base, n_episodes=16, n_epochs=4,
                         n_minibatches=2, seed=4, learning_rate=3e-3, critic_warmup_steps=0, **kw)
 
