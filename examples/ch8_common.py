@@ -109,7 +109,8 @@ def ppo(cls: type[RecordingPPO] = RecordingPPO, **kw) -> RecordingPPO:
     """A TokenPPO (``cls``) from the base agent with the book's §8.4 settings and Adam at ``LR``
     unless overridden; everything else is TokenPPO's default (eps 0.2, dual clip 3, value clip
     0.2, critic warm-up, whitening, token_mean)."""
-    args = dict(n_episodes=64, n_epochs=4, n_minibatches=4, gamma=1.0, gae_lambda=1.0, seed=0, learning_rate=LR)
+    args = dict(n_episodes=64, n_epochs=4, n_minibatches=4, gamma=1.0, gae_lambda=1.0, seed=0, learning_rate=LR,
+                target_kl=None)  # every epoch runs unless a run asks for early stopping (TokenPPO's default is 0.02)
     args.update(PPO_OVERRIDES)
     args.update(kw)
     return cls("TinyAgentPolicy", make_env(), **args)
