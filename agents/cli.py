@@ -39,8 +39,8 @@ def _parser() -> argparse.ArgumentParser:
                            description="Train TokenPPO from the behaviour-cloned base agent on the train split, "
                                        "print a before/after table (train and held-out), save the model and a "
                                        "learning-curve PNG.")
-    train.add_argument("--timesteps", type=int, default=5400,
-                       help="environment steps (tool calls) to train for (default: 5400, ~30 iterations of 64 "
+    train.add_argument("--timesteps", type=int, default=6000,
+                       help="environment steps (tool calls) to train for (default: 6000, ~30 iterations of 64 "
                             "episodes)")
     train.add_argument("--n-episodes", type=int, default=64, help="episodes per PPO iteration (default: 64)")
     train.add_argument("--n-epochs", type=int, default=4, help="epochs per batch (default: 4)")
