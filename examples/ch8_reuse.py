@@ -24,6 +24,11 @@ import torch
 
 import ch8_common
 from agents.model import sequence_logp_values_entropy
+
+try:  # TokenPPO scores minibatches in length-sorted chunks (agents/ppo.py, forward_chunk)
+    from agents.ppo import score_by_length
+except ImportError:
+    score_by_length = None
 from agents.rollout import collate
 from ch8_common import RecordingPPO, base_agent, batch_logp, book_vs_ours, k3_kl, old_batch, one_batch_update, tok
 
@@ -93,8 +98,12 @@ class OldLogpInsideLoop(RecordingPPO):
     current weights, for every minibatch."""
 
     def _minibatch_loss(self, sample, clip_low, clip_high):
-        with torch.no_grad():
-            current, _, _ = sequence_logp_values_entropy(self.policy.model, sample.ids)  # [b, T-1]
+        with torch.no_grad():  # the trainer's own scoring path, so the rounding is the same
+            if score_by_length is not None:
+                current, _, _ = score_by_length(self.policy.model, sample.ids, sample.owner,
+                                                self.forward_chunk)  # [b, T-1]
+            else:
+                current, _, _ = sequence_logp_values_entropy(self.policy.model, sample.ids)  # [b, T-1]
         sample = sample._replace(old_log_prob=current * sample.action_mask)
         return super()._minibatch_loss(sample, clip_low, clip_high)
 
