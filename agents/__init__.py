@@ -20,6 +20,7 @@ _EXPORTS = {
     "explained_variance": "advantages",
     "Reinforce": "reinforce", "policy_gradient_step": "reinforce",
     "TinyAgentPolicy": "policies", "TokenRolloutBuffer": "buffers", "TokenPPO": "ppo",
+    "TextDummyVecEnv": "vec_env", "make_text_vec_env": "vec_env",
 }
 
 __all__ = sorted(_EXPORTS)
