@@ -18,21 +18,10 @@ from agents.policies import cached_base_agent
 from agents.ppo import TokenPPO
 from agents.rollout import Trajectory
 from agents.vec_env import make_text_vec_env
-from bugfix_gym import build_tokenizer
+from agents_fixtures import one_thread, tok  # noqa: F401  (fixtures)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models on a shared 2-core machine: one intra-op thread is ~3x faster than two."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return build_tokenizer()
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

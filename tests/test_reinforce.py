@@ -9,20 +9,12 @@ from agents.model import TinyAgentConfig
 from agents.model import sequence_log_probs
 from agents.reinforce import Reinforce, policy_gradient_step, sample_episodes
 from agents.rollout import collate, rollout_stats
+from agents_fixtures import one_thread  # noqa: F401  (fixture)
 from bugfix_gym import build_tokenizer, make_tasks
 
 
 @pytest.fixture(scope="module")
-def single_thread():
-    """Two shared cores: one torch thread is much faster here than oversubscribing."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
-@pytest.fixture(scope="module")
-def tiny(single_thread):
+def tiny(one_thread):
     """A small TinyAgent behaviour-cloned on scripted play (seconds, not the full base agent)."""
     tok = build_tokenizer(make_tasks("all"))
     config = TinyAgentConfig(vocab_size=tok.vocab_size, d_model=32, n_layer=1, n_head=2, d_ff=64, max_len=256)
