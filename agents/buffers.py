@@ -174,19 +174,29 @@ class TokenRolloutBuffer(BaseBuffer):
         values = self.old_values if self.old_values is not None else self.data["values"]
         return explained_variance(values, self.monte_carlo_returns(), self.action_mask)
 
-    def get(self, batch_size: int | None = None) -> Generator[TokenRolloutBufferSamples, None, None]:
-        """Shuffled minibatches of ``batch_size`` whole trajectories (all of them if None)."""
+    def minibatch_layout(self, batch_size: int | None = None,
+                         rng: np.random.Generator | None = None) -> list[np.ndarray]:
+        """One epoch's shuffled split of the trajectories into minibatches of ``batch_size`` (all if None).
+
+        :param rng: the shuffle's generator (numpy's global one if None, as SB3 does)
+        """
+        n = self.size()
+        indices = rng.permutation(n) if rng is not None else np.random.permutation(n)
+        batch_size = n if batch_size is None else batch_size
+        return [indices[start: start + batch_size] for start in range(0, n, batch_size)]
+
+    def get(self, batch_size: int | None = None, layout: list[np.ndarray] | None = None
+            ) -> Generator[TokenRolloutBufferSamples, None, None]:
+        """Shuffled minibatches of ``batch_size`` whole trajectories (all of them if None).
+
+        :param layout: the minibatches' trajectory indices (from :meth:`minibatch_layout`); a new
+            shuffle if None
+        """
         if self.returns is None or self.old_log_prob is None:
             raise RuntimeError("call set_old_policy() and compute_returns_and_advantage() before get()")
-        n = self.size()
-        indices = np.random.permutation(n)
-        if batch_size is None:
-            batch_size = n
         self.generator_ready = True
-        start = 0
-        while start < n:
-            yield self._get_samples(indices[start: start + batch_size])
-            start += batch_size
+        for batch_inds in layout if layout is not None else self.minibatch_layout(batch_size):
+            yield self._get_samples(batch_inds)
 
     def _get_samples(self, batch_inds: np.ndarray,  # type: ignore[override]
                      env: VecNormalize | None = None) -> TokenRolloutBufferSamples:
