@@ -240,14 +240,43 @@ def sequence_log_probs(model: TinyAgent, ids: torch.Tensor) -> torch.Tensor:
     return logp.gather(-1, ids[:, 1:, None]).squeeze(-1)  # [B, T-1]
 
 
-def sequence_logp_values_entropy(model: TinyAgent, ids: torch.Tensor
+def sequence_logp_values_entropy(model: TinyAgent, ids: torch.Tensor, mask: torch.Tensor | None = None
                                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One forward -> (logp [B, T-1], values [B, T-1], entropy [B, T-1]), aligned with ``ids[1:]``.
 
     ``values[t] = V(ids[:t+1])``; ``entropy[t]`` is the entropy of the next-token distribution at ``t``.
+
+    :param mask: optional [B, T-1] (bool or 0/1), aligned with the outputs. When given, the trunk
+        still runs over every position (attention needs them all) but the final norm, LM head,
+        log-softmax, entropy and value head run only where ``mask`` is set; the outputs are
+        zero elsewhere and equal the unmasked path where it is set. PPO's losses read only
+        policy positions (~10% of a BugFix episode), so this skips most of the head's cost.
     """
-    logits, values = model(ids)  # [B, T, V], [B, T]
-    logp_all = F.log_softmax(logits[:, :-1].float(), dim=-1)  # [B, T-1, V]
-    logp = logp_all.gather(-1, ids[:, 1:, None]).squeeze(-1)  # [B, T-1]
-    entropy = -(logp_all.exp() * logp_all).sum(-1)  # [B, T-1]
-    return logp, values[:, :-1], entropy
+    if mask is None:
+        logits, values = model(ids)  # [B, T, V], [B, T]
+        logp_all = F.log_softmax(logits[:, :-1].float(), dim=-1)  # [B, T-1, V]
+        logp = logp_all.gather(-1, ids[:, 1:, None]).squeeze(-1)  # [B, T-1]
+        entropy = -(logp_all.exp() * logp_all).sum(-1)  # [B, T-1]
+        return logp, values[:, :-1], entropy
+    B, T = ids.shape
+    if mask.shape != (B, T - 1):
+        raise ValueError(f"mask must be [B, T-1] = {[B, T - 1]}, got {list(mask.shape)}")
+    if T > model.config.max_len:
+        raise ValueError(f"sequence of {T} tokens is longer than max_len={model.config.max_len}; "
+                         "raise TinyAgentConfig.max_len")
+    pos = torch.arange(T, device=ids.device).expand(B, T)  # [B, T]
+    x = model.embed(ids, pos)  # [B, T, C]
+    for block in model.blocks:
+        x = block(x)
+    where = mask.bool()  # [B, T-1]
+    h = model.ln_f(x[:, :-1][where])  # [N, C] hidden states at the masked positions
+    logp_all = F.log_softmax(model.lm_head(h).float(), dim=-1)  # [N, V]
+    targets = ids[:, 1:][where]  # [N]
+    out_logp = logp_all.gather(-1, targets[:, None]).squeeze(-1)  # [N]
+    out_ent = -(logp_all.exp() * logp_all).sum(-1)  # [N]
+    out_v = model.value_head(h).squeeze(-1)  # [N]
+
+    def scatter(v: torch.Tensor) -> torch.Tensor:  # [N] -> [B, T-1], zero off the mask
+        return torch.zeros(B, T - 1, device=v.device, dtype=v.dtype).masked_scatter(where, v)
+
+    return scatter(out_logp), scatter(out_v), scatter(out_ent)

@@ -463,8 +463,9 @@ class TokenPPO(OnPolicyAlgorithm):
                         ) -> tuple[th.Tensor, dict[str, float]]:
         """PPO loss of one minibatch of whole trajectories: one forward scores all its policy tokens."""
         mask = sample.action_mask  # [b, T-1]
+        # the losses, KL-to-reference and explained variance read only policy positions: run the heads there only
         logp, values, entropy = score_by_length(self.policy.model, sample.ids, sample.owner,
-                                                self.forward_chunk)  # 3 x [b, T-1]
+                                                self.forward_chunk, mask)  # 3 x [b, T-1], 0 off the mask
         mode, norm = self.loss_mode, self.loss_norm_const
         pg_loss, stats = clipped_policy_loss(logp, sample.old_log_prob, sample.advantages, mask,
                                              clip_low=clip_low, clip_high=clip_high, dual_clip=self.dual_clip,
@@ -491,13 +492,17 @@ class TokenPPO(OnPolicyAlgorithm):
         was_training = self.policy.model.training
         self.policy.model.eval()
         owner = buffer.data["owner"].to(self.device)
-        old_logp, old_values, _ = score_by_length(self.policy.model, ids.to(self.device), owner, self.forward_chunk)
+        # GAE, explained variance, the value clip and the KL penalty read pi_old / V_old / pi_ref only
+        # at policy positions (gae_policy_tokens never reads the others): score only those
+        mask = buffer.action_mask.to(self.device)  # [N, T-1]
+        old_logp, old_values, _ = score_by_length(self.policy.model, ids.to(self.device), owner, self.forward_chunk,
+                                                  mask)
         self.policy.model.train(was_training)
         if not self.recompute_old_logp:
             old_logp = buffer.data["sample_logp"].to(self.device)
         ref_logp = None
         if self.ref_model is not None and self.kl_coef:
-            ref_logp, _, _ = score_by_length(self.ref_model, ids.to(self.device), owner, self.forward_chunk)
+            ref_logp, _, _ = score_by_length(self.ref_model, ids.to(self.device), owner, self.forward_chunk, mask)
         buffer.set_old_policy(old_logp.cpu(), old_values.cpu(), None if ref_logp is None else ref_logp.cpu())
 
     def warmup_critic(self, buffer: TokenRolloutBuffer, steps: int | None = None) -> list[float]:
@@ -630,8 +635,8 @@ def _check_args(*, n_episodes: int, n_epochs: int, n_minibatches: int, dual_clip
         raise ValueError(f"temperature must be positive, got {temperature}")
 
 
-def score_by_length(model: TinyAgent, ids: th.Tensor, owner: th.Tensor, chunk: int | None
-                    ) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
+def score_by_length(model: TinyAgent, ids: th.Tensor, owner: th.Tensor, chunk: int | None,
+                    mask: th.Tensor | None = None) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
     """``sequence_logp_values_entropy`` over a right-padded batch, run in length-sorted chunks.
 
     Each chunk of ``chunk`` trajectories is trimmed to its own longest row, so short episodes
@@ -642,18 +647,21 @@ def score_by_length(model: TinyAgent, ids: th.Tensor, owner: th.Tensor, chunk: i
     :param ids: [B, T] token ids, right-padded
     :param owner: [B, T] owner codes (0 = pad), giving each row's length
     :param chunk: rows per chunk (None: one forward)
+    :param mask: optional [B, T-1] action mask: the heads run only where it is set (see
+        :func:`agents.model.sequence_logp_values_entropy`), the outputs are zero elsewhere
     :return: ``(logp, values, entropy)``, each [B, T-1], zero past each row's end
     """
     B, T = ids.shape
     if chunk is None or chunk >= B:
-        return sequence_logp_values_entropy(model, ids)
+        return sequence_logp_values_entropy(model, ids, mask)
     lengths = (owner > 0).sum(1)  # [B]
     order = th.argsort(lengths, descending=True)  # [B]
     parts: list[list[th.Tensor]] = [[], [], []]
     for start in range(0, B, chunk):
         rows = order[start: start + chunk]
         L = max(int(lengths[rows].max()), 2)
-        for part, out in zip(parts, sequence_logp_values_entropy(model, ids[rows, :L])):  # 3 x [c, L-1]
+        rows_mask = None if mask is None else mask[rows, :L - 1]
+        for part, out in zip(parts, sequence_logp_values_entropy(model, ids[rows, :L], rows_mask)):  # 3 x [c, L-1]
             part.append(th.nn.functional.pad(out, (0, T - L)))  # [c, T-1]
     inverse = th.argsort(order)  # back to the batch's order
     return tuple(th.cat(part)[inverse] for part in parts)  # type: ignore[return-value]

@@ -124,3 +124,70 @@ def test_sequence_log_probs_values_entropy_agree_with_logits():
     manual = -(ref[:, :-1].exp() * ref[:, :-1]).sum(-1)
     torch.testing.assert_close(ent, manual, atol=1e-5, rtol=0)
     assert (ent <= math.log(V) + 1e-4).all() and (ent > 0).all()
+
+
+def _policy_like_mask(B: int, T: int, seed: int) -> torch.Tensor:
+    """[B, T-1] float 0/1: a random ~15% of positions, every row with at least one."""
+    g = torch.Generator().manual_seed(seed)
+    mask = (torch.rand(B, T - 1, generator=g) < 0.15).float()
+    mask[:, -1] = 1.0
+    return mask
+
+
+def test_masked_scoring_equals_full_scoring_on_masked_positions():
+    model = _model(seed=5, max_len=64)
+    ids = torch.randint(V, (4, 33))
+    mask = _policy_like_mask(4, 33, seed=1)
+    with torch.no_grad():
+        full = sequence_logp_values_entropy(model, ids)
+        masked = sequence_logp_values_entropy(model, ids, mask)
+        masked_bool = sequence_logp_values_entropy(model, ids, mask.bool())
+    on = mask.bool()
+    for f, m, mb in zip(full, masked, masked_bool):
+        assert m.shape == f.shape == (4, 32)
+        torch.testing.assert_close(m[on], f[on], atol=1e-6, rtol=0)
+        assert (m[~on] == 0).all()
+        assert torch.equal(m, mb)
+    with pytest.raises(ValueError, match="mask"):
+        sequence_logp_values_entropy(model, ids, mask[:, :-1])
+
+
+def test_masked_scoring_gradients_equal_full_scoring():
+    """A loss read only at masked positions has the same gradient through either path."""
+    model = _model(seed=6, max_len=64).train()
+    ids = torch.randint(V, (3, 29))
+    mask = _policy_like_mask(3, 29, seed=2)
+    adv = torch.randn(3, 28)
+
+    def grads(m: torch.Tensor | None) -> list[torch.Tensor]:
+        model.zero_grad()
+        logp, values, ent = sequence_logp_values_entropy(model, ids, m)
+        loss = ((-logp * adv + 0.5 * (values - adv) ** 2 - 0.01 * ent) * mask).sum() / mask.sum()
+        loss.backward()
+        return [p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in model.parameters()]
+
+    for g_full, g_masked in zip(grads(None), grads(mask)):
+        torch.testing.assert_close(g_masked, g_full, atol=1e-5, rtol=0)
+
+
+def test_score_by_length_with_mask_matches_full_on_a_padded_batch():
+    """TokenPPO's chunked scoring of a right-padded batch: the masked path agrees on policy positions."""
+    from agents.ppo import score_by_length
+
+    model = _model(seed=7, max_len=64)
+    lengths = [40, 12, 27, 33, 5, 19]
+    B, T = len(lengths), max(lengths)
+    ids = torch.randint(1, V, (B, T))
+    owner = torch.zeros(B, T, dtype=torch.long)
+    for b, n in enumerate(lengths):
+        owner[b, :n] = 1
+        ids[b, n:] = 0
+    mask = _policy_like_mask(B, T, seed=3) * (owner[:, 1:] > 0)  # no policy tokens on padding
+    on = mask.bool()
+    with torch.no_grad():
+        for chunk in (None, 2, 4):
+            full = score_by_length(model, ids, owner, chunk)
+            masked = score_by_length(model, ids, owner, chunk, mask)
+            for f, m in zip(full, masked):
+                torch.testing.assert_close(m[on], f[on], atol=1e-6, rtol=0)
+                assert (m[~on] == 0).all()
