@@ -271,6 +271,7 @@ class TokenPPO(OnPolicyAlgorithm):
         seed = self.seed if self.seed is not None else int(th.randint(0, 2**62, (1,)))
         self._sampler = th.Generator().manual_seed(seed)
         self._task_rng = np.random.default_rng(self.seed)
+        self._shuffle_rng = np.random.default_rng(None if self.seed is None else [self.seed, 1])  # minibatches
         self._workers: list[BugFixEnv] = []
         self._workers_for: int | None = None
 
@@ -286,7 +287,7 @@ class TokenPPO(OnPolicyAlgorithm):
         return BaseAlgorithm._wrap_env(env, verbose, monitor_wrapper)
 
     def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "ref_model", "_sampler", "_task_rng", "_workers",
+        return [*super()._excluded_save_params(), "ref_model", "_sampler", "_task_rng", "_shuffle_rng", "_workers",
                 "_workers_for", "_base_model", "_last_good"]
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
@@ -404,8 +405,11 @@ class TokenPPO(OnPolicyAlgorithm):
         self._last_good = self._snapshot()  # restored if a loss turns NaN / inf
         if not self.critic_warmed_up:
             self.warmup_critic(buffer)
-        # 1. freeze pi_old: one no-grad forward of the trainer over the whole batch
-        self._freeze_old_policy(buffer)
+        # every epoch's shuffled minibatches, drawn up front so that pi_old can be frozen in the
+        # first epoch's layout: its first minibatch then repeats the freezing forward bit for bit
+        layouts = [buffer.minibatch_layout(self.batch_size, self._shuffle_rng) for _ in range(self.n_epochs)]
+        # 1. freeze pi_old: one no-grad pass of the trainer over the whole batch
+        self._freeze_old_policy(buffer, layouts[0])
         ev = buffer.explained_variance()  # before the critic sees this batch
         # 2. GAE over policy tokens, value targets, whitening over all policy tokens
         buffer.compute_returns_and_advantage()
@@ -414,9 +418,9 @@ class TokenPPO(OnPolicyAlgorithm):
         clip_high = clip_low if self.clip_range_high is None else float(self.clip_range_high)
         epochs: list[dict[str, float]] = []
         steps, stop = 0, False
-        for epoch in range(self.n_epochs):
+        for epoch, layout in enumerate(layouts):
             mb_stats: list[dict[str, float]] = []
-            for mb, sample in enumerate(buffer.get(self.batch_size)):
+            for mb, sample in enumerate(buffer.get(self.batch_size, layout)):
                 loss, stats = self._minibatch_loss(sample, clip_low, clip_high)
                 if not th.isfinite(loss):
                     self._restore(self._last_good)
@@ -486,24 +490,29 @@ class TokenPPO(OnPolicyAlgorithm):
         return loss, stats
 
     @th.no_grad()
-    def _freeze_old_policy(self, buffer: TokenRolloutBuffer) -> None:
-        """pi_old's log-probs and values (and pi_ref's log-probs) of the whole batch, computed ONCE."""
-        ids = buffer.data["ids"]  # [N, T]
-        was_training = self.policy.model.training
-        self.policy.model.eval()
-        owner = buffer.data["owner"].to(self.device)
-        # GAE, explained variance, the value clip and the KL penalty read pi_old / V_old / pi_ref only
-        # at policy positions (gae_policy_tokens never reads the others): score only those
-        mask = buffer.action_mask.to(self.device)  # [N, T-1]
-        old_logp, old_values, _ = score_by_length(self.policy.model, ids.to(self.device), owner, self.forward_chunk,
-                                                  mask)
-        self.policy.model.train(was_training)
+    def _freeze_old_policy(self, buffer: TokenRolloutBuffer, layout: list[np.ndarray] | None = None) -> None:
+        """pi_old's log-probs and values (and pi_ref's log-probs) of the whole batch, computed ONCE.
+
+        :param layout: score the batch minibatch by minibatch in this layout (the first epoch's), so the
+            first minibatch's forward is the same computation and its ratios are exactly 1, not 1 up to
+            float rounding of a differently padded batch; one pass over the whole batch if None
+        """
+        N, T = buffer.data["ids"].shape
+        old_logp, old_values, ref_logp = th.zeros(N, T - 1), th.zeros(N, T - 1), th.zeros(N, T - 1)
+        want_ref = self.ref_model is not None and bool(self.kl_coef)
+        for rows in layout if layout is not None else [np.arange(N)]:
+            sample = buffer._get_samples(rows)  # the trimmed [b, T_mb] tensors a minibatch sees
+            # GAE, explained variance, the value clip and the KL penalty read pi_old / V_old / pi_ref only
+            # at policy positions (gae_policy_tokens never reads the others): score only those
+            args = (sample.ids, sample.owner, self.forward_chunk, sample.action_mask)
+            logp, values, _ = score_by_length(self.policy.model, *args)  # 2 x [b, T_mb - 1]
+            idx, t = th.as_tensor(rows, dtype=th.long), logp.shape[1]
+            old_logp[idx, :t], old_values[idx, :t] = logp.cpu(), values.cpu()
+            if want_ref:
+                ref_logp[idx, :t] = score_by_length(self.ref_model, *args)[0].cpu()
         if not self.recompute_old_logp:
-            old_logp = buffer.data["sample_logp"].to(self.device)
-        ref_logp = None
-        if self.ref_model is not None and self.kl_coef:
-            ref_logp, _, _ = score_by_length(self.ref_model, ids.to(self.device), owner, self.forward_chunk, mask)
-        buffer.set_old_policy(old_logp.cpu(), old_values.cpu(), None if ref_logp is None else ref_logp.cpu())
+            old_logp = buffer.data["sample_logp"]
+        buffer.set_old_policy(old_logp, old_values, ref_logp if want_ref else None)
 
     def warmup_critic(self, buffer: TokenRolloutBuffer, steps: int | None = None) -> list[float]:
         """Regress the value head on the batch's Monte-Carlo returns (book §8.4, "the critic needs a head

@@ -63,10 +63,10 @@ def test_first_minibatch_ratio_is_exactly_one(base):
     trajs = model.sample_episodes()
     epochs = model.train_on_batch(trajs)
     first = model.seen[0]
-    # pi_old is frozen once before the update: the first minibatch sees ratios of exactly 1
-    # (up to float32 rounding of a forward over a different padding length), zero KL, no clipping
-    assert abs(first["ratio_min"] - 1) < 1e-5 and abs(first["ratio_max"] - 1) < 1e-5
-    assert first["approx_kl"] < 1e-9 and first["clip_fraction"] == 0.0
+    # pi_old is frozen once before the update, in the first epoch's minibatch layout: the first
+    # minibatch repeats that computation, so its ratios are exactly 1, with zero KL and no clipping
+    assert first["ratio_min"] == 1.0 and first["ratio_max"] == 1.0
+    assert first["approx_kl"] == 0.0 and first["clip_fraction"] == 0.0
     # ... and later minibatches do move (old_logp is NOT recomputed inside the loop)
     assert max(s["ratio_max"] for s in model.seen[1:]) > 1 + 1e-3
     assert len(epochs) == 2
@@ -264,7 +264,7 @@ def test_short_training_run_improves_pass_rate(base):
         return float(np.mean([bool(t.info["submitted"] and t.info["hidden_pass"]) for t in trajs]))
 
     before = pass_rate()
-    while len(model.diagnostics) < 4:  # four PPO iterations of 64 episodes
+    while len(model.diagnostics) < 6:  # six PPO iterations of 64 episodes (seeds 0-3: +0.21 to +0.41)
         model.learn(1, reset_num_timesteps=False)
     after = pass_rate()
     assert after >= before + 0.15, (before, after)
