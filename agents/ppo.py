@@ -189,6 +189,7 @@ class TokenPPO(OnPolicyAlgorithm):
         self.n_episodes = n_episodes
         self.n_minibatches = n_minibatches
         self.batch_size = batch_size or math.ceil(n_episodes / n_minibatches)
+        self._explicit_batch_size = batch_size is not None
         self.n_epochs = n_epochs
         self.clip_range = clip_range
         self.clip_range_high = clip_range_high
@@ -407,7 +408,9 @@ class TokenPPO(OnPolicyAlgorithm):
             self.warmup_critic(buffer)
         # every epoch's shuffled minibatches, drawn up front so that pi_old can be frozen in the
         # first epoch's layout: its first minibatch then repeats the freezing forward bit for bit
-        layouts = [buffer.minibatch_layout(self.batch_size, self._shuffle_rng) for _ in range(self.n_epochs)]
+        # a batch of another size (train_on_batch) keeps n_minibatches, unless batch_size was given
+        batch_size = self.batch_size if self._explicit_batch_size else math.ceil(buffer.size() / self.n_minibatches)
+        layouts = [buffer.minibatch_layout(batch_size, self._shuffle_rng) for _ in range(self.n_epochs)]
         # 1. freeze pi_old: one no-grad pass of the trainer over the whole batch
         self._freeze_old_policy(buffer, layouts[0])
         ev = buffer.explained_variance()  # before the critic sees this batch
@@ -420,7 +423,7 @@ class TokenPPO(OnPolicyAlgorithm):
         steps, stop = 0, False
         for epoch, layout in enumerate(layouts):
             mb_stats: list[dict[str, float]] = []
-            for mb, sample in enumerate(buffer.get(self.batch_size, layout)):
+            for mb, sample in enumerate(buffer.get(batch_size, layout)):
                 loss, stats = self._minibatch_loss(sample, clip_low, clip_high)
                 if not th.isfinite(loss):
                     self._restore(self._last_good)
