@@ -18,6 +18,8 @@ Run: ``.venv/bin/python examples/ch8_ppo.py`` (full) or ``--iterations 3`` (a qu
 ``--lr 1e-3`` (TokenPPO's own default) for the learning-rate check in docs/chapter8.md.
 """
 import argparse
+import pathlib
+import tempfile
 import time
 
 import ch8_common
@@ -146,7 +148,10 @@ if not args.no_figure:
         ax.legend(fontsize=7)
     fig.suptitle("Figure 8.3 (ours): per-epoch PPO diagnostics", fontsize=10)
     fig.tight_layout()
-    out = DOCS / ("fig8_3_epochs.png" if args.lr == ch8_common.LR else f"fig8_3_epochs_lr{args.lr:g}.png")
+    name = "fig8_3_epochs" if args.lr == ch8_common.LR else f"fig8_3_epochs_lr{args.lr:g}"
+    if args.iterations != 30:  # a quick check must not overwrite the documented full-run figure
+        name += f"_{args.iterations}it"
+    out = (DOCS if args.iterations == 30 else pathlib.Path(tempfile.gettempdir())) / f"{name}.png"
     fig.savefig(out, dpi=120)
     print(f"\nsaved {out}")
 print(f"\nwall time {time.perf_counter() - start:.1f} s")
