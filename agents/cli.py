@@ -198,7 +198,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv and argv[0] == "play":
         from bugfix_gym.play import main as play_main
 
-        return int(play_main(argv[1:]) or 0)
+        return int(play_main(argv[1:], prog="bugfix-gym play") or 0)
     try:
         args = _parser().parse_args(argv)
         if args.command is None:

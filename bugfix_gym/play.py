@@ -21,8 +21,8 @@ from .tasks import SPLITS, get_task
 from .tools import CALLS
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m bugfix_gym.play",
+def _parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog,
                                      description="Repair a buggy Python function by typing tool calls.")
     parser.add_argument("--task", help="task name, e.g. clamp (default: drawn from the split)")
     parser.add_argument("--split", default="train", choices=SPLITS, help="task split to draw from (default: train)")
@@ -32,14 +32,16 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
+def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout: TextIO | None = None,
+         prog: str = "python -m bugfix_gym.play") -> int:
     """Run the interactive game; returns the exit status (0 when the input ends normally, 130 on Ctrl-C).
 
     :param argv: command-line arguments (default ``sys.argv[1:]``)
     :param stdin: where calls are read from (default ``sys.stdin``)
     :param stdout: where the game is shown (default ``sys.stdout``)
+    :param prog: the command's name in usage and error lines
     """
-    parser = _parser()
+    parser = _parser(prog)
     args = parser.parse_args(argv)
     stdin = stdin if stdin is not None else sys.stdin
     stdout = stdout if stdout is not None else sys.stdout
