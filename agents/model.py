@@ -44,21 +44,47 @@ class TinyAgentConfig:
 class KVCache:
     """Keys and values of every layer for ``batch_size`` rows, each row with its own length.
 
-    ``k, v``: [n_layer, B, n_head, max_len, head_dim]; ``lengths`` [B]: tokens held per row.
-    Positions at or beyond a row's length hold garbage and are never read as valid.
+    ``k, v``: [n_layer, B, n_head, capacity, head_dim]; ``lengths`` [B]: tokens held per row.
+    The capacity starts small and doubles (up to ``max_len``) as rows grow, so a batch of short
+    episodes does not zero a full ``max_len`` cache. Positions at or beyond a row's length hold
+    zeros or stale keys and are never read as valid.
     """
 
-    def __init__(self, config: TinyAgentConfig, batch_size: int, device=None, dtype=torch.float32):
+    def __init__(self, config: TinyAgentConfig, batch_size: int, device=None, dtype=torch.float32,
+                 capacity: int = 256, buffers: tuple[torch.Tensor, torch.Tensor] | None = None):
         hs = config.d_model // config.n_head
-        shape = (config.n_layer, batch_size, config.n_head, config.max_len, hs)
-        self.k = torch.zeros(shape, device=device, dtype=dtype)  # [L, B, nh, max_len, hs]
-        self.v = torch.zeros(shape, device=device, dtype=dtype)  # [L, B, nh, max_len, hs]
-        self.lengths = torch.zeros(batch_size, dtype=torch.long, device=device)  # [B]
         self.max_len = config.max_len
+        cap = min(capacity, config.max_len)
+        shape = (config.n_layer, batch_size, config.n_head, cap, hs)
+        if buffers is not None and buffers[0].shape[:3] + buffers[0].shape[4:] == shape[:3] + shape[4:] \
+                and buffers[0].shape == buffers[1].shape and buffers[0].shape[3] <= config.max_len \
+                and buffers[0].dtype == dtype:
+            # reuse a finished cache's memory (zeroing warm memory is ~8x cheaper than fresh zeros)
+            self.k, self.v = buffers[0].zero_(), buffers[1].zero_()  # [L, B, nh, cap, hs]
+        else:
+            self.k = torch.zeros(shape, device=device, dtype=dtype)  # [L, B, nh, cap, hs]
+            self.v = torch.zeros(shape, device=device, dtype=dtype)  # [L, B, nh, cap, hs]
+        self.lengths = torch.zeros(batch_size, dtype=torch.long, device=device)  # [B]
 
     @property
     def batch_size(self) -> int:
         return self.lengths.shape[0]
+
+    def reserve(self, n: int) -> None:
+        """Make room for ``n`` positions per row (doubling the capacity, at most ``max_len``)."""
+        cap = self.k.shape[3]
+        if n <= cap:
+            return
+        new_cap = cap
+        while new_cap < n:
+            new_cap *= 2
+        new_cap = min(max(new_cap, n), self.max_len)
+        shape = self.k.shape[:3] + (new_cap,) + self.k.shape[4:]
+        k = self.k.new_zeros(shape)
+        v = self.v.new_zeros(shape)
+        k[:, :, :, :cap] = self.k
+        v[:, :, :, :cap] = self.v
+        self.k, self.v = k, v
 
 
 class CausalSelfAttention(nn.Module):
@@ -175,18 +201,24 @@ class TinyAgent(nn.Module):
         return self.heads(x)
 
     # ------------------------------------------------------------------ incremental decoding
-    def new_cache(self, batch_size: int) -> KVCache:
-        """An empty KV cache for ``batch_size`` rows."""
+    def new_cache(self, batch_size: int, buffers: tuple[torch.Tensor, torch.Tensor] | None = None) -> KVCache:
+        """An empty KV cache for ``batch_size`` rows.
+
+        :param buffers: optional ``(k, v)`` of a cache that is no longer used, zeroed and reused
+            if their shapes fit (else ignored)
+        """
         p = self.tok_emb.weight
-        return KVCache(self.config, batch_size, device=p.device, dtype=p.dtype)
+        return KVCache(self.config, batch_size, device=p.device, dtype=p.dtype, buffers=buffers)
 
     @torch.no_grad()
     def extend(self, ids: torch.Tensor, n_new: torch.Tensor, cache: KVCache,
                last_only: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
         """Append a right-padded chunk of new tokens to each row of ``cache`` and run them.
 
-        Only rows with new tokens are computed; keys are masked per row (``key <= position``),
-        so rows of different lengths share one batched call.
+        Only the valid new tokens are computed, packed into one ``[N, C]`` batch (no padding) for
+        every per-token op; attention runs per group of rows (rows feeding one token, rows
+        feeding several), each key masked per row (``key <= position``), so rows of different
+        lengths share one call.
 
         :param ids: [B, S] new tokens; row ``b`` uses its first ``n_new[b]`` (0 = row idle)
         :param n_new: [B] long, number of valid new tokens per row
@@ -196,40 +228,105 @@ class TinyAgent(nn.Module):
             idle rows) are zero
         """
         B, S = ids.shape
-        start = cache.lengths  # [B]
-        end = start + n_new  # [B]
-        if int(end.max()) > cache.max_len:
-            raise ValueError(f"KV cache overflow: a row needs {int(end.max())} positions, max_len={cache.max_len}")
-        active = torch.nonzero(n_new).flatten()  # rows with new tokens
-        if 2 * active.shape[0] > B:  # most rows are busy: run them all (idle rows' outputs are dropped)
-            active = torch.arange(B, device=ids.device)
-        R = active.shape[0]
-        cache_rows = None if R == B else active  # else gather only the busy rows' keys
-        S_run = int(n_new.max())  # trim the chunk's shared right padding
-        steps = torch.arange(S_run, device=ids.device)  # [S]
-        pos = start[active, None] + steps  # [R, S] absolute positions
-        valid = steps < n_new[active, None]  # [R, S]
-        local, cols = valid.nonzero(as_tuple=True)  # [N], [N]
-        write = (active[local], local, cols, pos[local, cols])
-        n_keys = int(end[active].max())
-        keys = torch.arange(n_keys, device=ids.device)  # [P]
-        attn_mask = torch.zeros(R, 1, S_run, n_keys, device=ids.device)  # [R, 1, S, P] additive
-        attn_mask.masked_fill_(keys > pos[:, :, None].unsqueeze(1), float("-inf"))  # causal within each row
-        x = self.embed(ids[active, :S_run], pos.clamp(max=cache.max_len - 1))  # [R, S, C]
+        dev = ids.device
+        n_list = n_new.tolist()
+        start_list = cache.lengths.tolist()
+        end_list = [a + n for a, n in zip(start_list, n_list)]
+        max_end = max(end_list) if end_list else 0
+        if max_end > cache.max_len:
+            raise ValueError(f"KV cache overflow: a row needs {max_end} positions, max_len={cache.max_len}")
+        V = self.config.vocab_size
+        dtype = self.tok_emb.weight.dtype
+        values = torch.zeros(B, S, device=dev, dtype=dtype)  # [B, S]
+        logits = torch.zeros((B, V) if last_only else (B, S, V), device=dev, dtype=dtype)
+        active = [b for b in range(B) if n_list[b] > 0]
+        if not active:
+            return logits, values
+        cache.reserve(max_end)
+        # packed valid tokens, row-major: token i is (row_of[i], col[i]) at position pos[i]
+        row_list, col_list, pos_list = [], [], []
+        singles, multis = [], []  # rows feeding one token / several (attention groups)
+        for b in active:
+            n = n_list[b]
+            row_list += [b] * n
+            col_list += range(n)
+            pos_list += range(start_list[b], start_list[b] + n)
+            (singles if n == 1 else multis).append(b)
+        N = len(row_list)
+        row_of = torch.tensor(row_list, device=dev)  # [N]
+        col = torch.tensor(col_list, device=dev)  # [N]
+        pos = torch.tensor(pos_list, device=dev)  # [N]
+        offsets, acc = {}, 0
+        for b in active:
+            offsets[b] = acc
+            acc += n_list[b]
+        # attention groups: rows feeding one token, rows feeding several. A group holding most
+        # rows attends over all B rows of the cache (a view: no gather copy of the keys); the
+        # other rows get dummy queries that see only keys <= their column, and are dropped.
+        groups = []  # (cache rows or None for all, packed index or None, q row, q col, R, S_g, P_g, mask)
+        for grp in (singles, multis):
+            if not grp:
+                continue
+            P_g = max(end_list[b] for b in grp)
+            S_g = max(n_list[b] for b in grp)
+            # one token per row: attending over all rows costs about what gathering the group's
+            # keys does; several tokens per row: only when nearly every row is in the group
+            full = 2 * len(grp) > B if grp is singles else 8 * len(grp) >= 7 * B
+            R = B if full else len(grp)
+            q_start = [0] * R
+            idx_l, row_l, col_l = [], [], []
+            for r, b in enumerate(grp):
+                n, rq = n_list[b], (b if full else r)
+                q_start[rq] = start_list[b]
+                idx_l += range(offsets[b], offsets[b] + n)
+                row_l += [rq] * n
+                col_l += range(n)
+            q_pos = torch.tensor(q_start, device=dev)[:, None] + torch.arange(S_g, device=dev)  # [R, S]
+            mask = (torch.arange(P_g, device=dev) <= q_pos[:, :, None])[:, None]  # [R, 1, S, P]
+            idx = None if len(idx_l) == N else torch.tensor(idx_l, device=dev)
+            # with one token per row, rows in the group's order, the queries need no scatter
+            direct = S_g == 1 and not full
+            groups.append((None if full else torch.tensor(grp, device=dev), idx,
+                           None if direct else torch.tensor(row_l, device=dev),
+                           None if direct else torch.tensor(col_l, device=dev), R, S_g, P_g, mask))
+        x = self.embed(ids[row_of, col], pos)  # [N, C]
+        C = x.shape[-1]
         for layer, block in enumerate(self.blocks):
-            x = block(x, cache=cache, layer=layer, write=write, attn_mask=attn_mask, n_keys=n_keys,
-                      cache_rows=cache_rows)
-        cache.lengths = end
-        h = self.ln_f(x)  # [R, S, C]
-        values = torch.zeros(B, S, device=ids.device, dtype=h.dtype)  # [B, S]
-        values[active, :S_run] = self.value_head(h).squeeze(-1) * valid  # [R, S]
+            attn = block.attn
+            nh, hs = attn.n_head, attn.hs
+            q, k, v = attn.qkv(block.ln1(x)).split(C, dim=-1)  # 3 x [N, C]
+            cache.k[layer, row_of, :, pos] = k.view(N, nh, hs)  # [N, nh, hs] into the cache
+            cache.v[layer, row_of, :, pos] = v.view(N, nh, hs)
+            y = q.new_empty(N, C) if len(groups) > 1 else None
+            for rows_t, idx, qr, qc, R, S_g, P_g, mask in groups:
+                if rows_t is None:
+                    kk, vv = cache.k[layer, :, :, :P_g], cache.v[layer, :, :, :P_g]  # [B, nh, P, hs] views
+                else:
+                    kk, vv = cache.k[layer, rows_t, :, :P_g], cache.v[layer, rows_t, :, :P_g]  # [R, nh, P, hs]
+                qg = q if idx is None else q[idx]  # [n_g, C]
+                if qr is None:  # one token per row, in order
+                    qp = qg.view(R, 1, nh, hs).transpose(1, 2)  # [R, nh, 1, hs]
+                else:
+                    qp = qg.new_zeros(R, S_g, C)
+                    qp[qr, qc] = qg
+                    qp = qp.view(R, S_g, nh, hs).transpose(1, 2)  # [R, nh, S, hs]
+                yg = F.scaled_dot_product_attention(qp, kk, vv, attn_mask=mask)  # [R, nh, S, hs]
+                yg = yg.transpose(1, 2).reshape(R, S_g, C)  # [R, S, C]
+                yg = yg.view(R, C) if qr is None else yg[qr, qc]  # [n_g, C]
+                if y is None:
+                    y = yg
+                else:
+                    y[slice(None) if idx is None else idx] = yg
+            x = x + attn.proj(y)
+            x = x + block.mlp(block.ln2(x))
+        cache.lengths = torch.tensor(end_list, device=dev)
+        h = self.ln_f(x)  # [N, C]
+        values[row_of, col] = self.value_head(h).squeeze(-1)
         if last_only:
-            logits = torch.zeros(B, self.config.vocab_size, device=ids.device, dtype=h.dtype)  # [B, V]
-            last = (n_new[active] - 1).clamp(min=0)  # [R]
-            logits[active] = self.lm_head(h[torch.arange(R, device=ids.device), last])  # [R, V]
+            last = torch.tensor([offsets[b] + n_list[b] - 1 for b in active], device=dev)  # [R]
+            logits[torch.tensor(active, device=dev)] = self.lm_head(h[last])  # [R, V]
         else:
-            logits = torch.zeros(B, S, self.config.vocab_size, device=ids.device, dtype=h.dtype)  # [B, S, V]
-            logits[active, :S_run] = self.lm_head(h)  # [R, S, V]
+            logits[row_of, col] = self.lm_head(h)  # [N, V]
         return logits, values
 
 

@@ -93,6 +93,11 @@ def scripted_rollout(policy: Callable[[str, dict], str], env, task, tok) -> Traj
     return _trajectory(ids, owner, zeros, zeros, rewards, info, _task_name(info.get("task", task)))
 
 
+# (batch, device, dtype, model config) -> (k, v) of the last finished rollout's KV cache, zeroed
+# and reused by the next one (fresh zeros of a few MB cost more than the reuse)
+_SPARE_KV: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
 @torch.no_grad()
 def rollout_batch(model: TinyAgent, envs: Sequence, tasks: Sequence, tok, generator: torch.Generator | None = None,
                   temperature: float = 1.0, max_call_tokens: int = 8) -> list[Trajectory]:
@@ -147,28 +152,22 @@ def rollout_batch(model: TinyAgent, envs: Sequence, tasks: Sequence, tok, genera
 
     writing = [True] * B  # still sampling calls (episode not over)
     call_len = [0] * B
-    cache = model.new_cache(B)
-    logits = torch.zeros(B, model.config.vocab_size, device=device)  # [B, V] next-token logits per row
+    pooled = isinstance(model, TinyAgent)  # reuse the last rollout's KV cache memory
+    pool_key = (B, str(device), model.tok_emb.weight.dtype, id(model.config)) if pooled else None
+    cache = model.new_cache(B, buffers=_SPARE_KV.pop(pool_key, None)) if pooled else model.new_cache(B)
     while any(pending):
-        # one call for the rows feeding a single sampled token, one for the rows prefilling
-        # tool outputs (or prompts), so that a long prefill does not pad every row to its length
-        for group in ([b for b, p in enumerate(pending) if len(p) == 1],
-                      [b for b, p in enumerate(pending) if len(p) > 1]):
-            if not group:
-                continue
-            S = max(len(pending[b]) for b in group)
-            rows_ids = [[tok.pad_id] * S for _ in range(B)]
-            n_new = [0] * B
-            for b in group:
-                rows_ids[b][: len(pending[b])] = pending[b]
-                n_new[b] = len(pending[b])
-            chunk = torch.tensor(rows_ids, dtype=torch.long, device=device)  # [B, S]
-            step_logits, vals = model.extend(chunk, torch.tensor(n_new, device=device), cache)  # [B, V], [B, S]
-            group_t = torch.tensor(group, device=device)
-            logits[group_t] = step_logits[group_t].float()
-            vals = vals[group_t].cpu().tolist()
-            for b, v in zip(group, vals):
-                values[b] += v[: n_new[b]]
+        # one call for every row with pending tokens: the model packs the valid tokens (no
+        # padding) and attends per group, so a long prefill does not cost the single-token rows
+        n_new = [len(p) for p in pending]
+        S = max(n_new)
+        rows_ids = [p + [tok.pad_id] * (S - len(p)) for p in pending]
+        chunk = torch.tensor(rows_ids, dtype=torch.long, device=device)  # [B, S]
+        step_logits, vals = model.extend(chunk, torch.tensor(n_new, device=device), cache)  # [B, V], [B, S]
+        logits = step_logits.float()  # idle rows' logits are zero and never sampled
+        vals = vals.cpu().tolist()
+        for b in range(B):
+            if n_new[b]:
+                values[b] += vals[b][: n_new[b]]
         fed = [bool(p) for p in pending]
         pending = [[] for _ in range(B)]
         rows = [b for b in range(B) if writing[b] and fed[b]]
@@ -212,6 +211,9 @@ def rollout_batch(model: TinyAgent, envs: Sequence, tasks: Sequence, tok, genera
         vals_b = values[b] + [0.0] * (len(ids[b]) - len(values[b]))
         trajs.append(_trajectory(ids[b], owner[b], logps[b], vals_b, rewards[b], infos[b],
                                  _task_name(infos[b].get("task", tasks[b]))))
+    if pooled:
+        _SPARE_KV.clear()  # keep one spare cache at most
+        _SPARE_KV[pool_key] = (cache.k, cache.v)
     model.train(was_training)
     return trajs
 
