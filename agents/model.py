@@ -185,11 +185,8 @@ class TinyAgent(nn.Module):
         h = self.ln_f(h)
         return self.lm_head(h), self.value_head(h).squeeze(-1)
 
-    def forward(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Full causal forward: ids [B, T] -> (logits [B, T, V], values [B, T]).
-
-        Right padding never changes earlier positions (causal attention), so no mask is needed.
-        """
+    def trunk(self, ids: torch.Tensor) -> torch.Tensor:
+        """Embeddings and blocks of a full causal pass: ids [B, T] -> hidden states [B, T, C] (before ln_f)."""
         B, T = ids.shape
         if T > self.config.max_len:
             raise ValueError(f"sequence of {T} tokens is longer than max_len={self.config.max_len}; "
@@ -198,7 +195,14 @@ class TinyAgent(nn.Module):
         x = self.embed(ids, pos)  # [B, T, C]
         for block in self.blocks:
             x = block(x)
-        return self.heads(x)
+        return x
+
+    def forward(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Full causal forward: ids [B, T] -> (logits [B, T, V], values [B, T]).
+
+        Right padding never changes earlier positions (causal attention), so no mask is needed.
+        """
+        return self.heads(self.trunk(ids))
 
     # ------------------------------------------------------------------ incremental decoding
     def new_cache(self, batch_size: int, buffers: tuple[torch.Tensor, torch.Tensor] | None = None) -> KVCache:
@@ -358,13 +362,7 @@ def sequence_logp_values_entropy(model: TinyAgent, ids: torch.Tensor, mask: torc
     B, T = ids.shape
     if mask.shape != (B, T - 1):
         raise ValueError(f"mask must be [B, T-1] = {[B, T - 1]}, got {list(mask.shape)}")
-    if T > model.config.max_len:
-        raise ValueError(f"sequence of {T} tokens is longer than max_len={model.config.max_len}; "
-                         "raise TinyAgentConfig.max_len")
-    pos = torch.arange(T, device=ids.device).expand(B, T)  # [B, T]
-    x = model.embed(ids, pos)  # [B, T, C]
-    for block in model.blocks:
-        x = block(x)
+    x = model.trunk(ids)  # [B, T, C]
     where = mask.bool()  # [B, T-1]
     h = model.ln_f(x[:, :-1][where])  # [N, C] hidden states at the masked positions
     logp_all = F.log_softmax(model.lm_head(h).float(), dim=-1)  # [N, V]

@@ -533,11 +533,7 @@ class TokenPPO(OnPolicyAlgorithm):
         target = buffer.monte_carlo_returns().to(self.device)
         with th.no_grad():  # the trunk is frozen here: compute its features once
             model = self.policy.model
-            B, T = ids.shape
-            x = model.embed(ids, th.arange(T, device=ids.device).expand(B, T))
-            for block in model.blocks:
-                x = block(x)
-            h = model.ln_f(x)[:, :-1]  # [B, T-1, C] features at positions predicting ids[1:]
+            h = model.ln_f(model.trunk(ids))[:, :-1]  # [B, T-1, C] features at positions predicting ids[1:]
         losses = []
         for _ in range(steps):
             values = head(h).squeeze(-1)  # [B, T-1]

@@ -149,10 +149,7 @@ def make_trunk_extractor(base: TinyAgent):
             lengths = (ids != self.pad_id).sum(1).clamp(min=1)  # [B]
             T = int(lengths.max())  # trim the shared padding (fair to the naive design)
             ids = ids[:, :T]
-            x = self.net.embed(ids, torch.arange(T).expand_as(ids))
-            for block in self.net.blocks:
-                x = block(x)
-            h = self.net.ln_f(x)  # [B, T, C]
+            h = self.net.ln_f(self.net.trunk(ids))  # [B, T, C]
             return h[torch.arange(len(ids)), lengths - 1]  # [B, C]
 
     return TinyAgentTrunk
