@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from bugfix_gym import OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL, encode_segment
+from bugfix_gym import OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL, encode_segment, episode_stats
 
 from .model import TinyAgent
 
@@ -247,13 +247,9 @@ def collate(trajs: Sequence[Trajectory], pad_id: int = 0) -> dict[str, torch.Ten
 
 
 def rollout_stats(trajs: Sequence[Trajectory]) -> dict[str, float]:
-    """Summary of trajectories -> reward, pass_rate, valid_calls, submit_rate, turns, action_tokens."""
-    n, turns = len(trajs), sum(t.info["n_turns"] for t in trajs)
-    return dict(
-        reward=sum(t.reward for t in trajs) / n,
-        pass_rate=sum(bool(t.info["submitted"] and t.info["hidden_pass"]) for t in trajs) / n,
-        valid_calls=1 - sum(t.info["n_invalid"] for t in trajs) / max(turns, 1),
-        submit_rate=sum(bool(t.info["submitted"]) for t in trajs) / n,
-        turns=turns / n,
-        action_tokens=sum(float(t.action_mask.sum()) for t in trajs) / n,
-    )
+    """Summary of trajectories -> reward, pass_rate, valid_calls, submit_rate, turns, action_tokens
+    (the book's keys: :func:`bugfix_gym.episode_stats` plus policy tokens per episode)."""
+    stats = episode_stats([t.info for t in trajs], [t.reward for t in trajs])
+    keys = ("reward", "pass_rate", "valid_calls", "submit_rate", "turns")
+    return dict(**{k: stats[k] for k in keys},
+                action_tokens=sum(float(t.action_mask.sum()) for t in trajs) / len(trajs))
