@@ -9,18 +9,18 @@ from __future__ import annotations
 import importlib
 
 _EXPORTS = {
-    "TinyAgent": "model", "TinyAgentConfig": "model", "sequence_log_probs": "model",
-    "sequence_logp_values_entropy": "model",
-    "Trajectory": "rollout", "rollout_batch": "rollout", "scripted_rollout": "rollout", "collate": "rollout",
-    "rollout_stats": "rollout",
-    "make_base_agent": "base_agent",
+    "TinyAgent": "model", "TinyAgentConfig": "model", "sequence_log_probs": "model", "score_tokens": "model",
+    "Trajectory": "rollout", "EpisodeSampler": "rollout", "write_calls": "rollout", "sample_episodes": "rollout",
+    "scripted_rollout": "rollout", "collate": "rollout", "rollout_stats": "rollout",
+    "CallGrammar": "grammar",
+    "make_base_agent": "base_agent", "cached_base_agent": "base_agent",
     "masked_mean": "losses", "aggregate_loss": "losses", "reinforce_loss": "losses",
     "clipped_policy_loss": "losses", "clipped_value_loss": "losses", "kl_estimate": "losses",
     "reward_to_go": "advantages", "gae_policy_tokens": "advantages", "whiten": "advantages",
     "explained_variance": "advantages",
-    "Reinforce": "reinforce", "policy_gradient_step": "reinforce",
+    "TokenOnPolicyAlgorithm": "on_policy", "Reinforce": "reinforce", "policy_gradient_step": "reinforce",
     "TinyAgentPolicy": "policies", "TokenRolloutBuffer": "buffers", "TokenPPO": "ppo",
-    "TextDummyVecEnv": "vec_env", "make_text_vec_env": "vec_env",
+    "StopAfterIterations": "callbacks", "TextDummyVecEnv": "vec_env", "make_text_vec_env": "vec_env",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,4 +1,4 @@
-"""The base agent: TinyAgent behaviour-cloned on well-formed but unskilled scripted play.
+"""The base agent: TinyAgent behaviour-cloned on well-formed but unskilled scripted play, cached on disk.
 
 It is the book's stand-in for a pretrained base model (§6.2): it writes valid calls ~98% of
 the time and submits most episodes, but passes only when a guessed fix happens to be right.
@@ -6,19 +6,24 @@ the time and submits most episodes, but passes only when a guessed fix happens t
 
 from __future__ import annotations
 
-from typing import Sequence
+import dataclasses
+import hashlib
+import inspect
+import json
+import os
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any, Sequence
 
 import torch
 
-from bugfix_gym import BugFixEnv, make_tasks, scripted_policy
+from bugfix_gym import BugFixEnv, Tokenizer, make_tasks, scripted_policy
 
+from .losses import masked_mean
 from .model import TinyAgent, TinyAgentConfig, sequence_log_probs
 from .rollout import collate, scripted_rollout
-
-
-def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean of ``x`` where ``mask`` is 1 (x, mask [B, T] -> scalar)."""
-    return (x * mask).sum() / mask.sum().clamp(min=1e-8)
 
 
 def make_base_agent(tok, seed: int = 0, kinds: Sequence[str] = ("random", "blind"), episodes_per_task: int = 8,
@@ -52,17 +57,100 @@ def make_base_agent(tok, seed: int = 0, kinds: Sequence[str] = ("random", "blind
         env = BugFixEnv()
         demos += [scripted_rollout(policy, env, task, tok)
                   for task in make_tasks("train") for _ in range(episodes_per_task)]
-    data = collate(demos, tok.pad_id)  # ids [N, T], action_mask [N, T-1]
+    data = collate(demos, tok.pad_id)  # ids [N, T], policy_mask [N, T-1]
     model = TinyAgent(config or TinyAgentConfig(vocab_size=tok.vocab_size))
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     for _ in range(steps):
         idx = torch.randint(len(demos), (batch_size,), generator=gen)  # [b]
         ids = data["ids"][idx]  # [b, T]
-        mask = data["action_mask"][idx]  # [b, T-1]
+        mask = data["policy_mask"][idx]  # [b, T-1]
         T = int((data["owner"][idx] > 0).sum(1).max())  # trim shared right padding
         logp = sequence_log_probs(model, ids[:, :T])  # [b, T-1]
-        loss = -_masked_mean(logp, mask[:, : T - 1])  # cross-entropy on policy tokens
+        loss = -masked_mean(logp, mask[:, : T - 1])  # cross-entropy on policy tokens
         opt.zero_grad()
         loss.backward()
         opt.step()
     return model
+
+
+_BASE_FORMAT = "bugfix_gym.base_agent/1"
+
+
+def cache_dir() -> Path:
+    """Where trained base agents are cached: ``$BUGFIX_GYM_CACHE``, else ``$XDG_CACHE_HOME/bugfix_gym``,
+    else ``~/.cache/bugfix_gym``."""
+    if os.environ.get("BUGFIX_GYM_CACHE"):
+        return Path(os.environ["BUGFIX_GYM_CACHE"]).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")).expanduser() / "bugfix_gym"
+
+
+def _base_agent_key(tok: Tokenizer, kwargs: dict[str, Any]) -> str:
+    """Hash of what the base agent's weights depend on: tokenizer, arguments, model sizes and the
+    behaviour-cloning recipe (this module's source). Refactors of the model or rollout code
+    keep the cache; an architecture change makes the cached weights fail to load, which retrains."""
+    h = hashlib.sha256()
+    config = dataclasses.asdict(TinyAgentConfig(vocab_size=tok.vocab_size))
+    h.update(json.dumps({"format": _BASE_FORMAT, "words": tok.words, "kwargs": kwargs, "config": config},
+                        sort_keys=True, default=str).encode())
+    h.update(inspect.getsource(sys.modules[__name__]).encode())
+    return h.hexdigest()[:16]
+
+
+def cached_base_agent(tok: Tokenizer, seed: int = 0, use_cache: bool = True, verbose: int = 0,
+                      **kwargs) -> TinyAgent:
+    """``agents.base_agent.make_base_agent(tok, seed, **kwargs)``, cached on disk.
+
+    The file name is a hash of the tokenizer, the arguments, the model sizes and the source of
+    ``agents/base_agent.py``, so a change of the recipe retrains. A missing, corrupt, unreadable
+    or architecture-mismatched cache file is retrained and rewritten (atomically); an
+    unwritable cache directory only costs the retraining next time.
+
+    :param tok: the tokenizer
+    :param seed: the base agent's seed
+    :param use_cache: read and write the cache (False: always train)
+    :param verbose: 1 prints where the agent came from
+    :param kwargs: more ``make_base_agent`` arguments (``steps``, ``episodes_per_task``, ...)
+    """
+    path = cache_dir() / f"base_agent-{_base_agent_key(tok, dict(seed=seed, **kwargs))}.pt"
+    if use_cache and path.exists():
+        try:
+            blob = torch.load(path, map_location="cpu", weights_only=True)
+            if blob.get("format") != _BASE_FORMAT:
+                raise ValueError("unknown format")
+            agent = TinyAgent(TinyAgentConfig(**blob["config"]))
+            agent.load_state_dict(blob["state_dict"])
+            if verbose:
+                print(f"base agent loaded from {path}")
+            return agent
+        except Exception as e:  # corrupt / truncated / stale: retrain below
+            warnings.warn(f"ignoring unreadable base-agent cache {path} ({type(e).__name__}: {e}); retraining")
+    if verbose:
+        print("training the base agent (behaviour cloning on scripted play; cached afterwards) ...")
+    rng_state = torch.get_rng_state()
+    agent = make_base_agent(tok, seed=seed, **kwargs)
+    torch.set_rng_state(rng_state)  # make_base_agent seeds the global RNG; leave it as it was
+    if use_cache:
+        _write_cache(path, agent)
+    return agent
+
+
+def _write_cache(path: Path, agent: TinyAgent) -> None:
+    """Write the agent to ``path`` atomically; any failure (unwritable folder, full disk) is a
+    warning, and no temporary file is left behind."""
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            torch.save({"format": _BASE_FORMAT, "config": dataclasses.asdict(agent.config),
+                        "state_dict": agent.state_dict()}, f)
+        os.replace(tmp, path)  # atomic: a concurrent reader sees the old file or the new one
+        tmp = None
+    except Exception as e:  # noqa: BLE001 - the cache is an optimisation: never fail the caller for it
+        warnings.warn(f"could not write the base-agent cache {path}: {type(e).__name__}: {e}")
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass

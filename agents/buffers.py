@@ -35,14 +35,16 @@ class TokenRolloutBufferSamples(NamedTuple):
 
     ids: th.Tensor  # [b, T] token ids, right-padded with pad_id
     owner: th.Tensor  # [b, T] owner codes (prompt 1, policy 2, tool 3, pad 0)
-    action_mask: th.Tensor  # [b, T-1] 1 where the target ids[t+1] is a policy token
-    old_log_prob: th.Tensor  # [b, T-1] log pi_old(ids[t+1] | ids[:t+1]), frozen
+    policy_mask: th.Tensor  # [b, T-1] 1 where the target ids[t+1] is a policy token
+    grammar_state: th.Tensor  # [b, T-1] call-grammar state each policy token was sampled in (-1: none)
+    old_logp: th.Tensor  # [b, T-1] log pi_old(ids[t+1] | ids[:t+1]), frozen
     old_values: th.Tensor  # [b, T-1] V_old(ids[:t+1]), frozen
     advantages: th.Tensor  # [b, T-1] GAE advantages (whitened over the batch's policy tokens)
     returns: th.Tensor  # [b, T-1] value targets = raw advantages + old values
-    ref_log_prob: th.Tensor | None  # [b, T-1] log pi_ref, when a KL penalty is used
+    ref_logp: th.Tensor | None  # [b, T-1] log pi_ref, when a KL penalty is used
     rewards: th.Tensor  # [b] episode returns
     indices: th.Tensor  # [b] positions of these trajectories in the buffer
+    lengths: th.Tensor  # [b] real length of each trajectory
 
 
 class TokenRolloutBuffer(BaseBuffer):
@@ -91,9 +93,9 @@ class TokenRolloutBuffer(BaseBuffer):
         self.trajectories: list[Trajectory] = []
         self.data: dict[str, th.Tensor] = {}
         self.lengths = th.zeros(0, dtype=th.long)
-        self.old_log_prob: th.Tensor | None = None
+        self.old_logp: th.Tensor | None = None
         self.old_values: th.Tensor | None = None
-        self.ref_log_prob: th.Tensor | None = None
+        self.ref_logp: th.Tensor | None = None
         self.advantages: th.Tensor | None = None
         self.raw_advantages: th.Tensor | None = None
         self.returns: th.Tensor | None = None
@@ -108,34 +110,34 @@ class TokenRolloutBuffer(BaseBuffer):
         self.full = self.pos >= self.buffer_size
         self.data = collate(self.trajectories, self.pad_id)  # ids [N, T], per-token fields [N, T-1]
         self.lengths = (self.data["owner"] > 0).sum(1)  # [N]
-        self.old_log_prob = self.old_values = self.ref_log_prob = None
+        self.old_logp = self.old_values = self.ref_logp = None
         self.advantages = self.raw_advantages = self.returns = None
 
     def size(self) -> int:
         return len(self.trajectories)
 
     @property
-    def action_mask(self) -> th.Tensor:
+    def policy_mask(self) -> th.Tensor:
         """[N, T-1] float, 1 on policy-token targets."""
-        return self.data["action_mask"]
+        return self.data["policy_mask"]
 
     @property
     def n_policy_tokens(self) -> int:
-        return int(self.data["action_mask"].sum()) if self.data else 0
+        return int(self.data["policy_mask"].sum()) if self.data else 0
 
-    def set_old_policy(self, old_log_prob: th.Tensor, old_values: th.Tensor,
-                       ref_log_prob: th.Tensor | None = None) -> None:
+    def set_old_policy(self, old_logp: th.Tensor, old_values: th.Tensor,
+                       ref_logp: th.Tensor | None = None) -> None:
         """Freeze pi_old: log-probs and values of the whole batch, computed once by the trainer
         before any update (book §8.4; recomputing them inside the update loop makes every ratio 1).
 
-        :param old_log_prob: [N, T-1] log pi_old of each target token
+        :param old_logp: [N, T-1] log pi_old of each target token
         :param old_values: [N, T-1] V_old at each position
-        :param ref_log_prob: [N, T-1] log pi_ref (KL penalty), or None
+        :param ref_logp: [N, T-1] log pi_ref (KL penalty), or None
         """
-        mask = self.action_mask
-        self.old_log_prob = old_log_prob.detach().float() * mask
+        mask = self.policy_mask
+        self.old_logp = old_logp.detach().float() * mask
         self.old_values = old_values.detach().float()
-        self.ref_log_prob = None if ref_log_prob is None else ref_log_prob.detach().float() * mask
+        self.ref_logp = None if ref_logp is None else ref_logp.detach().float() * mask
 
     def compute_returns_and_advantage(self, last_values: th.Tensor | None = None,
                                       dones: np.ndarray | None = None) -> None:
@@ -147,7 +149,7 @@ class TokenRolloutBuffer(BaseBuffer):
         ``last_values`` / ``dones`` are SB3's bootstrap arguments; episodes here are complete,
         so they are ignored.
         """
-        mask = self.action_mask
+        mask = self.policy_mask
         values = self.old_values if self.old_values is not None else self.data["values"]
         adv, returns = gae_policy_tokens(self.data["token_rewards"], values, mask, self.gamma, self.gae_lambda)
         self.raw_advantages = adv  # [N, T-1]
@@ -166,13 +168,13 @@ class TokenRolloutBuffer(BaseBuffer):
 
     def monte_carlo_returns(self) -> th.Tensor:
         """[N, T-1] reward-to-go on policy tokens (the critic warm-up target, book §8.4)."""
-        return reward_to_go(self.data["token_rewards"], self.action_mask, self.gamma)
+        return reward_to_go(self.data["token_rewards"], self.policy_mask, self.gamma)
 
     def explained_variance(self) -> float:
         """Explained variance of the frozen values against Monte-Carlo returns on policy tokens,
         measured before the critic trains on this batch (book §8.4)."""
         values = self.old_values if self.old_values is not None else self.data["values"]
-        return explained_variance(values, self.monte_carlo_returns(), self.action_mask)
+        return explained_variance(values, self.monte_carlo_returns(), self.policy_mask)
 
     def minibatch_layout(self, batch_size: int | None = None,
                          rng: np.random.Generator | None = None) -> list[np.ndarray]:
@@ -192,7 +194,7 @@ class TokenRolloutBuffer(BaseBuffer):
         :param layout: the minibatches' trajectory indices (from :meth:`minibatch_layout`); a new
             shuffle if None
         """
-        if self.returns is None or self.old_log_prob is None:
+        if self.returns is None or self.old_logp is None:
             raise RuntimeError("call set_old_policy() and compute_returns_and_advantage() before get()")
         self.generator_ready = True
         for batch_inds in layout if layout is not None else self.minibatch_layout(batch_size):
@@ -212,12 +214,14 @@ class TokenRolloutBuffer(BaseBuffer):
         return TokenRolloutBufferSamples(
             ids=tok(self.data["ids"]),
             owner=tok(self.data["owner"]),
-            action_mask=per_token(self.data["action_mask"]),
-            old_log_prob=per_token(self.old_log_prob),
+            policy_mask=per_token(self.data["policy_mask"]),
+            grammar_state=per_token(self.data["grammar_state"]),
+            old_logp=per_token(self.old_logp),
             old_values=per_token(self.old_values),
             advantages=per_token(self.advantages),
             returns=per_token(self.returns),
-            ref_log_prob=per_token(self.ref_log_prob),
+            ref_logp=per_token(self.ref_logp),
             rewards=self.data["rewards"][idx].to(self.device),
             indices=idx,
+            lengths=self.lengths[idx],
         )

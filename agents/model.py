@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -334,44 +335,72 @@ class TinyAgent(nn.Module):
         return logits, values
 
 
-def sequence_log_probs(model: TinyAgent, ids: torch.Tensor) -> torch.Tensor:
-    """Log-prob of each next token: ids [B, T] -> logp [B, T-1], ``logp[t] = log pi(ids[t+1] | ids[:t+1])``."""
-    logits, _ = model(ids)  # [B, T, V]
-    logp = F.log_softmax(logits[:, :-1].float(), dim=-1)  # [B, T-1, V]
-    return logp.gather(-1, ids[:, 1:, None]).squeeze(-1)  # [B, T-1]
+def score_tokens(model: TinyAgent, ids: torch.Tensor, mask: torch.Tensor | None = None, *,
+                 lengths: torch.Tensor | None = None, chunk: int | None = None, grammar: Any = None,
+                 grammar_state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Score a right-padded batch in one causal pass: ids [B, T] -> (logp, values, entropy), each [B, T-1].
 
+    Aligned with the targets ``ids[1:]``: ``logp[t] = log pi(ids[t+1] | ids[:t+1])``,
+    ``values[t] = V(ids[:t+1])``, ``entropy[t]`` the entropy of the next-token distribution at ``t``.
+    Right padding never changes earlier positions (causal attention), so no attention mask is needed.
 
-def sequence_logp_values_entropy(model: TinyAgent, ids: torch.Tensor, mask: torch.Tensor | None = None
-                                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One forward -> (logp [B, T-1], values [B, T-1], entropy [B, T-1]), aligned with ``ids[1:]``.
-
-    ``values[t] = V(ids[:t+1])``; ``entropy[t]`` is the entropy of the next-token distribution at ``t``.
-
-    :param mask: optional [B, T-1] (bool or 0/1), aligned with the outputs. When given, the trunk
-        still runs over every position (attention needs them all) but the final norm, LM head,
-        log-softmax, entropy and value head run only where ``mask`` is set; the outputs are
-        zero elsewhere and equal the unmasked path where it is set. PPO's losses read only
-        policy positions (~10% of a BugFix episode), so this skips most of the head's cost.
+    :param model: the TinyAgent
+    :param ids: [B, T] token ids, right-padded
+    :param mask: optional [B, T-1] policy mask. The trunk still runs over every position (attention
+        needs them all) but the final norm, LM head, log-softmax, entropy and value head run only
+        where it is set; the outputs are zero elsewhere. The losses read only policy positions
+        (a small share of an episode), so this skips most of the heads' cost.
+    :param lengths: [B] real length of each row; with ``chunk``, rows run in length-sorted chunks
+        of ``chunk`` rows, each trimmed to its own longest row (same result, far less padding)
+    :param chunk: rows per chunk (None: one pass)
+    :param grammar: an :class:`agents.grammar.CallGrammar`; with ``grammar_state`` [B, T-1] the
+        logits at positions with a state >= 0 are masked to the tokens the grammar allowed there,
+        so the scores are those of the distribution the sampler drew from (needs ``mask``)
+    :param grammar_state: [B, T-1] grammar state of each position (-1: unconstrained)
     """
+    B, T = ids.shape
+    if chunk is not None and chunk < B and lengths is not None:
+        order = torch.argsort(lengths, descending=True)  # [B]
+        parts: list[list[torch.Tensor]] = [[], [], []]
+        for start in range(0, B, chunk):
+            rows = order[start: start + chunk]
+            L = max(int(lengths[rows].max()), 2)
+            sub = (None if x is None else x[rows, : L - 1] for x in (mask, grammar_state))
+            outs = score_tokens(model, ids[rows, :L], next(sub), grammar=grammar, grammar_state=next(sub))
+            for part, out in zip(parts, outs):  # 3 x [c, L-1]
+                part.append(F.pad(out, (0, T - L)))  # [c, T-1]
+        inverse = torch.argsort(order)  # back to the batch's order
+        return tuple(torch.cat(part)[inverse] for part in parts)  # type: ignore[return-value]
     if mask is None:
+        if grammar is not None:
+            raise ValueError("score_tokens with a grammar needs the policy mask")
         logits, values = model(ids)  # [B, T, V], [B, T]
         logp_all = F.log_softmax(logits[:, :-1].float(), dim=-1)  # [B, T-1, V]
         logp = logp_all.gather(-1, ids[:, 1:, None]).squeeze(-1)  # [B, T-1]
         entropy = -(logp_all.exp() * logp_all).sum(-1)  # [B, T-1]
         return logp, values[:, :-1], entropy
-    B, T = ids.shape
     if mask.shape != (B, T - 1):
         raise ValueError(f"mask must be [B, T-1] = {[B, T - 1]}, got {list(mask.shape)}")
     x = model.trunk(ids)  # [B, T, C]
     where = mask.bool()  # [B, T-1]
     h = model.ln_f(x[:, :-1][where])  # [N, C] hidden states at the masked positions
-    logp_all = F.log_softmax(model.lm_head(h).float(), dim=-1)  # [N, V]
-    targets = ids[:, 1:][where]  # [N]
-    out_logp = logp_all.gather(-1, targets[:, None]).squeeze(-1)  # [N]
-    out_ent = -(logp_all.exp() * logp_all).sum(-1)  # [N]
+    logits = model.lm_head(h).float()  # [N, V]
+    if grammar is not None and grammar_state is not None:
+        logits = grammar.mask_logits(logits, grammar_state[where])
+    logp_all = F.log_softmax(logits, dim=-1)  # [N, V]
+    out_logp = logp_all.gather(-1, ids[:, 1:][where][:, None]).squeeze(-1)  # [N]
+    p_all = logp_all.exp()
+    out_ent = -(p_all * logp_all.masked_fill(p_all == 0, 0.0)).sum(-1)  # [N] (masked tokens: 0 * -inf -> 0)
     out_v = model.value_head(h).squeeze(-1)  # [N]
 
     def scatter(v: torch.Tensor) -> torch.Tensor:  # [N] -> [B, T-1], zero off the mask
         return torch.zeros(B, T - 1, device=v.device, dtype=v.dtype).masked_scatter(where, v)
 
     return scatter(out_logp), scatter(out_v), scatter(out_ent)
+
+
+def sequence_log_probs(model: TinyAgent, ids: torch.Tensor) -> torch.Tensor:
+    """Log-prob of each next token: ids [B, T] -> logp [B, T-1], ``logp[t] = log pi(ids[t+1] | ids[:t+1])``."""
+    logits, _ = model(ids)  # [B, T, V]
+    logp = F.log_softmax(logits[:, :-1].float(), dim=-1)  # [B, T-1, V]
+    return logp.gather(-1, ids[:, 1:, None]).squeeze(-1)  # [B, T-1]

@@ -1,35 +1,30 @@
-"""TinyAgentPolicy: the TinyAgent wrapped as a Stable-Baselines3 policy, and the cached base agent.
+"""TinyAgentPolicy: the TinyAgent wrapped as a Stable-Baselines3 policy.
 
 The policy holds the model (``policy.model``), the tokenizer (``policy.tokenizer``) and the
-optimizer (``policy.optimizer``, SB3's convention). Training never goes through
-``forward``: TokenPPO samples whole episodes with :func:`agents.rollout.rollout_batch` and
-scores them with :func:`agents.model.sequence_logp_values_entropy`. ``predict`` is SB3's
-entry point for acting (``evaluate_policy``, ``EvalCallback``, user loops); what it expects
-is documented on :meth:`TinyAgentPolicy.predict`.
+optimizer (``policy.optimizer``, SB3's convention) and, optionally, the legal-call grammar
+its decoding is constrained to (``policy.grammar``). Training never goes through
+``forward``: the algorithms sample whole episodes with :class:`agents.rollout.EpisodeSampler`
+and score them with :func:`agents.model.score_tokens`. ``predict`` is SB3's entry point for
+acting (``evaluate_policy``, ``EvalCallback``, user loops); it writes calls with the same
+decoder as the sampler, and what it expects is documented on :meth:`TinyAgentPolicy.predict`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import inspect
-import json
-import os
-import tempfile
-import warnings
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 import torch as th
-import torch.nn.functional as F
 from gymnasium import spaces
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import Schedule
 
-from bugfix_gym import OWNER_PAD, OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL, Tokenizer, build_tokenizer, encode_segment
+from bugfix_gym import OWNER_PAD, OWNER_PROMPT, OWNER_TOOL, Tokenizer, build_tokenizer, encode_segment
 
+from .grammar import CallGrammar
 from .model import TinyAgent, TinyAgentConfig
+from .rollout import write_calls
 
 # keys under which a token-view observation (bugfix_gym.wrappers.TokenObservation) may hold its arrays
 _IDS_KEYS = ("ids", "input_ids", "token_ids", "tokens")
@@ -48,6 +43,8 @@ class TinyAgentPolicy(BasePolicy):
     :param model_config: ``TinyAgentConfig`` fields as a dict (or the dataclass); default sizes
         with the tokenizer's vocabulary
     :param max_call_tokens: the most tokens one call may have (``<eoc>`` included)
+    :param call_grammar: the legal calls (e.g. ``bugfix_gym.CALLS``): decoding is then constrained to
+        them (:class:`agents.grammar.CallGrammar`), in sampling and in scoring; None writes free text
     :param optimizer_class: optimizer class (``Adam``)
     :param optimizer_kwargs: extra optimizer arguments, not the learning rate (default for Adam:
         ``eps=1e-5``, as SB3's PPO)
@@ -62,6 +59,7 @@ class TinyAgentPolicy(BasePolicy):
         tokenizer: Tokenizer | dict | None = None,
         model_config: TinyAgentConfig | dict | None = None,
         max_call_tokens: int = 8,
+        call_grammar: Sequence[str] | None = None,
         optimizer_class: type[th.optim.Optimizer] = th.optim.Adam,
         optimizer_kwargs: dict[str, Any] | None = None,
         use_sde: bool = False,
@@ -87,13 +85,19 @@ class TinyAgentPolicy(BasePolicy):
                              f"vocabulary ({self.tokenizer.vocab_size})")
         self.model_config = model_config
         self.max_call_tokens = int(max_call_tokens)
+        self.call_grammar = tuple(call_grammar) if call_grammar else None
+        self.grammar = CallGrammar(self.tokenizer, self.call_grammar) if self.call_grammar else None
+        if self.grammar is not None and self.grammar.max_call_tokens > self.max_call_tokens:
+            raise ValueError(f"the longest legal call needs {self.grammar.max_call_tokens} tokens (with <eoc>), "
+                             f"more than max_call_tokens={self.max_call_tokens}")
         self.model = TinyAgent(model_config)
         self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
         data = super()._get_constructor_parameters()
         data.update(tokenizer=self.tokenizer.to_dict(), model_config=dataclasses.asdict(self.model_config),
-                    max_call_tokens=self.max_call_tokens, optimizer_class=self.optimizer_class,
+                    max_call_tokens=self.max_call_tokens, call_grammar=self.call_grammar,
+                    optimizer_class=self.optimizer_class,
                     optimizer_kwargs=self.optimizer_kwargs, lr_schedule=self._dummy_schedule)
         return data
 
@@ -105,45 +109,28 @@ class TinyAgentPolicy(BasePolicy):
     @th.no_grad()
     def generate_calls(self, prefixes: Sequence[Sequence[int]], deterministic: bool = False,
                        generator: th.Generator | None = None) -> list[list[int]]:
-        """Write one call for each token prefix (the episode so far).
+        """Write one call for each token prefix (the episode so far) with the one decoder,
+        :func:`agents.rollout.write_calls` (KV cache; the call grammar if the policy has one).
 
-        Decodes token by token with full forwards over the right-padded batch (causal, so the
-        padding never changes a row's last position). A call ends at ``<eoc>`` or after
-        ``max_call_tokens`` tokens. Prefixes longer than the model's ``max_len`` keep their
-        last tokens.
+        Prefixes longer than the model's context keep their last tokens.
 
         :param prefixes: token ids of each episode so far
         :param deterministic: greedy (argmax) decoding instead of sampling at temperature 1
         :param generator: seeds the sampling
         :return: each call's token ids (``<eoc>`` included when it was written)
         """
-        eoc, pad = self.tokenizer.eoc_id, self.tokenizer.pad_id
         keep = self.model_config.max_len - self.max_call_tokens
-        rows = [list(p)[-keep:] for p in prefixes]
-        calls: list[list[int]] = [[] for _ in rows]
-        active = list(range(len(rows)))
-        device = self.device
-        for _ in range(self.max_call_tokens):
-            if not active:
-                break
-            lengths = [len(rows[b]) for b in active]
-            ids = th.full((len(active), max(lengths)), pad, dtype=th.long)  # [A, T]
-            for i, b in enumerate(active):
-                ids[i, : lengths[i]] = th.tensor(rows[b], dtype=th.long)
-            logits, _ = self.model(ids.to(device))  # [A, T, V]
-            last = logits[th.arange(len(active)), th.tensor(lengths) - 1].float()  # [A, V]
-            if deterministic:
-                new = last.argmax(-1)  # [A]
-            else:
-                new = th.multinomial(F.softmax(last, dim=-1), 1, generator=generator).squeeze(-1)  # [A]
-            still = []
-            for b, t in zip(active, new.tolist()):
-                rows[b].append(t)
-                calls[b].append(t)
-                if t != eoc and len(calls[b]) < self.max_call_tokens:
-                    still.append(b)
-            active = still
-        return calls
+        feed = [list(p)[-keep:] for p in prefixes]
+        cache = self.model.new_cache(len(feed))
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            calls = write_calls(self.model, cache, feed, [bool(f) for f in feed], self.tokenizer.eoc_id,
+                                max_call_tokens=self.max_call_tokens, grammar=self.grammar,
+                                deterministic=deterministic, generator=generator)
+        finally:
+            self.model.train(was_training)
+        return calls.tokens
 
     def _calls_to_array(self, calls: list[list[int]]) -> np.ndarray:
         """Call token ids -> int64 [n, max_call_tokens], right-padded with ``pad_id``."""
@@ -236,77 +223,3 @@ class TinyAgentPolicy(BasePolicy):
             else:
                 histories[i] = list(old[i]) + encode_segment(self.tokenizer, OWNER_TOOL, text)
         return [list(h) for h in histories], single, (histories,)
-
-
-# ---------------------------------------------------------------------- the cached base agent
-_BASE_FORMAT = "bugfix_gym.base_agent/1"
-
-
-def cache_dir() -> Path:
-    """Where trained base agents are cached: ``$BUGFIX_GYM_CACHE``, else ``$XDG_CACHE_HOME/bugfix_gym``,
-    else ``~/.cache/bugfix_gym``."""
-    if os.environ.get("BUGFIX_GYM_CACHE"):
-        return Path(os.environ["BUGFIX_GYM_CACHE"]).expanduser()
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")).expanduser() / "bugfix_gym"
-
-
-def _base_agent_key(tok: Tokenizer, kwargs: dict[str, Any]) -> str:
-    """Hash of what the base agent's weights depend on: tokenizer, arguments, model sizes and the
-    behaviour-cloning recipe (``agents/base_agent.py``). Refactors of the model or rollout code
-    keep the cache; an architecture change makes the cached weights fail to load, which retrains."""
-    from . import base_agent
-
-    h = hashlib.sha256()
-    config = dataclasses.asdict(TinyAgentConfig(vocab_size=tok.vocab_size))
-    h.update(json.dumps({"format": _BASE_FORMAT, "words": tok.words, "kwargs": kwargs, "config": config},
-                        sort_keys=True, default=str).encode())
-    h.update(inspect.getsource(base_agent).encode())
-    return h.hexdigest()[:16]
-
-
-def cached_base_agent(tok: Tokenizer, seed: int = 0, use_cache: bool = True, verbose: int = 0,
-                      **kwargs) -> TinyAgent:
-    """``agents.base_agent.make_base_agent(tok, seed, **kwargs)``, cached on disk.
-
-    The file name is a hash of the tokenizer, the arguments, the model sizes and the source of
-    ``agents/base_agent.py``, so a change of the recipe retrains. A missing, corrupt, unreadable
-    or architecture-mismatched cache file is retrained and rewritten (atomically); an
-    unwritable cache directory only costs the retraining next time.
-
-    :param tok: the tokenizer
-    :param seed: the base agent's seed
-    :param use_cache: read and write the cache (False: always train)
-    :param verbose: 1 prints where the agent came from
-    :param kwargs: more ``make_base_agent`` arguments (``steps``, ``episodes_per_task``, ...)
-    """
-    from .base_agent import make_base_agent
-
-    path = cache_dir() / f"base_agent-{_base_agent_key(tok, dict(seed=seed, **kwargs))}.pt"
-    if use_cache and path.exists():
-        try:
-            blob = th.load(path, map_location="cpu", weights_only=True)
-            if blob.get("format") != _BASE_FORMAT:
-                raise ValueError("unknown format")
-            agent = TinyAgent(TinyAgentConfig(**blob["config"]))
-            agent.load_state_dict(blob["state_dict"])
-            if verbose:
-                print(f"base agent loaded from {path}")
-            return agent
-        except Exception as e:  # corrupt / truncated / stale: retrain below
-            warnings.warn(f"ignoring unreadable base-agent cache {path} ({type(e).__name__}: {e}); retraining")
-    if verbose:
-        print("training the base agent (behaviour cloning on scripted play; cached afterwards) ...")
-    rng_state = th.get_rng_state()
-    agent = make_base_agent(tok, seed=seed, **kwargs)
-    th.set_rng_state(rng_state)  # make_base_agent seeds the global RNG; leave it as it was
-    if use_cache:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-            with os.fdopen(fd, "wb") as f:
-                th.save({"format": _BASE_FORMAT, "config": dataclasses.asdict(agent.config),
-                         "state_dict": agent.state_dict()}, f)
-            os.replace(tmp, path)  # atomic: a concurrent reader sees the old file or the new one
-        except OSError as e:
-            warnings.warn(f"could not write the base-agent cache under {path.parent}: {e}")
-    return agent

@@ -1,8 +1,17 @@
-"""Token-level rollouts: lockstep sampling of many episodes with a KV cache, trajectories, collate.
+"""Token-level rollouts: one call decoder, one episode sampler, trajectories and collate.
+
+* :func:`write_calls` is the decoder: it writes one call per row of a batch token by token
+  with the KV cache (sampled at a temperature, or greedy), optionally constrained to the
+  legal-call grammar. The sampler and ``TinyAgentPolicy.predict`` both use it.
+* :class:`EpisodeSampler` drives any Stable-Baselines3 ``VecEnv`` of text environments
+  through ``step_async(list[str])`` / ``step_wait`` in lockstep, with SB3's auto-reset and
+  ``info["terminal_observation"]``, and returns whole episodes as :class:`Trajectory`.
+  Its tokens come only from what the env returns (the reset observation is the prompt,
+  every step's observation the tool output) and from the policy's own calls.
 
 Alignment (docs/CONTRACT.md): a trajectory has ``ids [T]`` and ``owner [T]`` (prompt 1, policy 2,
 tool 3); everything per predicted token has length ``T-1`` and position ``t`` is about predicting
-``ids[t+1]``. ``action_mask[t] = owner[t+1] == 2``; ``sample_logp[t]`` is the log-prob the sampler
+``ids[t+1]``. ``policy_mask[t] = owner[t+1] == 2``; ``sample_logp[t]`` is the log-prob the sampler
 gave ``ids[t+1]``; ``values[t] = V(ids[:t+1])``; an env step's reward sits on the position whose
 target is the last token (``<eoc>``) of the call that earned it.
 """
@@ -12,12 +21,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
+from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 
-from bugfix_gym import OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL, encode_segment, episode_stats
+from bugfix_gym import OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL, BugFixEnv, Tokenizer, encode_segment, episode_stats
 
-from .model import TinyAgent
+from .grammar import NO_STATE, CallGrammar
+from .model import KVCache, TinyAgent
 
 
 @dataclass
@@ -26,196 +38,388 @@ class Trajectory:
 
     :param ids: [T] long token ids
     :param owner: [T] long owner codes (prompt 1, policy 2, tool 3)
-    :param action_mask: [T-1] float, ``owner[1:] == 2``
+    :param policy_mask: [T-1] float, ``owner[1:] == 2``: the positions whose target the policy wrote
     :param sample_logp: [T-1] float, log-prob of each sampled policy token at sampling time (0 off-mask)
-    :param values: [T-1] float, critic values ``V(ids[:t+1])`` at sampling time (0 for scripted play)
+    :param values: [T-1] float, critic values ``V(ids[:t+1])`` at sampling time; 0 for scripted play and
+        after the last call (the final tool output is never fed to the model)
     :param token_rewards: [T-1] float, each step's reward on the position predicting its call's last token
     :param reward: the episode return (sum of rewards)
-    :param info: the final env ``info``
-    :param task: the task's name
+    :param info: the env's ``info`` of the episode's last step
+    :param task: the task's name (``info["task"]`` when the env gives one)
+    :param grammar_state: [T-1] long, the call-grammar state each policy token was sampled in
+        (``-1`` off the mask or when no grammar was used)
     """
 
     ids: torch.Tensor
     owner: torch.Tensor
-    action_mask: torch.Tensor
+    policy_mask: torch.Tensor
     sample_logp: torch.Tensor
     values: torch.Tensor
     token_rewards: torch.Tensor
     reward: float
     info: dict = field(default_factory=dict)
     task: str = ""
+    grammar_state: torch.Tensor | None = None
+
+    def __post_init__(self):
+        if self.grammar_state is None:
+            self.grammar_state = torch.full((max(len(self) - 1, 0),), NO_STATE, dtype=torch.long)
 
     def __len__(self) -> int:
         return int(self.ids.shape[0])
 
 
-def _trajectory(ids: list[int], owner: list[int], logp: list[float], values: list[float],
-                rewards: list[float], info: dict, task: str) -> Trajectory:
-    """Per-token lists (each entry about the token itself) -> a Trajectory with ``[T-1]`` fields."""
-    owner_t = torch.tensor(owner, dtype=torch.long)  # [T]
-    return Trajectory(
-        ids=torch.tensor(ids, dtype=torch.long),  # [T]
-        owner=owner_t,
-        action_mask=(owner_t[1:] == OWNER_POLICY).float(),  # [T-1]
-        sample_logp=torch.tensor(logp[1:], dtype=torch.float32),  # [T-1] logp of ids[t+1]
-        values=torch.tensor(values[:-1], dtype=torch.float32),  # [T-1] V(ids[:t+1])
-        token_rewards=torch.tensor(rewards[1:], dtype=torch.float32),  # [T-1] reward of target ids[t+1]
-        reward=float(sum(rewards)),
-        info=info,
-        task=task,
-    )
+class EpisodeRecord:
+    """An episode's tokens as they are produced, each entry about the token itself.
 
-
-def _task_name(task: Any) -> str:
-    return task if isinstance(task, str) else getattr(task, "name", str(task))
-
-
-def scripted_rollout(policy: Callable[[str, dict], str], env, task, tok) -> Trajectory:
-    """Play one episode of ``task`` with a scripted ``policy(obs, info) -> call`` and tokenize it.
-
-    Policy tokens are the call's words plus ``<eoc>``; ``sample_logp`` and ``values`` are zero.
+    ``values`` holds one critic value per token fed to the model so far (it can lag behind
+    ``ids`` by the tokens not fed yet).
     """
+
+    __slots__ = ("ids", "owner", "logp", "values", "rewards", "states", "cut")
+
+    def __init__(self, prompt_ids: Sequence[int]):
+        n = len(prompt_ids)
+        self.ids: list[int] = list(prompt_ids)
+        self.owner: list[int] = [OWNER_PROMPT] * n
+        self.logp: list[float] = [0.0] * n
+        self.rewards: list[float] = [0.0] * n
+        self.states: list[int] = [NO_STATE] * n
+        self.values: list[float] = []
+        self.cut = False  # the episode outgrew the model's context: later turns are not recorded
+
+    def add_call(self, ids: Sequence[int], logp: Sequence[float] | None = None,
+                 states: Sequence[int] | None = None) -> None:
+        self.ids += ids
+        self.owner += [OWNER_POLICY] * len(ids)
+        self.logp += logp if logp is not None else [0.0] * len(ids)
+        self.states += states if states is not None else [NO_STATE] * len(ids)
+        self.rewards += [0.0] * len(ids)
+
+    def add_reward(self, reward: float) -> None:
+        """A step's reward, on the last token of the call that earned it."""
+        self.rewards[len(self.rewards) - 1 - self.owner[::-1].index(OWNER_POLICY)] += float(reward)
+
+    def add_tool(self, ids: Sequence[int]) -> None:
+        self.ids += ids
+        self.owner += [OWNER_TOOL] * len(ids)
+        self.logp += [0.0] * len(ids)
+        self.states += [NO_STATE] * len(ids)
+        self.rewards += [0.0] * len(ids)
+
+    def trajectory(self, info: dict) -> Trajectory:
+        """The finished episode, per-token fields shifted to the ``[T-1]`` target alignment."""
+        owner = torch.tensor(self.owner, dtype=torch.long)  # [T]
+        values = self.values[: len(self.ids)] + [0.0] * (len(self.ids) - len(self.values))
+        info = dict(info)
+        if self.cut:
+            info["context_cut"] = True
+        return Trajectory(
+            ids=torch.tensor(self.ids, dtype=torch.long),  # [T]
+            owner=owner,
+            policy_mask=(owner[1:] == OWNER_POLICY).float(),  # [T-1]
+            sample_logp=torch.tensor(self.logp[1:], dtype=torch.float32),  # [T-1] logp of ids[t+1]
+            values=torch.tensor(values[:-1], dtype=torch.float32),  # [T-1] V(ids[:t+1])
+            token_rewards=torch.tensor(self.rewards[1:], dtype=torch.float32),  # [T-1] reward of target ids[t+1]
+            reward=float(sum(self.rewards)),
+            info=info,
+            task=str(info.get("task", "")),
+            grammar_state=torch.tensor(self.states[1:], dtype=torch.long),  # [T-1]
+        )
+
+
+# ---------------------------------------------------------------------- the decoder
+@dataclass
+class Calls:
+    """What :func:`write_calls` wrote: per row the call's tokens, their log-probs and grammar states,
+    and the critic value of every token fed to the model (in feeding order)."""
+
+    tokens: list[list[int]]
+    logp: list[list[float]]
+    states: list[list[int]]
+    fed_values: list[list[float]]
+
+
+@torch.no_grad()
+def write_calls(model: TinyAgent, cache: KVCache, feed: list[list[int]], writing: Sequence[bool], eoc_id: int, *,
+                max_call_tokens: int = 8, grammar: CallGrammar | None = None, temperature: float = 1.0,
+                deterministic: bool = False, generator: torch.Generator | None = None) -> Calls:
+    """Write one call for each row with ``writing[b]``, token by token with the KV cache.
+
+    Every model call feeds each row its pending tokens (first ``feed[b]``: the prompt, or a
+    finished call's last token and the tool output; then the last sampled token) and samples the
+    next token of the rows still writing. A call ends at ``<eoc>`` or after ``max_call_tokens``
+    tokens; its last token is *not* fed here (the next turn feeds it with the tool output).
+
+    :param model: the policy (eval mode, no grad)
+    :param cache: the rows' KV cache; ``feed`` continues each row where the cache ends
+    :param feed: per row, tokens to feed before writing (may be empty)
+    :param writing: per row, whether it writes a call now
+    :param eoc_id: the end-of-call token
+    :param max_call_tokens: the most tokens one call may have (``<eoc>`` included)
+    :param grammar: mask the logits to the legal calls (None: any token)
+    :param temperature: sampling temperature; ``logp`` is the log-prob under the sampled distribution
+    :param deterministic: greedy decoding instead of sampling
+    :param generator: seeds the sampling
+    """
+    B = len(feed)
+    device = model.tok_emb.weight.device
+    out = Calls([[] for _ in range(B)], [[] for _ in range(B)], [[] for _ in range(B)], [[] for _ in range(B)])
+    state = [grammar.start if grammar is not None else NO_STATE] * B
+    active = [b for b in range(B) if writing[b]]
+    pending = [list(f) for f in feed]
+    while any(pending):
+        n_new = [len(p) for p in pending]
+        S = max(n_new)
+        chunk = torch.tensor([p + [0] * (S - len(p)) for p in pending], dtype=torch.long, device=device)  # [B, S]
+        logits, values = model.extend(chunk, torch.tensor(n_new, device=device), cache)  # [B, V], [B, S]
+        values = values.cpu().tolist()
+        for b in range(B):
+            out.fed_values[b] += values[b][: n_new[b]]
+        rows = [b for b in active if n_new[b]]  # a writing row always has something to feed
+        pending = [[] for _ in range(B)]
+        if not rows:
+            break
+        rows_t = torch.tensor(rows, device=device)
+        step_logits = logits[rows_t].float() / temperature  # [R, V]
+        if grammar is not None:
+            step_logits = grammar.mask_logits(step_logits, torch.tensor([state[b] for b in rows], device=device))
+        logp_all = F.log_softmax(step_logits, dim=-1)  # [R, V]
+        if deterministic:
+            new = logp_all.argmax(-1, keepdim=True)  # [R, 1]
+        else:
+            new = torch.multinomial(logp_all.exp(), 1, generator=generator)  # [R, 1]
+        new_logp = logp_all.gather(-1, new).squeeze(-1).tolist()  # [R]
+        still = []
+        for b, t, lp in zip(rows, new.squeeze(-1).tolist(), new_logp):
+            out.tokens[b].append(t)
+            out.logp[b].append(lp)
+            out.states[b].append(state[b])
+            if grammar is not None:
+                state[b] = grammar.step(state[b], t)
+            if t != eoc_id and len(out.tokens[b]) < max_call_tokens:
+                pending[b] = [t]
+                still.append(b)
+        active = still
+    return out
+
+
+# ---------------------------------------------------------------------- the episode sampler
+StepHook = Callable[[np.ndarray, list, np.ndarray], bool]
+
+
+class EpisodeSampler:
+    """Plays a TinyAgent in a ``VecEnv`` of text environments and returns whole episodes.
+
+    The sampler keeps each sub-environment's episode so far between calls to :meth:`collect`:
+    an episode that is still running when a batch is complete continues in the next one (with
+    the policy of that time), so every episode is used exactly once and whole. Each
+    :meth:`collect` starts a new KV cache and re-reads the episodes in progress with the
+    current weights.
+
+    An episode that would outgrow the model's context (``max_len``) has its tool outputs cut
+    to fit; when not even the next call fits, the rest of the episode is played with
+    ``filler`` calls and not recorded (``info["context_cut"]``).
+
+    :param venv: the vector env; its observations and actions are text
+    :param tokenizer: the policy's tokenizer (unknown words become ``<unk>``)
+    :param max_call_tokens: the most tokens one call may have (``<eoc>`` included)
+    :param grammar: constrain calls to a legal-call grammar (None: free text)
+    :param filler: the call sent for an env whose episode is no longer recorded
+    """
+
+    def __init__(self, venv: VecEnv, tokenizer: Tokenizer, max_call_tokens: int = 8,
+                 grammar: CallGrammar | None = None, filler: str = ""):
+        self.venv = venv
+        self.tok = tokenizer
+        self.max_call_tokens = int(max_call_tokens)
+        self.grammar = grammar
+        self.filler = filler
+        self.episodes: list[EpisodeRecord] | None = None
+
+    def restart(self, observations: Sequence[Any] | None = None) -> None:
+        """Start every sub-environment's episode from ``observations`` (default: ``venv.reset()``)."""
+        obs = self.venv.reset() if observations is None else observations
+        self.episodes = [self._new_episode(o) for o in _texts(obs, self.venv.num_envs)]
+
+    def _new_episode(self, prompt: Any) -> EpisodeRecord:
+        return EpisodeRecord(encode_segment(self.tok, OWNER_PROMPT, str(prompt)))
+
+    def collect(self, model: TinyAgent, n_episodes: int, *, generator: torch.Generator | None = None,
+                temperature: float = 1.0, deterministic: bool = False, max_steps: int | None = None,
+                on_step: StepHook | None = None, recorded: Sequence[bool] | None = None) -> list[Trajectory]:
+        """Step the envs until ``n_episodes`` episodes have finished; return them in finishing order.
+
+        :param model: the policy (sampled in eval mode, no grad)
+        :param n_episodes: finished episodes to return
+        :param generator: seeds the sampling
+        :param temperature: sampling temperature (1.0: the model's own distribution)
+        :param deterministic: greedy decoding
+        :param max_steps: stop after this many vector-env steps even if fewer episodes finished
+        :param on_step: called after every vector-env step with ``(dones, infos, rewards)``;
+            returning False stops the collection after that step
+        :param recorded: per env, whether its episodes count (default all); an env that is not
+            recorded, and a recorded env after its first finished episode when ``recorded`` is
+            given, plays ``filler`` calls (used to play one given task per env)
+        """
+        return [traj for _, traj in self._run(model, n_episodes, generator=generator, temperature=temperature,
+                                              deterministic=deterministic, max_steps=max_steps, on_step=on_step,
+                                              recorded=recorded)]
+
+    def _run(self, model: TinyAgent, n_episodes: int, *, generator: torch.Generator | None, temperature: float,
+             deterministic: bool, max_steps: int | None, on_step: StepHook | None,
+             recorded: Sequence[bool] | None) -> list[tuple[int, Trajectory]]:
+        """:meth:`collect`, returning ``(env index, trajectory)`` pairs."""
+        if self.episodes is None:
+            self.restart()
+        assert self.episodes is not None
+        B = self.venv.num_envs
+        max_len = model.config.max_len
+        was_training = model.training
+        model.eval()
+        one_each = recorded is not None
+        live = list(recorded) if recorded is not None else [True] * B
+        cache = model.new_cache(B)
+        feed = []
+        for b, ep in enumerate(self.episodes):  # a new cache: re-read the episodes in progress with the current weights
+            ep.values = []
+            feed.append(list(ep.ids) if live[b] and not ep.cut else [])
+        finished: list[tuple[int, Trajectory]] = []
+        steps = 0
+        try:
+            while len(finished) < n_episodes and (max_steps is None or steps < max_steps):
+                writing = [live[b] and not self.episodes[b].cut for b in range(B)]
+                calls = write_calls(model, cache, feed, writing, self.tok.eoc_id,
+                                    max_call_tokens=self.max_call_tokens, grammar=self.grammar,
+                                    temperature=temperature, deterministic=deterministic, generator=generator)
+                actions = []
+                for b, ep in enumerate(self.episodes):
+                    ep.values += calls.fed_values[b]
+                    if writing[b]:
+                        ep.add_call(calls.tokens[b], calls.logp[b], calls.states[b])
+                        actions.append(self.tok.decode(calls.tokens[b]))
+                    else:
+                        actions.append(self.filler)
+                self.venv.step_async(actions)
+                obs, rewards, dones, infos = self.venv.step_wait()
+                steps += 1
+                texts = _texts(obs, B)
+                feed = [[] for _ in range(B)]
+                for b, ep in enumerate(self.episodes):
+                    if writing[b]:
+                        ep.add_reward(rewards[b])
+                    if dones[b]:
+                        if writing[b]:
+                            ep.add_tool(self._tool_ids(ep, _terminal_text(infos[b]), max_len))
+                        if live[b]:
+                            finished.append((b, ep.trajectory(infos[b])))
+                            live[b] = not one_each
+                        self.episodes[b] = new = self._new_episode(texts[b])
+                        cache.lengths[b] = 0  # the row starts over; stale keys are never read
+                        feed[b] = list(new.ids) if live[b] else []
+                    elif writing[b]:
+                        out = self._tool_ids(ep, texts[b], max_len)
+                        ep.add_tool(out)
+                        feed[b] = [ep.ids[len(ep.ids) - len(out) - 1]] + out if not ep.cut else []
+                if on_step is not None and on_step(dones, infos, rewards) is False:
+                    break
+        finally:
+            model.train(was_training)
+        if one_each:
+            self.episodes = None  # the parked envs' episodes were not recorded: start over next time
+        return finished
+
+    def _tool_ids(self, ep: EpisodeRecord, text: str, max_len: int) -> list[int]:
+        """The tool output's tokens, cut so that the next call still fits in the context
+        (its last token, the turn marker, is kept); marks the episode cut when nothing fits."""
+        out = encode_segment(self.tok, OWNER_TOOL, str(text))
+        room = max_len - len(ep.ids) - self.max_call_tokens
+        if len(out) > room:
+            out = out[: max(room - 1, 0)] + out[-1:] if room > 0 else []
+        if room <= 0:
+            ep.cut = True
+        return out
+
+    def play_tasks(self, model: TinyAgent, tasks: Sequence[Any], *, generator: torch.Generator | None = None,
+                   temperature: float = 1.0, deterministic: bool = False) -> list[Trajectory]:
+        """One episode of each task, in order: ``venv.set_options({"task": task})`` then ``reset``,
+        ``num_envs`` tasks at a time; envs whose episode is over wait with ``filler`` calls."""
+        B = self.venv.num_envs
+        out: list[Trajectory] = []
+        for start in range(0, len(tasks), B):
+            chunk = list(tasks[start: start + B])
+            self.venv.set_options([{"task": t} for t in chunk] + [{}] * (B - len(chunk)))
+            self.restart()
+            self.venv.set_options(None)
+            recorded = [b < len(chunk) for b in range(B)]
+            pairs = self._run(model, len(chunk), generator=generator, temperature=temperature,
+                              deterministic=deterministic, max_steps=None, on_step=None, recorded=recorded)
+            by_row = dict(pairs)  # each recorded env finishes exactly one episode
+            out += [by_row[b] for b in range(len(chunk))]
+        return out
+
+
+def _texts(obs: Any, n: int) -> list[str]:
+    """A vector env's observations -> ``n`` strings."""
+    arr = np.asarray(obs, dtype=object).reshape(-1)
+    if arr.shape[0] != n:
+        raise ValueError(f"expected {n} text observations, got an array of shape {np.shape(obs)}; the token "
+                         "sampler needs a vector env of text environments (observation space Text)")
+    return [str(o) for o in arr]
+
+
+def _terminal_text(info: dict) -> str:
+    try:
+        return info["terminal_observation"]
+    except KeyError:
+        raise KeyError("a finished episode's info has no 'terminal_observation'; use an SB3 VecEnv "
+                       "(DummyVecEnv, SubprocVecEnv, agents.RayVecEnv), which auto-resets and keeps it") from None
+
+
+# ---------------------------------------------------------------------- task lists and statistics
+def task_vec_env(n_envs: int, **env_kwargs) -> DummyVecEnv:
+    """A ``DummyVecEnv`` of ``n_envs`` BugFix-v0 envs (for playing given tasks)."""
+    return DummyVecEnv([lambda: BugFixEnv(**env_kwargs) for _ in range(n_envs)])
+
+
+def sample_episodes(model: TinyAgent, tokenizer: Tokenizer, tasks: Sequence[Any], n_per_task: int = 1,
+                    seed: int = 0, env_kwargs: dict | None = None, max_envs: int = 64,
+                    **sampler_kwargs) -> list[Trajectory]:
+    """``n_per_task`` episodes of each task (names or Task objects) on BugFix-v0, seeded, in task order.
+
+    :param model: the policy
+    :param tokenizer: its tokenizer
+    :param tasks: the tasks to play
+    :param n_per_task: episodes per task
+    :param seed: seeds the sampling
+    :param env_kwargs: BugFix-v0 options (e.g. ``call_cost``)
+    :param max_envs: the most envs stepped in lockstep
+    :param sampler_kwargs: :class:`EpisodeSampler` arguments (``max_call_tokens``, ``grammar``) and
+        ``temperature`` / ``deterministic``
+    """
+    batch = [t for t in tasks for _ in range(n_per_task)]
+    if not batch:
+        return []
+    play = {k: sampler_kwargs.pop(k) for k in ("temperature", "deterministic") if k in sampler_kwargs}
+    sampler = EpisodeSampler(task_vec_env(min(max_envs, len(batch)), **(env_kwargs or {})), tokenizer,
+                             **sampler_kwargs)
+    return sampler.play_tasks(model, batch, generator=torch.Generator().manual_seed(seed), **play)
+
+
+def scripted_rollout(policy: Callable[[str, dict], str], env, task, tok: Tokenizer) -> Trajectory:
+    """Play one episode of ``task`` with a scripted ``policy(obs, info) -> call`` and tokenize it the
+    way the sampler does (``sample_logp`` and ``values`` are zero)."""
     obs, info = env.reset(options={"task": task})
-    ids = encode_segment(tok, OWNER_PROMPT, obs)
-    owner = [OWNER_PROMPT] * len(ids)
-    rewards = [0.0] * len(ids)
+    ep = EpisodeRecord(encode_segment(tok, OWNER_PROMPT, obs))
     done = False
     while not done:
         action = policy(obs, info)
         obs, reward, terminated, truncated, info = env.step(action)
         done = terminated or truncated
-        call = encode_segment(tok, OWNER_POLICY, action)
-        out = encode_segment(tok, OWNER_TOOL, obs)
-        ids += call + out
-        owner += [OWNER_POLICY] * len(call) + [OWNER_TOOL] * len(out)
-        rewards += [0.0] * (len(call) - 1) + [float(reward)] + [0.0] * len(out)
-    zeros = [0.0] * len(ids)
-    return _trajectory(ids, owner, zeros, zeros, rewards, info, _task_name(info.get("task", task)))
-
-
-# (batch, device, dtype, model config) -> (k, v) of the last finished rollout's KV cache, zeroed
-# and reused by the next one (fresh zeros of a few MB cost more than the reuse)
-_SPARE_KV: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
-
-
-@torch.no_grad()
-def rollout_batch(model: TinyAgent, envs: Sequence, tasks: Sequence, tok, generator: torch.Generator | None = None,
-                  temperature: float = 1.0, max_call_tokens: int = 8) -> list[Trajectory]:
-    """Sample one episode per env in lockstep with a KV cache.
-
-    Each model call feeds every row its pending tokens (the prompt, the last sampled token, or a
-    finished call's last token plus the tool output), then samples the next policy token for the
-    rows that are writing a call. A call ends at ``<eoc>`` or after ``max_call_tokens`` tokens;
-    its text (``tok.decode``) goes to the env, which decides validity. An episode ends at env
-    termination / truncation, or (``info["stop"] == "max_len"``) when the next turn would not fit
-    in the model's ``max_len``.
-
-    :param model: the policy; run in eval mode, under no grad
-    :param envs: one env per episode (reset here with ``options={"task": task}``)
-    :param tasks: one task (name or Task) per env
-    :param tok: the tokenizer
-    :param generator: seeds the sampling (same seed, same trajectories)
-    :param temperature: sampling temperature; ``sample_logp`` is the log-prob under the sampling
-        distribution (at 1.0, the model's own log-prob, so the first PPO ratio is exactly 1)
-    :param max_call_tokens: the most tokens one call may have (``<eoc>`` included)
-    """
-    if len(envs) != len(tasks):
-        raise ValueError(f"need one task per env, got {len(envs)} envs and {len(tasks)} tasks")
-    if temperature <= 0:
-        raise ValueError(f"temperature must be positive, got {temperature}")
-    B = len(envs)
-    max_len = model.config.max_len
-    device = model.tok_emb.weight.device
-    was_training = model.training
-    model.eval()
-    eoc = tok.eoc_id
-
-    ids: list[list[int]] = []
-    owner: list[list[int]] = []
-    logps: list[list[float]] = []
-    values: list[list[float]] = []
-    rewards: list[list[float]] = []
-    infos: list[dict] = []
-    pending: list[list[int]] = []  # tokens each row feeds at the next model call
-    for env, task in zip(envs, tasks):
-        obs, info = env.reset(options={"task": task})
-        prompt = encode_segment(tok, OWNER_PROMPT, obs)
-        if len(prompt) + max_call_tokens > max_len:
-            raise ValueError(f"prompt of {len(prompt)} tokens leaves no room for a call in max_len={max_len}")
-        ids.append(list(prompt))
-        owner.append([OWNER_PROMPT] * len(prompt))
-        logps.append([0.0] * len(prompt))
-        rewards.append([0.0] * len(prompt))
-        values.append([])
-        infos.append(info)
-        pending.append(list(prompt))
-
-    writing = [True] * B  # still sampling calls (episode not over)
-    call_len = [0] * B
-    pooled = isinstance(model, TinyAgent)  # reuse the last rollout's KV cache memory
-    pool_key = (B, str(device), model.tok_emb.weight.dtype, id(model.config)) if pooled else None
-    cache = model.new_cache(B, buffers=_SPARE_KV.pop(pool_key, None)) if pooled else model.new_cache(B)
-    while any(pending):
-        # one call for every row with pending tokens: the model packs the valid tokens (no
-        # padding) and attends per group, so a long prefill does not cost the single-token rows
-        n_new = [len(p) for p in pending]
-        S = max(n_new)
-        rows_ids = [p + [tok.pad_id] * (S - len(p)) for p in pending]
-        chunk = torch.tensor(rows_ids, dtype=torch.long, device=device)  # [B, S]
-        step_logits, vals = model.extend(chunk, torch.tensor(n_new, device=device), cache)  # [B, V], [B, S]
-        logits = step_logits.float()  # idle rows' logits are zero and never sampled
-        vals = vals.cpu().tolist()
-        for b in range(B):
-            if n_new[b]:
-                values[b] += vals[b][: n_new[b]]
-        fed = [bool(p) for p in pending]
-        pending = [[] for _ in range(B)]
-        rows = [b for b in range(B) if writing[b] and fed[b]]
-        if not rows:
-            break
-        rows_t = torch.tensor(rows, device=device)
-        logp_all = F.log_softmax(logits[rows_t] / temperature, dim=-1)  # [R, V]
-        new = torch.multinomial(logp_all.exp(), 1, generator=generator)  # [R, 1]
-        new_logp = logp_all.gather(-1, new).squeeze(-1).tolist()  # [R]
-        for b, t, lp in zip(rows, new.squeeze(-1).tolist(), new_logp):
-            ids[b].append(t)
-            owner[b].append(OWNER_POLICY)
-            logps[b].append(lp)
-            rewards[b].append(0.0)
-            call_len[b] += 1
-            if t != eoc and call_len[b] < max_call_tokens:
-                pending[b] = [t]
-                continue
-            # the call is over: the env judges its text
-            text = tok.decode(ids[b][len(ids[b]) - call_len[b]:])
-            call_len[b] = 0
-            obs, reward, terminated, truncated, info = envs[b].step(text)
-            rewards[b][-1] = float(reward)
-            out = encode_segment(tok, OWNER_TOOL, obs)
-            done = terminated or truncated
-            room = max_len - len(ids[b]) - len(out)
-            if not done and room < max_call_tokens:  # the next turn would not fit: stop here
-                done = True
-                info = dict(info, stop="max_len")
-            out = out[: max(0, max_len - len(ids[b]))]
-            infos[b] = info
-            writing[b] = not done
-            ids[b] += out
-            owner[b] += [OWNER_TOOL] * len(out)
-            logps[b] += [0.0] * len(out)
-            rewards[b] += [0.0] * len(out)
-            pending[b] = [t] + out  # the call's last token and the tool output, one prefill
-    # rows that ended mid-prefill never fed their very last token's value; it is dropped anyway
-    trajs = []
-    for b in range(B):
-        vals_b = values[b] + [0.0] * (len(ids[b]) - len(values[b]))
-        trajs.append(_trajectory(ids[b], owner[b], logps[b], vals_b, rewards[b], infos[b],
-                                 _task_name(infos[b].get("task", tasks[b]))))
-    if pooled:
-        _SPARE_KV.clear()  # keep one spare cache at most
-        _SPARE_KV[pool_key] = (cache.k, cache.v)
-    model.train(was_training)
-    return trajs
+        ep.add_call(encode_segment(tok, OWNER_POLICY, action))
+        ep.add_reward(reward)
+        ep.add_tool(encode_segment(tok, OWNER_TOOL, obs))
+    return ep.trajectory(info)
 
 
 def _pad(rows: Sequence[torch.Tensor], length: int, value: float) -> torch.Tensor:
@@ -229,8 +433,9 @@ def _pad(rows: Sequence[torch.Tensor], length: int, value: float) -> torch.Tenso
 def collate(trajs: Sequence[Trajectory], pad_id: int = 0) -> dict[str, torch.Tensor]:
     """Right-pad trajectories into a batch.
 
-    :return: ``ids [B, T]`` (``pad_id``), ``owner [B, T]`` (0 = pad), ``action_mask``, ``sample_logp``,
-        ``values``, ``token_rewards`` (all [B, T-1], 0 on padding) and ``rewards [B]``
+    :return: ``ids [B, T]`` (``pad_id``), ``owner [B, T]`` (0 = pad), ``policy_mask``, ``sample_logp``,
+        ``values``, ``token_rewards`` (all [B, T-1], 0 on padding), ``grammar_state`` [B, T-1] (-1 on
+        padding) and ``rewards [B]``
     """
     if not trajs:
         raise ValueError("collate needs at least one trajectory")
@@ -238,18 +443,26 @@ def collate(trajs: Sequence[Trajectory], pad_id: int = 0) -> dict[str, torch.Ten
     return dict(
         ids=_pad([t.ids for t in trajs], T, pad_id),  # [B, T]
         owner=_pad([t.owner for t in trajs], T, 0),  # [B, T]
-        action_mask=_pad([t.action_mask for t in trajs], T - 1, 0.0),  # [B, T-1]
+        policy_mask=_pad([t.policy_mask for t in trajs], T - 1, 0.0),  # [B, T-1]
         sample_logp=_pad([t.sample_logp for t in trajs], T - 1, 0.0),  # [B, T-1]
         values=_pad([t.values for t in trajs], T - 1, 0.0),  # [B, T-1]
         token_rewards=_pad([t.token_rewards for t in trajs], T - 1, 0.0),  # [B, T-1]
+        grammar_state=_pad([t.grammar_state for t in trajs], T - 1, NO_STATE),  # type: ignore[misc]  # [B, T-1]
         rewards=torch.tensor([t.reward for t in trajs], dtype=torch.float32),  # [B]
     )
 
 
 def rollout_stats(trajs: Sequence[Trajectory]) -> dict[str, float]:
-    """Summary of trajectories -> reward, pass_rate, valid_calls, submit_rate, turns, action_tokens
-    (the book's keys: :func:`bugfix_gym.episode_stats` plus policy tokens per episode)."""
-    stats = episode_stats([t.info for t in trajs], [t.reward for t in trajs])
-    keys = ("reward", "pass_rate", "valid_calls", "submit_rate", "turns")
-    return dict(**{k: stats[k] for k in keys},
-                action_tokens=sum(float(t.action_mask.sum()) for t in trajs) / len(trajs))
+    """Summary of trajectories: the BugFix statistics of :func:`bugfix_gym.episode_stats` (when the
+    env's ``info`` has them) plus ``reward``, ``turns`` and ``policy_tokens`` (per episode)."""
+    if not trajs:
+        raise ValueError("rollout_stats needs at least one trajectory")
+    n = len(trajs)
+    tokens = sum(float(t.policy_mask.sum()) for t in trajs) / n
+    infos = [t.info for t in trajs]
+    if all("submitted" in i and "n_turns" in i for i in infos):
+        stats = episode_stats(infos, [t.reward for t in trajs])
+    else:  # another text env: returns and calls per episode
+        calls = [int(((t.owner[1:] == OWNER_POLICY) & (t.owner[:-1] != OWNER_POLICY)).sum()) for t in trajs]
+        stats = dict(reward=sum(t.reward for t in trajs) / n, turns=sum(calls) / n)
+    return dict(stats, policy_tokens=tokens)

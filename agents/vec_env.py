@@ -1,15 +1,14 @@
-"""A ``DummyVecEnv`` that carries ``gymnasium.spaces.Text`` observations.
+"""A ``DummyVecEnv`` for text envs whose observation space is gymnasium's own ``Text``.
 
-SB3's ``DummyVecEnv`` stores observations in fixed-shape numpy buffers, so it fails on
-``BugFix-v0``'s ``Text`` observation space (``TypeError: 'NoneType' object is not iterable``).
-:class:`TextDummyVecEnv` keeps one Python string per sub-environment in an ``object``
-array instead; everything else (auto-reset, ``terminal_observation``, ``TimeLimit.truncated``,
-``get_attr`` / ``env_method``, seeding) is SB3's own code. Spaces that already have a
-shape fall through to ``DummyVecEnv`` unchanged.
-
-``TokenPPO`` wraps a plain ``gym.make("BugFix-v0")`` in it automatically; build one
-yourself for SB3 helpers that need a ``VecEnv`` of the raw text environment, e.g.
-``EvalCallback(TextDummyVecEnv([lambda: Monitor(gym.make("BugFix-v0", split="heldout"))]))``.
+SB3's ``DummyVecEnv`` stores observations in fixed-shape numpy buffers, so it fails on a
+``gymnasium.spaces.Text`` observation space, which has no shape (``TypeError: 'NoneType'
+object is not iterable``). BugFix-v0 does not need this module: its spaces are
+:class:`bugfix_gym.spaces.BufferedText` (``shape == ()``, object dtype), which SB3's own
+vector envs, ``evaluate_policy`` and ``EvalCallback`` hold as they are. Other text envs
+that use the plain ``Text`` space get :class:`TextDummyVecEnv`, which keeps one Python
+string per sub-environment in an ``object`` array; everything else (auto-reset,
+``terminal_observation``, ``get_attr`` / ``env_method``, seeding) is SB3's own code. The
+token algorithms use it automatically for such an env.
 """
 
 from __future__ import annotations
@@ -24,9 +23,10 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 from stable_baselines3.common.vec_env.patch_gym import _patch_env
 
 
-def is_text_space(space: spaces.Space) -> bool:
-    """True for a ``Text`` space (no fixed array shape)."""
-    return isinstance(space, spaces.Text)
+def is_unshaped_text(space: spaces.Space) -> bool:
+    """True for a ``Text`` space without a shape (gymnasium's own ``Text``; BugFix-v0's
+    :class:`bugfix_gym.spaces.BufferedText` has one and works in SB3's ``DummyVecEnv`` as is)."""
+    return isinstance(space, spaces.Text) and space.shape is None
 
 
 class TextDummyVecEnv(DummyVecEnv):
@@ -37,7 +37,7 @@ class TextDummyVecEnv(DummyVecEnv):
 
     def __init__(self, env_fns: list[Callable[[], gym.Env]]):
         probe = [_patch_env(fn()) for fn in env_fns]
-        if not is_text_space(probe[0].observation_space):
+        if not is_unshaped_text(probe[0].observation_space):
             # shaped observations: SB3's DummyVecEnv as is (reuse the instances just built)
             super().__init__([lambda e=e: e for e in probe])
             return

@@ -7,11 +7,11 @@ from typing import Any, Sequence
 
 import gymnasium as gym
 import numpy as np
-from gymnasium import spaces
 
 from . import tools
 from .execution import run_tests
 from .ops import apply_op, describe_change
+from .spaces import BufferedText
 from .tasks import Task, get_task, make_tasks
 
 CHARSET = string.printable  # explicit: gymnasium's Text default is alphanumeric only
@@ -33,14 +33,16 @@ class BugFixEnv(gym.Env):
     ends the episode. This is the environment of the book's chapters 4-8.
 
     ## Action Space
-    ``Text(max_length=64, min_length=0, charset=string.printable)``: the call as text, one of
+    ``BufferedText(max_length=64, min_length=0, charset=string.printable)`` (a gymnasium ``Text``
+    with ``shape == ()`` and object dtype, see :mod:`bugfix_gym.spaces`): the call as text, one of
     the nine legal calls in ``bugfix_gym.CALLS``. Any other string (including longer ones or
     unicode) is an *invalid call*: it costs the turn, the observation says why and
     ``info["n_invalid"]`` counts it. A non-string action raises ``TypeError``; use
     ``bugfix_gym.wrappers.DiscreteCalls`` for integer actions.
 
     ## Observation Space
-    ``Text(max_length=4096, min_length=0, charset=string.printable)``. After ``reset``: the
+    ``BufferedText(max_length=4096, min_length=0, charset=string.printable)``, so SB3's vector
+    envs, ``evaluate_policy`` and ``EvalCallback`` hold it as a string per env. After ``reset``: the
     prompt (function name, statement, call menu). After each step: that call's tool output.
     ``env.unwrapped.transcript`` holds the episode as ``(owner, text)`` segments (prompt 1,
     policy 2, tool 3); :class:`bugfix_gym.wrappers.TokenObservation` turns it into arrays.
@@ -90,8 +92,8 @@ class BugFixEnv(gym.Env):
         self.call_cost = float(call_cost)
         self.edit_penalty = float(edit_penalty)
         self.render_mode = render_mode
-        self.action_space = spaces.Text(max_length=MAX_ACTION_CHARS, min_length=0, charset=CHARSET)
-        self.observation_space = spaces.Text(max_length=MAX_OBS_CHARS, min_length=0, charset=CHARSET)
+        self.action_space = BufferedText(MAX_ACTION_CHARS, min_length=0, charset=CHARSET)
+        self.observation_space = BufferedText(MAX_OBS_CHARS, min_length=0, charset=CHARSET)
         self.task: Task | None = None
         self.source = ""
         self.transcript: list[tuple[int, str]] = []

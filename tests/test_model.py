@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from agents.model import TinyAgent, TinyAgentConfig, sequence_log_probs, sequence_logp_values_entropy
+from agents.model import TinyAgent, TinyAgentConfig, score_tokens, sequence_log_probs
 
 V = 229
 
@@ -118,7 +118,7 @@ def test_sequence_log_probs_values_entropy_agree_with_logits():
     for b in range(2):
         for t in range(14):
             assert abs(float(logp[b, t] - ref[b, t, ids[b, t + 1]])) < 1e-5
-    logp2, v, ent = sequence_logp_values_entropy(model, ids)
+    logp2, v, ent = score_tokens(model, ids)
     torch.testing.assert_close(logp2, logp)
     torch.testing.assert_close(v, values[:, :-1])
     manual = -(ref[:, :-1].exp() * ref[:, :-1]).sum(-1)
@@ -139,9 +139,9 @@ def test_masked_scoring_equals_full_scoring_on_masked_positions():
     ids = torch.randint(V, (4, 33))
     mask = _policy_like_mask(4, 33, seed=1)
     with torch.no_grad():
-        full = sequence_logp_values_entropy(model, ids)
-        masked = sequence_logp_values_entropy(model, ids, mask)
-        masked_bool = sequence_logp_values_entropy(model, ids, mask.bool())
+        full = score_tokens(model, ids)
+        masked = score_tokens(model, ids, mask)
+        masked_bool = score_tokens(model, ids, mask.bool())
     on = mask.bool()
     for f, m, mb in zip(full, masked, masked_bool):
         assert m.shape == f.shape == (4, 32)
@@ -149,7 +149,7 @@ def test_masked_scoring_equals_full_scoring_on_masked_positions():
         assert (m[~on] == 0).all()
         assert torch.equal(m, mb)
     with pytest.raises(ValueError, match="mask"):
-        sequence_logp_values_entropy(model, ids, mask[:, :-1])
+        score_tokens(model, ids, mask[:, :-1])
 
 
 def test_masked_scoring_gradients_equal_full_scoring():
@@ -161,7 +161,7 @@ def test_masked_scoring_gradients_equal_full_scoring():
 
     def grads(m: torch.Tensor | None) -> list[torch.Tensor]:
         model.zero_grad()
-        logp, values, ent = sequence_logp_values_entropy(model, ids, m)
+        logp, values, ent = score_tokens(model, ids, m)
         loss = ((-logp * adv + 0.5 * (values - adv) ** 2 - 0.01 * ent) * mask).sum() / mask.sum()
         loss.backward()
         return [p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in model.parameters()]
@@ -170,24 +170,47 @@ def test_masked_scoring_gradients_equal_full_scoring():
         torch.testing.assert_close(g_masked, g_full, atol=1e-5, rtol=0)
 
 
-def test_score_by_length_with_mask_matches_full_on_a_padded_batch():
-    """TokenPPO's chunked scoring of a right-padded batch: the masked path agrees on policy positions."""
-    from agents.ppo import score_by_length
-
+def test_chunked_scoring_with_mask_matches_full_on_a_padded_batch():
+    """The trainers' length-sorted chunked scoring of a right-padded batch agrees on policy positions."""
     model = _model(seed=7, max_len=64)
     lengths = [40, 12, 27, 33, 5, 19]
     B, T = len(lengths), max(lengths)
     ids = torch.randint(1, V, (B, T))
-    owner = torch.zeros(B, T, dtype=torch.long)
     for b, n in enumerate(lengths):
-        owner[b, :n] = 1
         ids[b, n:] = 0
-    mask = _policy_like_mask(B, T, seed=3) * (owner[:, 1:] > 0)  # no policy tokens on padding
+    real = torch.arange(T)[None] < torch.tensor(lengths)[:, None]  # [B, T]
+    mask = _policy_like_mask(B, T, seed=3) * real[:, 1:]  # no policy tokens on padding
     on = mask.bool()
     with torch.no_grad():
+        full = score_tokens(model, ids)
         for chunk in (None, 2, 4):
-            full = score_by_length(model, ids, owner, chunk)
-            masked = score_by_length(model, ids, owner, chunk, mask)
+            masked = score_tokens(model, ids, mask, lengths=torch.tensor(lengths), chunk=chunk)
             for f, m in zip(full, masked):
                 torch.testing.assert_close(m[on], f[on], atol=1e-6, rtol=0)
                 assert (m[~on] == 0).all()
+
+
+def test_grammar_masked_scoring_is_the_renormalised_allowed_distribution():
+    """With a grammar, a policy position's log-prob is the log-softmax over the allowed tokens only."""
+    from agents.grammar import CallGrammar
+    from bugfix_gym import CALLS, build_tokenizer
+
+    tok = build_tokenizer()
+    grammar = CallGrammar(tok, CALLS)
+    model = _model(seed=8)
+    model = TinyAgent(TinyAgentConfig(vocab_size=tok.vocab_size)).eval()
+    edit, op = tok.encode("edit fix_init")
+    ids = torch.tensor([[5, 9, edit, op, tok.eoc_id]])  # prompt-ish tokens, then a call
+    mask = torch.tensor([[0.0, 1.0, 1.0, 1.0]])
+    states = torch.tensor([[-1, grammar.start, grammar.step(0, edit), grammar.step(grammar.step(0, edit), op)]])
+    with torch.no_grad():
+        logits, _ = model(ids)
+        logp, _, ent = score_tokens(model, ids, mask, grammar=grammar, grammar_state=states)
+    for t in (1, 2, 3):
+        allowed = grammar.allowed[states[0, t]]
+        ref = torch.log_softmax(logits[0, t].masked_fill(~allowed, float("-inf")), -1)
+        torch.testing.assert_close(logp[0, t], ref[ids[0, t + 1]], atol=1e-5, rtol=0)
+        p = ref.exp()
+        torch.testing.assert_close(ent[0, t], -(p[allowed] * ref[allowed]).sum(), atol=1e-5, rtol=0)
+    # after the op only <eoc> is legal: probability one, entropy zero
+    assert abs(float(logp[0, 3])) < 1e-6 and abs(float(ent[0, 3])) < 1e-6

@@ -13,27 +13,27 @@ from stable_baselines3.common.callbacks import CheckpointCallback, EvalCallback
 from stable_baselines3.common.logger import KVWriter, Logger
 
 import bugfix_gym  # noqa: F401  (registers BugFix-v0)
+from stable_baselines3.common.env_util import make_vec_env
+
 from agents.buffers import TokenRolloutBuffer
-from agents.policies import cached_base_agent
-from agents.ppo import TokenPPO
+from agents.ppo import DivergenceError, TokenPPO
 from agents.rollout import Trajectory
-from agents.vec_env import make_text_vec_env
-from agents_fixtures import one_thread, tok  # noqa: F401  (fixtures)
-
-
-pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
-def base(tok):
-    return cached_base_agent(tok)  # trained once per machine, then read from the cache
+def base(shared_base_agent):
+    return shared_base_agent
+
+
+def vec(n=4, seed=0, **kw):
+    return make_vec_env("BugFix-v0", n_envs=n, seed=seed, env_kwargs=kw or None)
 
 
 def small(env=None, **kw) -> TokenPPO:
-    """A fast TokenPPO from the base agent (small batches)."""
+    """A fast TokenPPO from the base agent (small batches, 4 envs)."""
     args = dict(n_episodes=8, n_minibatches=2, n_epochs=2, seed=0, critic_warmup_steps=5, target_kl=None)
     args.update(kw)
-    return TokenPPO("TinyAgentPolicy", env or gym.make("BugFix-v0"), **args)
+    return TokenPPO("TinyAgentPolicy", env or vec(), **args)
 
 
 class Capture(KVWriter):
@@ -57,10 +57,10 @@ class RecordingPPO(TokenPPO):
 
 
 def test_first_minibatch_ratio_is_exactly_one(base):
-    model = RecordingPPO("TinyAgentPolicy", gym.make("BugFix-v0"), base_agent=base, n_episodes=12,
+    model = RecordingPPO("TinyAgentPolicy", vec(6), base_agent=base, n_episodes=12,
                          n_minibatches=3, n_epochs=2, seed=1, learning_rate=3e-3, critic_warmup_steps=0,
                          target_kl=None)
-    trajs = model.sample_episodes()
+    trajs = model.sample_episodes(n=12)
     epochs = model.train_on_batch(trajs)
     first = model.seen[0]
     # pi_old is frozen once before the update, in the first epoch's minibatch layout: the first
@@ -73,7 +73,7 @@ def test_first_minibatch_ratio_is_exactly_one(base):
 
 
 def test_sampler_logp_gives_ratio_one_too(base):
-    model = RecordingPPO("TinyAgentPolicy", gym.make("BugFix-v0"), base_agent=base, n_episodes=8,
+    model = RecordingPPO("TinyAgentPolicy", vec(), base_agent=base, n_episodes=8,
                          n_minibatches=1, n_epochs=1, seed=2, recompute_old_logp=False, critic_warmup_steps=0)
     model.train_on_batch(model.sample_episodes())
     # the KV-cache sampler and the trainer's full forward agree (book §8.6: within ~2e-6)
@@ -84,7 +84,7 @@ def test_sampler_logp_gives_ratio_one_too(base):
 def _traj(owner, token_rewards, reward):
     owner = torch.tensor(owner)
     T = len(owner)
-    return Trajectory(ids=torch.arange(T) + 4, owner=owner, action_mask=(owner[1:] == 2).float(),
+    return Trajectory(ids=torch.arange(T) + 4, owner=owner, policy_mask=(owner[1:] == 2).float(),
                       sample_logp=torch.zeros(T - 1), values=torch.zeros(T - 1),
                       token_rewards=torch.tensor(token_rewards, dtype=torch.float32), reward=reward,
                       info={}, task="t")
@@ -108,7 +108,7 @@ def test_buffer_gae_skips_tool_tokens_by_hand():
     # row b (no reward): t=5: -0.6; t=2: 0.2 - 0.3 = -0.1; t=1: 0.2 - 0.05 = 0.15
     torch.testing.assert_close(buf.raw_advantages[1], torch.tensor([0, 0.15, -0.1, 0, 0, -0.6]))
     # whitened over all policy tokens of the batch
-    m = buf.action_mask > 0
+    m = buf.policy_mask > 0
     assert abs(float(buf.advantages[m].mean())) < 1e-6 and abs(float(buf.advantages[m].std()) - 1) < 1e-5
     # values at tool / prompt positions never change the advantages
     buf.set_old_policy(torch.zeros(2, 6), values.masked_fill(~m, -123.0))
@@ -117,12 +117,12 @@ def test_buffer_gae_skips_tool_tokens_by_hand():
     torch.testing.assert_close(buf.raw_advantages, before)
     # minibatches are whole trajectories trimmed to their own length
     samples = list(buf.get(1))
-    assert len(samples) == 2 and samples[0].ids.shape == (1, 7) and samples[0].action_mask.shape == (1, 6)
+    assert len(samples) == 2 and samples[0].ids.shape == (1, 7) and samples[0].policy_mask.shape == (1, 6)
 
 
 # ---------------------------------------------------------------------- save / load
 def test_save_load_identical_predictions(tmp_path, base):
-    env = gym.make("BugFix-v0")
+    env = vec()
     model = small(env, base_agent=base)
     model.learn(40)
     path = tmp_path / "model.zip"
@@ -130,30 +130,36 @@ def test_save_load_identical_predictions(tmp_path, base):
     loaded = TokenPPO.load(path, env=env)
     for (k, v), (k2, v2) in zip(model.policy.state_dict().items(), loaded.policy.state_dict().items()):
         assert k == k2 and torch.equal(v, v2)
+    for a, b in zip(model.policy.optimizer.state_dict()["state"].values(),
+                    loaded.policy.optimizer.state_dict()["state"].values()):
+        assert torch.equal(a["exp_avg"], b["exp_avg"])
     assert loaded.policy.tokenizer == model.policy.tokenizer
     assert loaded.n_episodes == model.n_episodes and loaded.clip_range_vf == model.clip_range_vf
-    obs, _ = env.reset(seed=3)
+    assert loaded.num_timesteps == model.num_timesteps and loaded._n_updates == model._n_updates
+    obs, _ = gym.make("BugFix-v0").reset(seed=3)
     assert model.predict(obs, deterministic=True)[0] == loaded.predict(obs, deterministic=True)[0]
     torch.manual_seed(0)
     a = model.predict([obs] * 5)[0]
     torch.manual_seed(0)
     b = loaded.predict([obs] * 5)[0]
     assert list(a) == list(b)
-    # the loaded model keeps training
-    loaded.learn(20)
+    loaded.learn(20)  # the loaded model keeps training
+    with zipfile.ZipFile(path) as z:  # SB3's layout, nothing pickled in data
+        assert {"data", "policy.pth", "policy.optimizer.pth"} <= set(z.namelist())
+        assert ":serialized:" not in z.read("data").decode()
 
 
 def test_corrupt_foreign_and_missing_files_are_one_line_errors(tmp_path):
     junk = tmp_path / "junk.zip"
     junk.write_bytes(b"not a zip at all" * 10)
-    with pytest.raises(ValueError, match="not a TokenPPO checkpoint") as e:
+    with pytest.raises(ValueError, match="not a bugfix-gym model file") as e:
         TokenPPO.load(junk)
     assert "\n" not in str(e.value)
     foreign = tmp_path / "foreign.zip"
-    with zipfile.ZipFile(foreign, "w") as z:  # an SB3 zip from another algorithm: data without our marker
-        z.writestr("data", '{"policy_class": "MlpPolicy"}')
+    with zipfile.ZipFile(foreign, "w") as z:  # an SB3 zip from another algorithm
+        z.writestr("data", '{"policy_class": {":type:": "<class>", ":serialized:": "gASV"}}')
         z.writestr("policy.pth", b"")
-    with pytest.raises(ValueError, match="not a TokenPPO checkpoint") as e:
+    with pytest.raises(ValueError, match="refusing to unpickle") as e:
         TokenPPO.load(foreign)
     assert "\n" not in str(e.value)
     with pytest.raises(FileNotFoundError):
@@ -166,25 +172,78 @@ def test_truncated_checkpoint_is_a_clear_error(tmp_path, base):
     model.save(buf)
     cut = tmp_path / "cut.zip"
     cut.write_bytes(buf.getvalue()[: len(buf.getvalue()) // 2])
-    with pytest.raises(ValueError, match="TokenPPO checkpoint") as e:
+    with pytest.raises(ValueError, match="model file") as e:
         TokenPPO.load(cut)
     assert "\n" not in str(e.value)
 
 
-# ---------------------------------------------------------------------- SB3 callbacks and logging
-def test_eval_and_checkpoint_callbacks_and_progress_bar(tmp_path, base):
+# ---------------------------------------------------------------------- the env it is given
+def test_eval_callback_and_evaluate_policy_on_a_plain_gym_make(tmp_path, base):
+    from stable_baselines3.common.evaluation import evaluate_policy
+
     model = small(base_agent=base)
-    eval_env = make_text_vec_env("BugFix-v0", split="heldout")
-    eval_cb = EvalCallback(eval_env, n_eval_episodes=3, eval_freq=20, log_path=str(tmp_path), verbose=0)
+    eval_cb = EvalCallback(gym.make("BugFix-v0", split="heldout"), n_eval_episodes=3, eval_freq=10,
+                           log_path=str(tmp_path), verbose=0)
     ckpt_cb = CheckpointCallback(save_freq=25, save_path=str(tmp_path), name_prefix="tp")
     model.learn(60, callback=[eval_cb, ckpt_cb], progress_bar=True)
-    assert len(eval_cb.evaluations_results) >= 1 and eval_cb.last_mean_reward > -np.inf
+    assert len(eval_cb.evaluations_results) >= 1 and len(eval_cb.evaluations_results[0]) == 3
     assert (tmp_path / "evaluations.npz").exists()
     files = sorted(tmp_path.glob("tp_*_steps.zip"))
     assert files, "CheckpointCallback saved nothing"
     TokenPPO.load(files[-1])
+    rewards, lengths = evaluate_policy(model, gym.make("BugFix-v0"), n_eval_episodes=4, return_episode_rewards=True)
+    assert len(rewards) == 4 and all(1 <= n <= 6 for n in lengths) and set(rewards) <= {0.0, 1.0}
 
 
+def test_monitor_statistics_are_the_real_episodes_and_timesteps_stop_at_the_total(base):
+    model = small(vec(3), base_agent=base, n_episodes=8)  # n_envs independent of n_episodes
+    model.learn(90)
+    assert model.num_timesteps == 90  # 30 steps of 3 envs: no overshoot past total_timesteps
+    lengths = [int(e["l"]) for e in model.ep_info_buffer]
+    returns = [float(e["r"]) for e in model.ep_info_buffer]
+    assert lengths and all(1 <= n <= 6 for n in lengths) and set(returns) <= {0.0, 1.0}
+    assert sum(len(m.get_episode_rewards()) for m in model.env.envs) >= len(lengths)
+
+
+class TestCallsPay(gym.Wrapper):
+    """A user's reward shaping: +1 for every `test` call, and nothing else."""
+
+    def step(self, action):
+        obs, _, terminated, truncated, info = self.env.step(action)
+        return obs, float(action.split() == ["test"]), terminated, truncated, info
+
+
+def test_tokenppo_learns_the_reward_of_the_wrapped_env(base):
+    env = make_vec_env("BugFix-v0", n_envs=16, seed=0, wrapper_class=TestCallsPay)
+    model = TokenPPO("TinyAgentPolicy", env, base_agent=base, n_episodes=32, seed=0, learning_rate=3e-3,
+                     critic_warmup_steps=10)
+
+    def tests_per_episode(trajs):
+        return float(np.mean([sum(a.split() == ["test"] for a in t.info["actions"]) for t in trajs]))
+
+    before = tests_per_episode(model.sample_episodes(n=64))
+    model.learn(1500)
+    after = tests_per_episode(model.sample_episodes(n=64))
+    assert after >= before + 1.0, (before, after)  # the wrapper's reward, not the env's, was learned
+
+
+def test_subproc_vec_env_trains_like_dummy_vec_env(base):
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+
+    def run(cls):
+        env = make_vec_env("BugFix-v0", n_envs=2, seed=3, vec_env_cls=cls)
+        model = small(env, base_agent=base, seed=3)
+        model.learn(40)
+        env.close()
+        return model
+
+    a, b = run(DummyVecEnv), run(SubprocVecEnv)
+    assert a.num_timesteps == b.num_timesteps
+    for (k, v), (_, w) in zip(a.policy.state_dict().items(), b.policy.state_dict().items()):
+        assert torch.equal(v, w), k
+
+
+# ---------------------------------------------------------------------- SB3 logging
 def test_learn_returns_self_and_logs_sb3_keys(base):
     model = small(base_agent=base)
     cap = Capture()
@@ -194,11 +253,14 @@ def test_learn_returns_self_and_logs_sb3_keys(base):
     for key in ("rollout/pass_rate", "rollout/ep_rew_mean", "rollout/ep_len_mean", "rollout/policy_tokens",
                 "time/fps", "train/clip_fraction", "train/approx_kl", "train/ratio_min", "train/ratio_max",
                 "train/entropy_loss", "train/explained_variance", "train/value_loss",
-                "train/policy_gradient_loss", "train/epochs_run", "train/n_updates"):
+                "train/policy_gradient_loss", "train/epochs_run", "train/n_updates", "train/grad_steps"):
         assert key in keys, key
-    assert model.num_timesteps >= 120
+    assert model.num_timesteps == 120
     diag = model.diagnostics[-1]
-    assert len(diag["epochs"]) == 2 and {"clip_fraction", "approx_kl", "ratio_min"} <= set(diag["epochs"][0])
+    assert len(diag["epochs"]) == 2 and {"clip_frac", "approx_kl", "ratio_min"} <= set(diag["epochs"][0])
+    # SB3 counts epochs in train/n_updates (PPO: n_epochs per iteration), not gradient steps
+    assert model._n_updates == sum(d["epochs_run"] for d in model.diagnostics)
+    assert model._n_updates < sum(d["grad_steps"] for d in model.diagnostics)
 
 
 # ---------------------------------------------------------------------- guards
@@ -215,9 +277,9 @@ def test_nan_loss_stops_training_and_keeps_last_good_parameters(base):
         return (loss * float("nan"), stats) if calls["n"] == 2 else (loss, stats)  # a step happened before
 
     model._minibatch_loss = poisoned
-    with pytest.raises(FloatingPointError, match="non-finite loss") as e:
-        model.learn(20, reset_num_timesteps=False)
-    assert "\n" not in str(e.value)
+    with pytest.raises(DivergenceError, match="non-finite loss") as e:
+        model.learn(40, reset_num_timesteps=False)
+    assert "\n" not in str(e.value) and isinstance(e.value, FloatingPointError)
     for k, v in model.policy.state_dict().items():
         assert torch.equal(v, good[k]), k
 
@@ -225,14 +287,14 @@ def test_nan_loss_stops_training_and_keeps_last_good_parameters(base):
 def test_target_kl_early_stop_reduces_epochs(base):
     def make(**kw):
         kw.setdefault("target_kl", None)
-        return TokenPPO("TinyAgentPolicy", gym.make("BugFix-v0"), base_agent=base, n_episodes=16, n_epochs=4,
+        return TokenPPO("TinyAgentPolicy", vec(), base_agent=base, n_episodes=16, n_epochs=4,
                         n_minibatches=2, seed=4, learning_rate=3e-3, critic_warmup_steps=0, **kw)
 
     def run(**kw):
         model = make(**kw)
         return model, model.train_on_batch(trajs)
 
-    trajs = make().sample_episodes()
+    trajs = make().sample_episodes(n=16)
     _, full = run()
     _, by_epoch = run(target_kl=1e-6, target_kl_mode="epoch")
     model, by_mb = run(target_kl=1e-6, target_kl_mode="minibatch")
@@ -241,41 +303,47 @@ def test_target_kl_early_stop_reduces_epochs(base):
     assert model.diagnostics[-1]["epochs_run"] == 1 and model.diagnostics[-1]["grad_steps"] == 1
 
 
-def test_bad_arguments_are_clear_errors():
-    env = gym.make("BugFix-v0")
-    with pytest.raises(ValueError, match="loss_mode"):
-        TokenPPO("TinyAgentPolicy", env, base_agent=None, loss_mode="mean")
-    with pytest.raises(ValueError, match="needs loss_norm_const"):
-        TokenPPO("TinyAgentPolicy", env, base_agent=None, loss_mode="constant")
-    with pytest.raises(ValueError, match="dual_clip"):
-        TokenPPO("TinyAgentPolicy", env, base_agent=None, dual_clip=0.5)
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(loss_mode="mean"), "loss_mode"), (dict(loss_mode="constant"), "needs loss_norm_const"),
+    (dict(dual_clip=0.5), "dual_clip"), (dict(learning_rate=float("nan")), "learning_rate"),
+    (dict(learning_rate=-1e-3), "learning_rate"), (dict(gae_lambda=5.0), "gae_lambda"),
+    (dict(target_kl=-1.0), "target_kl"), (dict(n_episodes=0), "n_episodes"), (dict(n_epochs=1.5), "n_epochs"),
+])
+def test_bad_arguments_are_clear_errors(kwargs, match):
+    with pytest.raises(ValueError, match=match) as e:
+        TokenPPO("TinyAgentPolicy", gym.make("BugFix-v0"), base_agent=None, **kwargs)
+    assert "\n" not in str(e.value)
+
+
+def test_unknown_policy_is_a_clear_error():
     with pytest.raises(ValueError, match="Policy Mlp"):
-        TokenPPO("MlpPolicy", env, base_agent=None)
+        TokenPPO("MlpPolicy", gym.make("BugFix-v0"), base_agent=None)
 
 
 # ---------------------------------------------------------------------- learning
 @pytest.mark.slow
 def test_short_training_run_improves_pass_rate(base):
-    model = TokenPPO("TinyAgentPolicy", gym.make("BugFix-v0"), base_agent=base, n_episodes=64, seed=0)
-    probe = [t.name for t in model.env.get_attr("tasks")[0]] * 4  # 80 episodes, every train task
+    model = TokenPPO("TinyAgentPolicy", vec(32), base_agent=base, n_episodes=64, seed=0)
+    probe = [t.name for t in bugfix_gym.make_tasks("train")] * 4  # 80 episodes, every train task
 
     def pass_rate():
         trajs = model.sample_episodes(tasks=probe, generator=torch.Generator().manual_seed(123))
         return float(np.mean([bool(t.info["submitted"] and t.info["hidden_pass"]) for t in trajs]))
 
     before = pass_rate()
-    while len(model.diagnostics) < 6:  # six PPO iterations of 64 episodes (seeds 0-3: +0.21 to +0.41)
-        model.learn(1, reset_num_timesteps=False)
+    model.learn(2000)
     after = pass_rate()
     assert after >= before + 0.15, (before, after)
 
 
 # ---------------------------------------------------------------------- predict
 def test_predict_threads_text_history_in_state(base):
-    from bugfix_gym import episode_tokens
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from bugfix_gym import OWNER_POLICY, episode_tokens
 
     model = small(base_agent=base)
-    venv = make_text_vec_env("BugFix-v0", monitor=False)
+    venv = DummyVecEnv([lambda: gym.make("BugFix-v0")])
     obs = venv.reset()
     state, start, done = None, np.ones(1, dtype=bool), False
     env = venv.envs[0].unwrapped
@@ -286,16 +354,11 @@ def test_predict_threads_text_history_in_state(base):
         obs, _, dones, _ = venv.step(action)
         done, start = bool(dones[0]), dones
     # the history predict kept is exactly the episode's token view (prompt, calls with <eoc>, tool outputs)
-    from bugfix_gym import OWNER_POLICY
-
     ids, _ = episode_tokens(transcript + [(OWNER_POLICY, action[0])], model.policy.tokenizer)
     assert state[0][0] == ids.tolist()
 
 
-def test_predict_on_the_token_view_and_evaluate_policy(base):
-    from stable_baselines3.common.evaluation import evaluate_policy
-    from stable_baselines3.common.monitor import Monitor
-
+def test_predict_on_the_token_view(base):
     from bugfix_gym.wrappers import TokenObservation
 
     model = small(base_agent=base)
@@ -306,9 +369,6 @@ def test_predict_on_the_token_view_and_evaluate_policy(base):
     text_env = gym.make("BugFix-v0")
     text_obs, _ = text_env.reset(seed=0)  # same task, same prompt: the same call
     assert model.policy.tokenizer.decode(ids) == model.predict(text_obs, deterministic=True)[0]
-    mean, _ = evaluate_policy(model, Monitor(env), n_eval_episodes=6)
-    mean_text, _ = evaluate_policy(model, make_text_vec_env("BugFix-v0", n_envs=2), n_eval_episodes=6)
-    assert 0.0 <= mean <= 1.0 and 0.0 <= mean_text <= 1.0
 
 
 def test_same_seed_same_training(base):

@@ -1,29 +1,32 @@
-"""Rollouts: owner codes and the action mask, sample_logp parity, reward alignment, seeding."""
+"""The decoder and the episode sampler: owner codes and the policy mask, sample_logp parity, reward
+alignment, seeding, the grammar, VecEnv auto-reset, episodes across batches, tokens from observations."""
 
 from __future__ import annotations
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from agents_fixtures import base_agent, tok  # noqa: F401  (pytest fixtures)
+from stable_baselines3.common.monitor import Monitor
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
 import bugfix_gym
-from agents.model import TinyAgent, TinyAgentConfig, sequence_log_probs, sequence_logp_values_entropy
-from agents.rollout import Trajectory, collate, rollout_batch, rollout_stats, scripted_rollout
+from agents.grammar import CallGrammar
+from agents.model import TinyAgent, TinyAgentConfig, score_tokens, sequence_log_probs
+from agents.rollout import EpisodeSampler, Trajectory, collate, rollout_stats, sample_episodes, scripted_rollout
 
 TRAIN = [t.name for t in bugfix_gym.make_tasks("train")]
 
 
 def _sample(model, tok, tasks, seed=0, **kw) -> list[Trajectory]:
-    envs = [bugfix_gym.BugFixEnv() for _ in tasks]
-    return rollout_batch(model, envs, tasks, tok, generator=torch.Generator().manual_seed(seed), **kw)
+    return sample_episodes(model, tok, tasks, seed=seed, **kw)
 
 
 @pytest.fixture(scope="module")
-def base_trajs(base_agent, tok):  # noqa: F811
+def base_trajs(shared_base_agent, tok):
     """Base-agent episodes: real calls of varied length, reads, tests, submits."""
-    return _sample(base_agent, tok, TRAIN[:8] * 4, seed=3)
+    return _sample(shared_base_agent, tok, TRAIN[:8] * 4, seed=3)
 
 
 def _calls(traj: Trajectory) -> list[list[int]]:
@@ -38,19 +41,23 @@ def _calls(traj: Trajectory) -> list[list[int]]:
     return calls + ([cur] if cur else [])
 
 
-def test_trajectory_fields_and_action_mask(base_trajs, tok):  # noqa: F811
+def test_trajectory_fields_and_policy_mask(base_trajs):
     for tr in base_trajs:
         T = len(tr)
         assert tr.ids.shape == tr.owner.shape == (T,)
-        for x in (tr.action_mask, tr.sample_logp, tr.values, tr.token_rewards):
+        for x in (tr.policy_mask, tr.sample_logp, tr.values, tr.token_rewards, tr.grammar_state):
             assert x.shape == (T - 1,)
-        assert torch.equal(tr.action_mask, (tr.owner[1:] == 2).float())  # mask = owner == 2, shifted
+        assert torch.equal(tr.policy_mask, (tr.owner[1:] == 2).float())  # mask = owner == 2, shifted
         assert tr.owner[0] == 1 and set(tr.owner.tolist()) <= {1, 2, 3}
-        assert (tr.sample_logp[tr.action_mask == 0] == 0).all() and (tr.sample_logp[tr.action_mask == 1] < 0).all()
-        assert T <= 512
+        assert (tr.sample_logp[tr.policy_mask == 0] == 0).all() and (tr.sample_logp[tr.policy_mask == 1] < 0).all()
+        assert (tr.grammar_state == -1).all()  # no grammar: unconstrained everywhere
 
 
-def test_policy_segments_are_the_calls_the_env_received(base_trajs, tok):  # noqa: F811
+def test_episodes_come_back_in_task_order(base_trajs):
+    assert [t.task for t in base_trajs] == TRAIN[:8] * 4
+
+
+def test_policy_segments_are_the_calls_the_env_received(base_trajs, tok):
     for tr in base_trajs:
         calls = _calls(tr)
         assert len(calls) == tr.info["n_turns"]
@@ -59,7 +66,7 @@ def test_policy_segments_are_the_calls_the_env_received(base_trajs, tok):  # noq
             assert (c[-1] == tok.eoc_id or len(c) == 8) and tok.eoc_id not in c[:-1]
 
 
-def test_tool_tokens_are_the_env_outputs(base_trajs, tok):  # noqa: F811
+def test_tool_tokens_are_the_env_outputs(base_trajs, tok):
     """Replaying the calls through a fresh env gives the same token sequence."""
     for tr in base_trajs[:10]:
         env = bugfix_gym.BugFixEnv()
@@ -70,16 +77,19 @@ def test_tool_tokens_are_the_env_outputs(base_trajs, tok):  # noqa: F811
         assert np.array_equal(ids, tr.ids.numpy()) and np.array_equal(owner, tr.owner.numpy())
 
 
-def test_sample_logp_and_values_match_recomputation_on_the_collated_batch(base_trajs, base_agent, tok):  # noqa: F811
+def test_sample_logp_and_values_match_recomputation(base_trajs, shared_base_agent, tok):
     batch = collate(base_trajs, tok.pad_id)
     with torch.no_grad():
-        logp, values, _ = sequence_logp_values_entropy(base_agent, batch["ids"])
-        logp2 = sequence_log_probs(base_agent, batch["ids"])
-    mask, real = batch["action_mask"], (batch["owner"][:, 1:] > 0).float()
+        logp, values, _ = score_tokens(shared_base_agent, batch["ids"])
+        logp2 = sequence_log_probs(shared_base_agent, batch["ids"])
+    mask = batch["policy_mask"]
     assert mask.sum() > 100
-    assert ((logp - batch["sample_logp"]) * mask).abs().max() < 1e-5  # first PPO ratio is exactly 1
+    assert ((logp - batch["sample_logp"]) * mask).abs().max() < 1e-5  # first PPO ratio is 1 with sample_logp too
     assert ((logp2 - batch["sample_logp"]) * mask).abs().max() < 1e-5
-    assert ((values - batch["values"]) * real).abs().max() < 1e-5
+    # values were computed for every token the sampler fed: all but the final tool output
+    last_call = mask.shape[1] - 1 - torch.argmax(mask.flip(1), dim=1)  # [B]
+    fed = (torch.arange(mask.shape[1])[None] <= last_call[:, None]).float()
+    assert ((values - batch["values"]) * fed).abs().max() < 1e-5
 
 
 def test_rewards_sit_on_the_position_predicting_each_calls_last_token(base_trajs):
@@ -91,32 +101,33 @@ def test_rewards_sit_on_the_position_predicting_each_calls_last_token(base_trajs
         assert tr.reward == float(tr.info["submitted"] and tr.info["hidden_pass"])
 
 
-def test_collate_pads_right(base_trajs, tok):  # noqa: F811
+def test_collate_pads_right(base_trajs, tok):
     batch = collate(base_trajs, tok.pad_id)
     B, T = batch["ids"].shape
     assert B == len(base_trajs) and T == max(len(t) for t in base_trajs)
-    for k in ("action_mask", "sample_logp", "values", "token_rewards"):
+    for k in ("policy_mask", "sample_logp", "values", "token_rewards", "grammar_state"):
         assert batch[k].shape == (B, T - 1)
     for b, tr in enumerate(base_trajs):
         n = len(tr)
         assert torch.equal(batch["ids"][b, :n], tr.ids) and (batch["ids"][b, n:] == tok.pad_id).all()
-        assert (batch["owner"][b, n:] == 0).all() and (batch["action_mask"][b, n - 1:] == 0).all()
+        assert (batch["owner"][b, n:] == 0).all() and (batch["policy_mask"][b, n - 1:] == 0).all()
+        assert (batch["grammar_state"][b, n - 1:] == -1).all()
     assert torch.equal(batch["rewards"], torch.tensor([t.reward for t in base_trajs]))
 
 
-def test_no_logit_gradient_outside_the_action_mask(base_trajs, base_agent, tok):  # noqa: F811
+def test_no_logit_gradient_outside_the_policy_mask(base_trajs, base_agent, tok):
     batch = collate(base_trajs, tok.pad_id)
     logits, _ = base_agent(batch["ids"])  # [B, T, V]
     logits.retain_grad()
     logp = F.log_softmax(logits[:, :-1], -1).gather(-1, batch["ids"][:, 1:, None]).squeeze(-1)  # [B, T-1]
-    mask = batch["action_mask"]
+    mask = batch["policy_mask"]
     (-(mask * logp).sum()).backward()
     direct = logits.grad.abs().sum(-1)  # [B, T]
     assert (direct[:, :-1][mask == 1] > 0).all()
     assert (direct[:, :-1][mask == 0] == 0).all() and (direct[:, -1] == 0).all()
 
 
-def test_same_seed_same_trajectories_and_different_seed_differs(tok):  # noqa: F811
+def test_same_seed_same_trajectories_and_different_seed_differs(tok):
     torch.manual_seed(0)
     model = TinyAgent(tok.vocab_size)
     tasks = TRAIN[:3] * 2
@@ -126,28 +137,43 @@ def test_same_seed_same_trajectories_and_different_seed_differs(tok):  # noqa: F
     assert any(not torch.equal(x.ids, z.ids) for x, z in zip(a, c))
 
 
-def test_untrained_agent_makes_no_valid_call(tok):  # noqa: F811
+def test_untrained_agent_makes_no_valid_call(tok):
     torch.manual_seed(0)
-    trajs = _sample(TinyAgent(tok.vocab_size), tok, TRAIN[:4] * 2)
-    stats = rollout_stats(trajs)
+    stats = rollout_stats(_sample(TinyAgent(tok.vocab_size), tok, TRAIN[:4] * 2))
     assert stats["valid_calls"] == 0 and stats["turns"] == 6 and stats["pass_rate"] == 0
-    assert set(rollout_stats(trajs)) == {"reward", "pass_rate", "valid_calls", "submit_rate", "turns",
-                                          "action_tokens"}
 
 
-def test_max_len_guard_ends_episodes_and_keeps_parity(tok):  # noqa: F811
+def test_the_grammar_makes_every_call_legal_and_is_recorded(tok):
+    """Constrained decoding: even an untrained agent writes only the nine calls, and the recorded
+    grammar states let the trainer recompute exactly the sampled (masked) log-probs."""
+    torch.manual_seed(0)
+    model = TinyAgent(tok.vocab_size).eval()
+    grammar = CallGrammar(tok, bugfix_gym.CALLS)
+    trajs = _sample(model, tok, TRAIN[:6] * 2, seed=2, grammar=grammar)
+    for tr in trajs:
+        assert all(a in bugfix_gym.CALLS for a in tr.info["actions"])
+        on = tr.policy_mask > 0
+        assert (tr.grammar_state[on] >= 0).all() and (tr.grammar_state[~on] == -1).all()
+    batch = collate(trajs, tok.pad_id)
+    with torch.no_grad():
+        logp, _, _ = score_tokens(model, batch["ids"], batch["policy_mask"], grammar=grammar,
+                                  grammar_state=batch["grammar_state"])
+    assert ((logp - batch["sample_logp"]) * batch["policy_mask"]).abs().max() < 1e-5
+
+
+def test_an_episode_longer_than_the_context_is_cut_and_keeps_parity(tok):
     torch.manual_seed(0)
     model = TinyAgent(TinyAgentConfig(vocab_size=tok.vocab_size, max_len=96)).eval()
     trajs = _sample(model, tok, TRAIN[:4], seed=1)
     assert all(len(t) <= 96 for t in trajs)
-    assert any(t.info["stop"] == "max_len" for t in trajs)
+    assert any(t.info.get("context_cut") for t in trajs)
     batch = collate(trajs, tok.pad_id)
     with torch.no_grad():
         logp = sequence_log_probs(model, batch["ids"])
-    assert ((logp - batch["sample_logp"]) * batch["action_mask"]).abs().max() < 1e-5
+    assert ((logp - batch["sample_logp"]) * batch["policy_mask"]).abs().max() < 1e-5
 
 
-def test_temperature_changes_the_sampling_distribution(tok):  # noqa: F811
+def test_temperature_changes_the_sampling_distribution(tok):
     torch.manual_seed(0)
     model = TinyAgent(tok.vocab_size).eval()
     trajs = _sample(model, tok, TRAIN[:2], seed=0, temperature=0.5)
@@ -155,18 +181,85 @@ def test_temperature_changes_the_sampling_distribution(tok):  # noqa: F811
     with torch.no_grad():
         logits, _ = model(batch["ids"])
     ref = F.log_softmax(logits[:, :-1] / 0.5, -1).gather(-1, batch["ids"][:, 1:, None]).squeeze(-1)
-    assert ((ref - batch["sample_logp"]) * batch["action_mask"]).abs().max() < 1e-5
+    assert ((ref - batch["sample_logp"]) * batch["policy_mask"]).abs().max() < 1e-5
 
 
-def test_scripted_rollout_matches_episode_tokens(tok):  # noqa: F811
+def test_scripted_rollout_matches_episode_tokens(tok):
     env = bugfix_gym.BugFixEnv()
     for kind in ("random", "blind", "oracle"):
         tr = scripted_rollout(bugfix_gym.scripted_policy(kind, seed=0), env, "clamp", tok)
         ids, owner = bugfix_gym.episode_tokens(env.transcript, tok)
         assert np.array_equal(tr.ids.numpy(), ids) and np.array_equal(tr.owner.numpy(), owner)
-        assert torch.equal(tr.action_mask, (tr.owner[1:] == 2).float())
+        assert torch.equal(tr.policy_mask, (tr.owner[1:] == 2).float())
         assert (tr.sample_logp == 0).all() and (tr.values == 0).all() and tr.task == "clamp"
         if kind == "oracle":
             assert tr.reward == 1.0
             (t,) = torch.nonzero(tr.token_rewards).flatten().tolist()
             assert tr.ids[t + 1] == tok.eoc_id and tok.decode(tr.ids[t:t + 2].tolist()) == "submit"
+
+
+# ---------------------------------------------------------------------- the sampler on a VecEnv
+def _monitored(n, seed=0, **kw):
+    venv = DummyVecEnv([lambda: Monitor(bugfix_gym.BugFixEnv(**kw)) for _ in range(n)])
+    venv.seed(seed)
+    return venv
+
+
+def test_collect_returns_whole_episodes_across_batches_and_every_finished_episode_once(shared_base_agent, tok):
+    """4 envs, batches of 6 episodes: episodes still running at the end of a batch finish in the next
+    one, whole (prompt to terminal output); together the batches are exactly the Monitor's episodes."""
+    venv = _monitored(4, seed=1)
+    sampler = EpisodeSampler(venv, tok)
+    gen = torch.Generator().manual_seed(0)
+    seen = []
+    for _ in range(3):
+        batch = sampler.collect(shared_base_agent, 6, generator=gen)
+        assert len(batch) >= 6
+        seen += batch
+    monitored = sum(len(m.get_episode_rewards()) for m in venv.envs)
+    assert len(seen) == monitored
+    for tr in seen:
+        assert tr.owner[0] == 1 and tr.owner[-1] == 3  # starts at the prompt, ends with the last tool output
+        assert len(_calls(tr)) == tr.info["n_turns"] == tr.info["episode"]["l"]
+        assert tr.reward == pytest.approx(tr.info["episode"]["r"])
+        ids, _ = bugfix_gym.episode_tokens([(3, tr.info["terminal_observation"])], tok)
+        assert tr.ids[-len(ids):].tolist() == ids.tolist()
+
+
+def test_max_steps_and_on_step_stop_the_collection(shared_base_agent, tok):
+    sampler = EpisodeSampler(_monitored(3), tok)
+    calls = []
+    out = sampler.collect(shared_base_agent, 100, max_steps=2, on_step=lambda d, i, r: calls.append(len(d)) or True)
+    assert calls == [3, 3] and len(out) <= 6
+    stopped = sampler.collect(shared_base_agent, 100, on_step=lambda d, i, r: False)
+    assert len(stopped) <= 3
+
+
+class LoudTools(gym.ObservationWrapper):
+    """Changes what the agent sees: every observation gets a suffix."""
+
+    def observation(self, observation):
+        return observation + " extra words"
+
+
+def test_tokens_come_from_the_observations_a_wrapper_returns(shared_base_agent, tok):
+    venv = DummyVecEnv([lambda: LoudTools(bugfix_gym.BugFixEnv())])
+    (tr,) = EpisodeSampler(venv, tok).collect(shared_base_agent, 1, generator=torch.Generator().manual_seed(0))
+    suffix = bugfix_gym.encode_segment(tok, 3, "extra words")
+    text = tok.decode(tr.ids.tolist(), stop_at_eoc=False)
+    assert text.count(tok.decode(suffix, stop_at_eoc=False)) == tr.info["n_turns"] + 1  # prompt and every output
+
+
+def test_subproc_and_dummy_vec_envs_give_the_same_trajectories(shared_base_agent, tok):
+    def run(cls):
+        venv = cls([lambda: bugfix_gym.BugFixEnv() for _ in range(3)])
+        venv.seed(11)
+        try:
+            return EpisodeSampler(venv, tok).collect(shared_base_agent, 8, generator=torch.Generator().manual_seed(4))
+        finally:
+            venv.close()
+
+    dummy, subproc = run(DummyVecEnv), run(SubprocVecEnv)
+    assert len(dummy) == len(subproc) >= 8
+    for a, b in zip(dummy, subproc):
+        assert torch.equal(a.ids, b.ids) and torch.equal(a.sample_logp, b.sample_logp) and a.reward == b.reward

@@ -1,0 +1,360 @@
+"""TokenOnPolicyAlgorithm: what TokenPPO and Reinforce share behind Stable-Baselines3's interface.
+
+``learn`` is SB3's own ``OnPolicyAlgorithm.learn``; this class overrides the hooks a token
+trainer needs and leaves the update (``train``) to its subclasses:
+
+* **Rollouts.** :meth:`collect_rollouts` plays the policy in *the env it was given*
+  (``self.env``, an SB3 ``VecEnv`` of text envs, wrappers included) with the
+  :class:`~agents.rollout.EpisodeSampler` until at least ``n_episodes`` whole episodes have
+  finished. Every vector-env step advances ``num_timesteps`` by ``n_envs``, calls
+  ``callback.on_step()`` and feeds SB3's episode-info buffer (``Monitor`` statistics of the
+  real episodes), exactly like SB3's own collection. ``n_envs`` is independent of
+  ``n_episodes``: an episode still running when the batch is complete continues in the next
+  iteration. Collection stops at ``total_timesteps`` (the last batch may be smaller).
+* **Set-up.** The policy's tokenizer and model config go into ``policy_kwargs`` (they travel
+  in saved files), and the initial weights come from the behaviour-cloned base agent.
+* **Files.** ``save`` / ``load`` keep SB3's zip layout but never unpickle anything
+  (:mod:`agents.checkpoint`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import pathlib
+import time
+from typing import Any, ClassVar, TypeVar
+
+import gymnasium as gym
+import numpy as np
+import torch as th
+from gymnasium import spaces
+from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.monitor import Monitor
+from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
+from stable_baselines3.common.vec_env import VecEnv
+from stable_baselines3.common.vec_env.patch_gym import _patch_env
+
+from bugfix_gym import Tokenizer, build_tokenizer
+
+from . import checkpoint
+from .base_agent import cached_base_agent
+from .buffers import TokenRolloutBuffer
+from .model import TinyAgent, TinyAgentConfig
+from .policies import TinyAgentPolicy
+from .rollout import EpisodeSampler, Trajectory, rollout_stats
+from .vec_env import TextDummyVecEnv, is_unshaped_text
+
+SelfTokenAlgorithm = TypeVar("SelfTokenAlgorithm", bound="TokenOnPolicyAlgorithm")
+
+
+class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
+    """Base class of the token-level on-policy algorithms (see the module docstring).
+
+    :param policy: ``"TinyAgentPolicy"`` or a :class:`~agents.policies.TinyAgentPolicy` subclass
+    :param env: a text env, its id, or a ``VecEnv`` of text envs; None when loading
+    :param learning_rate: Adam learning rate (a float or SB3 schedule of progress remaining)
+    :param n_episodes: at least this many whole episodes per iteration (SB3's ``n_steps`` slot)
+    :param gamma: discount per policy token
+    :param gae_lambda: GAE lambda (used by algorithms with a critic)
+    :param ent_coef: entropy bonus coefficient
+    :param vf_coef: value-loss coefficient
+    :param max_grad_norm: gradient-norm clip
+    :param stats_window_size: episodes averaged by ``rollout/ep_rew_mean``; default ``n_episodes``
+    :param tensorboard_log: TensorBoard log folder (None = off)
+    :param policy_kwargs: extra :class:`TinyAgentPolicy` arguments (``tokenizer``, ``model_config``,
+        ``call_grammar``, ...)
+    :param verbose: 0 silent, 1 SB3's log table, 2 also per-epoch lines
+    :param seed: seeds torch, numpy, the envs (``VecEnv.seed``), the sampler and the minibatches
+    :param device: torch device (``"cpu"``)
+    :param base_agent: initial weights: ``"auto"`` (the behaviour-cloned BugFix base agent, cached
+        under ``~/.cache/bugfix_gym``), a :class:`TinyAgent`, a path to a ``.pt`` state dict, or None
+        (random init, e.g. for another text env)
+    :param temperature: sampling temperature of the rollouts
+    :param max_call_tokens: the most tokens one call may have
+    :param rollout_buffer_class: buffer class (default :class:`TokenRolloutBuffer`)
+    :param rollout_buffer_kwargs: extra buffer arguments
+    :param monitor_wrapper: wrap a plain env in SB3's ``Monitor``
+    :param _init_setup_model: build the networks now (``load`` passes False)
+    """
+
+    policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {"TinyAgentPolicy": TinyAgentPolicy}
+    policy: TinyAgentPolicy
+    rollout_buffer: TokenRolloutBuffer
+    #: constructor arguments saved with the model (besides policy_kwargs); subclasses extend it
+    saved_args: ClassVar[tuple[str, ...]] = ("learning_rate", "n_episodes", "gamma", "max_grad_norm", "temperature",
+                                             "max_call_tokens")
+
+    def __init__(self, policy: str | type[TinyAgentPolicy], env: GymEnv | str | None,
+                 learning_rate: float | Schedule = 1e-3, n_episodes: int = 64, gamma: float = 1.0,
+                 gae_lambda: float = 1.0, ent_coef: float = 0.0, vf_coef: float = 0.5, max_grad_norm: float = 1.0,
+                 stats_window_size: int | None = None, tensorboard_log: str | None = None,
+                 policy_kwargs: dict[str, Any] | None = None, verbose: int = 0, seed: int | None = None,
+                 device: th.device | str = "cpu", _init_setup_model: bool = True, *,
+                 base_agent: str | TinyAgent | pathlib.Path | None = "auto", temperature: float = 1.0,
+                 max_call_tokens: int = 8, rollout_buffer_class: type[TokenRolloutBuffer] | None = None,
+                 rollout_buffer_kwargs: dict[str, Any] | None = None, monitor_wrapper: bool = True):
+        _check_positive_int(n_episodes=n_episodes, max_call_tokens=max_call_tokens)
+        _check_finite(learning_rate=learning_rate, gamma=gamma, gae_lambda=gae_lambda, ent_coef=ent_coef,
+                      vf_coef=vf_coef, max_grad_norm=max_grad_norm, temperature=temperature)
+        if not 0.0 <= gamma <= 1.0 or not 0.0 <= gae_lambda <= 1.0:
+            raise ValueError(f"gamma and gae_lambda must lie in [0, 1], got gamma={gamma}, gae_lambda={gae_lambda}")
+        if temperature <= 0 or max_grad_norm <= 0:
+            raise ValueError(f"temperature and max_grad_norm must be positive, got {temperature} and {max_grad_norm}")
+        if isinstance(env, str):
+            env = gym.make(env)
+        self.n_episodes = int(n_episodes)
+        self.temperature = float(temperature)
+        self.max_call_tokens = int(max_call_tokens)
+        self.base_agent = base_agent if isinstance(base_agent, str) or base_agent is None else "<given>"
+        self._base_model: TinyAgent | None = None
+        super().__init__(
+            policy, env, learning_rate=learning_rate, n_steps=n_episodes, gamma=gamma, gae_lambda=gae_lambda,
+            ent_coef=ent_coef, vf_coef=vf_coef, max_grad_norm=max_grad_norm, use_sde=False, sde_sample_freq=-1,
+            rollout_buffer_class=rollout_buffer_class or TokenRolloutBuffer,
+            rollout_buffer_kwargs=rollout_buffer_kwargs, stats_window_size=stats_window_size or n_episodes,
+            tensorboard_log=tensorboard_log, monitor_wrapper=monitor_wrapper, policy_kwargs=policy_kwargs,
+            verbose=verbose, seed=seed, device=device, _init_setup_model=False,
+            supported_action_spaces=(spaces.Text,),
+        )
+        self.diagnostics: list[dict[str, Any]] = []  # one entry per iteration
+        self.total_policy_tokens = 0
+        self._iteration = 0
+        self._last_rollout: dict[str, Any] | None = None
+        if _init_setup_model:
+            self._prepare_policy_kwargs(base_agent)
+            self._setup_model()
+            if self._base_model is not None:
+                self.policy.model.load_state_dict(self._base_model.state_dict())
+                self._after_initial_weights()
+            self._base_model = None
+
+    # ------------------------------------------------------------------ set-up
+    def _prepare_policy_kwargs(self, base_agent: str | TinyAgent | pathlib.Path | None) -> None:
+        """Put the tokenizer and model config into ``policy_kwargs`` (they travel in saved files)
+        and fetch the initial weights."""
+        kw = dict(self.policy_kwargs)
+        tok = kw.get("tokenizer")
+        if tok is None:
+            tok = build_tokenizer()
+        elif isinstance(tok, dict):
+            tok = Tokenizer.from_dict(tok)
+        if isinstance(base_agent, TinyAgent):
+            self._base_model = base_agent
+        elif base_agent == "auto":
+            self._base_model = cached_base_agent(tok, seed=0, verbose=self.verbose)
+        elif isinstance(base_agent, (str, pathlib.Path)):
+            self._base_model = checkpoint.load_state_dict_file(base_agent)
+        elif base_agent is not None:
+            raise ValueError(f"base_agent must be 'auto', a TinyAgent, a path or None, got {base_agent!r}")
+        if self._base_model is not None:
+            cfg = self._base_model.config
+            if cfg.vocab_size != tok.vocab_size:
+                raise ValueError(f"the base agent's vocabulary ({cfg.vocab_size}) differs from the tokenizer's "
+                                 f"({tok.vocab_size})")
+            kw["model_config"] = dataclasses.asdict(cfg)
+        elif isinstance(kw.get("model_config"), TinyAgentConfig):
+            kw["model_config"] = dataclasses.asdict(kw["model_config"])
+        kw["tokenizer"] = tok.to_dict()
+        kw.setdefault("max_call_tokens", self.max_call_tokens)
+        if kw.get("call_grammar") is not None:
+            kw["call_grammar"] = list(kw["call_grammar"])
+        self.policy_kwargs = kw
+
+    def _after_initial_weights(self) -> None:
+        """Hook: the policy holds its initial weights (TokenPPO copies them into its reference model)."""
+
+    def _setup_model(self) -> None:
+        if "tokenizer" not in self.policy_kwargs:  # built without __init__'s preparation
+            self._prepare_policy_kwargs(None)
+        self.rollout_buffer_kwargs = dict(self.rollout_buffer_kwargs)
+        self.rollout_buffer_kwargs.setdefault("pad_id", int(self.policy_kwargs["tokenizer"]["words"].index("<pad>")))
+        super()._setup_model()
+        # the sampler's own generator: seeded by `seed`, else drawn from torch's global RNG (no reseeding)
+        seed = self.seed if self.seed is not None else int(th.randint(0, 2**62, (1,)))
+        self.sample_generator = th.Generator().manual_seed(seed)
+        self.sampler: EpisodeSampler | None = self._make_sampler(self.env)
+
+    def _make_sampler(self, env: VecEnv | None) -> EpisodeSampler | None:
+        if env is None:
+            return None
+        return EpisodeSampler(env, self.policy.tokenizer, self.policy.max_call_tokens, grammar=self.policy.grammar)
+
+    @staticmethod
+    def _wrap_env(env: GymEnv, verbose: int = 0, monitor_wrapper: bool = True) -> VecEnv:
+        """SB3's wrapping; a text env whose ``Text`` space has no shape (gymnasium's own ``Text``)
+        goes into a :class:`~agents.vec_env.TextDummyVecEnv`, which stores strings."""
+        if not isinstance(env, VecEnv) and is_unshaped_text(env.observation_space):
+            env = _patch_env(env)
+            if monitor_wrapper and not _is_monitored(env):
+                env = Monitor(env)
+            instance = env
+            return TextDummyVecEnv([lambda: instance])
+        return BaseAlgorithm._wrap_env(env, verbose, monitor_wrapper)
+
+    def set_env(self, env: GymEnv, force_reset: bool = True) -> None:
+        """SB3's ``set_env``; the sampler then plays the new env (episodes in progress are dropped)."""
+        super().set_env(env, force_reset=force_reset)
+        self.sampler = self._make_sampler(self.env)
+
+    def _setup_learn(self, total_timesteps: int, callback: MaybeCallback = None, reset_num_timesteps: bool = True,
+                     tb_log_name: str = "run", progress_bar: bool = False) -> tuple[int, BaseCallback]:
+        last_obs = self._last_obs
+        out = super()._setup_learn(total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar)
+        if self.sampler is None:
+            self.sampler = self._make_sampler(self.env)
+        assert self.sampler is not None
+        if self._last_obs is not last_obs or self.sampler.episodes is None:  # SB3 reset the env
+            self.sampler.restart(self._last_obs)
+        return out
+
+    # ------------------------------------------------------------------ rollouts
+    def collect_rollouts(self, env: VecEnv, callback: BaseCallback, rollout_buffer: TokenRolloutBuffer,
+                         n_rollout_steps: int) -> bool:
+        """Play ``self.env`` until at least ``n_rollout_steps`` (= ``n_episodes``) episodes have
+        finished (or ``total_timesteps`` is reached) and store them in ``rollout_buffer``.
+
+        :return: False if a callback asked to stop training
+        """
+        assert self.sampler is not None and self.sampler.venv is env, "the sampler plays another env than self.env"
+        rollout_buffer.reset()
+        callback.on_rollout_start()
+        n_envs = env.num_envs
+        budget = getattr(self, "_total_timesteps", 0) - self.num_timesteps
+        max_steps = max(1, math.ceil(budget / n_envs)) if budget > 0 else None
+        keep_going = True
+
+        def on_step(dones: np.ndarray, infos: list[dict], rewards: np.ndarray) -> bool:
+            nonlocal keep_going
+            self.num_timesteps += n_envs
+            callback.update_locals({"dones": dones, "infos": infos, "rewards": rewards, "env": env})
+            if not callback.on_step():
+                keep_going = False
+                return False
+            self._update_info_buffer(infos, dones)
+            return True
+
+        self.policy.set_training_mode(False)
+        t0 = time.perf_counter()
+        trajs = self.sampler.collect(self.policy.model, n_rollout_steps, generator=self.sample_generator,
+                                     temperature=self.temperature, max_steps=max_steps, on_step=on_step)
+        sample_s = time.perf_counter() - t0
+        if not keep_going:
+            return False
+        if trajs:
+            rollout_buffer.add(trajs)
+            self.total_policy_tokens += rollout_buffer.n_policy_tokens
+            self._record_rollout(trajs, rollout_buffer.n_policy_tokens, sample_s)
+        callback.update_locals({"trajectories": trajs})
+        callback.on_rollout_end()
+        return True
+
+    def _record_rollout(self, trajs: list[Trajectory], n_tokens: int, sample_s: float) -> None:
+        stats = rollout_stats(trajs)
+        for key in ("pass_rate", "valid_calls", "submit_rate", "read_rate", "test_rate", "edits_per_episode"):
+            if key in stats:
+                self.logger.record(f"rollout/{key}", stats[key])
+        self.logger.record("rollout/episodes", len(trajs))
+        self.logger.record("rollout/policy_tokens", n_tokens)
+        self.logger.record("time/policy_tokens", self.total_policy_tokens)
+        self.logger.record("time/sample_s", sample_s, exclude="stdout")
+        self._last_rollout = dict(stats, episodes=len(trajs), policy_tokens=n_tokens, sample_s=sample_s)
+
+    def sample_episodes(self, tasks: list | None = None, n: int | None = None, *, env: VecEnv | None = None,
+                        generator: th.Generator | None = None, temperature: float | None = None,
+                        deterministic: bool = False) -> list[Trajectory]:
+        """Episodes of the current policy (no grad), for experiments and evaluation.
+
+        With ``tasks``: one episode of each given task (``reset(options={"task": task})``) in a
+        fresh ``DummyVecEnv`` of BugFix-v0 envs, or in ``env`` if given. Without: ``n`` (default
+        ``n_episodes``) episodes of ``env`` (default a copy of nothing: ``self.env`` itself is
+        stepped, as training does).
+
+        :param tasks: tasks (names or Task objects) to play, one episode each
+        :param n: number of episodes when no tasks are given
+        :param env: the vector env to play
+        :param generator: seeds the sampling (default: the algorithm's own sampler generator)
+        :param temperature: sampling temperature (default ``self.temperature``)
+        :param deterministic: greedy decoding
+        """
+        from .rollout import task_vec_env
+
+        gen = self.sample_generator if generator is None else generator
+        temp = self.temperature if temperature is None else temperature
+        self.policy.set_training_mode(False)
+        model = self.policy.model
+        if tasks is not None:
+            venv = env if env is not None else task_vec_env(min(64, max(1, len(tasks))))
+            sampler = EpisodeSampler(venv, self.policy.tokenizer, self.policy.max_call_tokens,
+                                     grammar=self.policy.grammar)
+            return sampler.play_tasks(model, tasks, generator=gen, temperature=temp, deterministic=deterministic)
+        if env is None or env is self.env:
+            if self.sampler is None:
+                raise ValueError("this model has no environment: pass env= to the constructor, load() or set_env()")
+            sampler = self.sampler
+        else:
+            sampler = self._make_sampler(env)
+            assert sampler is not None
+        return sampler.collect(model, n or self.n_episodes, generator=gen, temperature=temp,
+                               deterministic=deterministic)
+
+    # ------------------------------------------------------------------ files
+    def save(self, path: str | pathlib.Path | Any, exclude: Any = None, include: Any = None) -> None:
+        """Save to SB3's zip layout without any pickled entry (:func:`agents.checkpoint.save`)."""
+        checkpoint.save(self, path)
+
+    @classmethod
+    def load(cls: type[SelfTokenAlgorithm], path: str | pathlib.Path | Any, env: GymEnv | None = None,
+             device: th.device | str = "cpu", custom_objects: dict[str, Any] | None = None,
+             print_system_info: bool = False, force_reset: bool = True, **kwargs: Any) -> SelfTokenAlgorithm:
+        """Load a model saved by :meth:`save`; nothing in the file is unpickled (:func:`agents.checkpoint.load`).
+
+        :raises FileNotFoundError: no such file
+        :raises ValueError: a corrupt, oversized, foreign or unsafe file (one line)
+        """
+        return checkpoint.load(cls, path, env=env, device=device, **kwargs)
+
+    def set_parameters(self, load_path_or_dict: str | dict[str, Any], exact_match: bool = True,
+                       device: th.device | str = "auto") -> None:
+        """SB3's ``set_parameters``; a path is read with :func:`agents.checkpoint.read` (no unpickling)."""
+        if not isinstance(load_path_or_dict, dict):
+            load_path_or_dict = checkpoint.read(load_path_or_dict).params
+        super().set_parameters(load_path_or_dict, exact_match=exact_match, device=device)
+
+    def _extra_state(self) -> dict[str, Any]:
+        """Training state beyond weights and counters that a saved model keeps (JSON data)."""
+        return {}
+
+    def _set_extra_state(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`_extra_state` returned."""
+
+    def _excluded_save_params(self) -> list[str]:
+        return [*super()._excluded_save_params(), "sampler", "sample_generator", "_base_model", "_last_rollout"]
+
+
+# ---------------------------------------------------------------------- argument checks
+def _check_positive_int(**values: Any) -> None:
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _check_finite(**values: Any) -> None:
+    for name, value in values.items():
+        if callable(value):  # an SB3 schedule
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.number)) or not math.isfinite(value):
+            raise ValueError(f"{name} must be a finite number, got {value!r}")
+        if name == "learning_rate" and value <= 0:
+            raise ValueError(f"learning_rate must be positive, got {value!r}")
+        if name in ("ent_coef", "vf_coef") and value < 0:
+            raise ValueError(f"{name} must be >= 0, got {value!r}")
+
+
+def _is_monitored(env: gym.Env) -> bool:
+    from stable_baselines3.common.env_util import is_wrapped
+
+    return is_wrapped(env, Monitor)
