@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-import string
+import math
+import warnings
+import numbers
+import re
 from typing import Any, Sequence
 
 import gymnasium as gym
@@ -10,13 +13,16 @@ import numpy as np
 
 from . import tools
 from .execution import run_tests
+from .generator import GENERATED_SPLITS, draw_task
 from .ops import apply_op, describe_change
 from .spaces import BufferedText
 from .tasks import Task, get_task, make_tasks
+from .tools import CHARSET, MAX_ACTION_CHARS
 
-CHARSET = string.printable  # explicit: gymnasium's Text default is alphanumeric only
-MAX_ACTION_CHARS = 64
 MAX_OBS_CHARS = 4096
+HIDEABLE = ("read", "test")  # tools whose output ``hide_outputs`` can blank
+HIDDEN_OUTPUT = "output hidden"
+_UNPRINTABLE = re.compile(r"[^\t\n\x20-\x7e]")  # escape sequences, \r, \x0b, \x0c, unicode: never shown
 MAX_KEPT_ACTION_CHARS = 256  # info["actions"] and the transcript keep at most this much of one action
 OWNER_PAD, OWNER_PROMPT, OWNER_POLICY, OWNER_TOOL = 0, 1, 2, 3
 
@@ -35,25 +41,34 @@ class BugFixEnv(gym.Env):
     ## Action Space
     ``BufferedText(max_length=64, min_length=0, charset=string.printable)`` (a gymnasium ``Text``
     with ``shape == ()`` and object dtype, see :mod:`bugfix_gym.spaces`): the call as text, one of
-    the nine legal calls in ``bugfix_gym.CALLS``. Any other string (including longer ones or
-    unicode) is an *invalid call*: it costs the turn, the observation says why and
-    ``info["n_invalid"]`` counts it. A non-string action raises ``TypeError``; use
-    ``bugfix_gym.wrappers.DiscreteCalls`` for integer actions.
+    the nine legal calls in ``bugfix_gym.CALLS``. A call is valid only if it lies inside the
+    action space and parses; any other string (longer than 64 characters, a character outside
+    the charset such as a unicode space, or text that does not parse) is an *invalid call*: it
+    costs the turn, the observation says why and ``info["n_invalid"]`` counts it. The length is
+    checked before anything else, so a huge action costs no more than a short one. A
+    non-string action raises ``TypeError``; use ``bugfix_gym.wrappers.DiscreteCalls`` for
+    integer actions.
 
     ## Observation Space
     ``BufferedText(max_length=4096, min_length=0, charset=string.printable)``, so SB3's vector
     envs, ``evaluate_policy`` and ``EvalCallback`` hold it as a string per env. After ``reset``: the
     prompt (function name, statement, call menu). After each step: that call's tool output.
+    Every observation lies inside the space: it is cut at 4096 characters (a prompt keeps its
+    call menu, cutting the statement), a CR LF line end becomes a newline and every character
+    other than printable ASCII, newline and tab becomes ``?``, so no escape sequence from a
+    task reaches the agent or a terminal.
     ``env.unwrapped.transcript`` holds the episode as ``(owner, text)`` segments (prompt 1,
     policy 2, tool 3); :class:`bugfix_gym.wrappers.TokenObservation` turns it into arrays.
 
     ## Rewards
     ``1.0`` on the ``submit`` step if every hidden test passes, else ``0.0``. Optional:
-    ``call_cost`` is subtracted on every step, ``edit_penalty`` on every ``edit`` step.
+    ``call_cost`` is subtracted on every step, ``edit_penalty`` on every ``edit`` step and
+    ``invalid_cost`` on every invalid call, always on the step the agent took.
 
     ## Starting State
-    A task drawn uniformly from the split with ``self.np_random``, or the one given by
-    ``reset(options={"task": name_or_Task})``.
+    A task drawn uniformly from ``env.tasks`` with ``self.np_random``; with ``generated`` set,
+    a freshly generated task (see Arguments). ``reset(options={"task": ...})`` plays a given
+    task instead: a name, an index into ``env.tasks`` or a :class:`Task`.
 
     ## Episode End
     Terminated on ``submit``. Truncated when the turn budget (6) runs out (``info["stop"]
@@ -68,9 +83,28 @@ class BugFixEnv(gym.Env):
 
     ## Arguments
     ``gym.make("BugFix-v0", split="train", tasks=None, max_turns=6, call_cost=0.0,
-    edit_penalty=0.0, render_mode=None)``. ``split`` is ``"train"``, ``"heldout"`` or
-    ``"all"``; ``tasks`` (a list of :class:`Task`, e.g. from ``generate_tasks`` or
-    ``load_task_pack``) overrides it. ``render_mode="ansi"`` returns the transcript as text.
+    edit_penalty=0.0, render_mode=None, generated=None, hide_outputs=(), invalid_cost=0.0)``.
+
+    :param split: the book's task set, ``"train"``, ``"heldout"`` or ``"all"``
+    :param tasks: a fixed list of :class:`Task` (e.g. from ``generate_tasks`` or
+        ``load_task_pack``); overrides ``split``
+    :param max_turns: the turn budget, an int >= 1
+    :param call_cost: subtracted from the reward of every step (a finite number >= 0)
+    :param edit_penalty: subtracted from the reward of every ``edit`` step (finite, >= 0)
+    :param render_mode: ``"ansi"`` returns the transcript as text, ``"human"`` prints it
+    :param generated: a generator split (``"train"``, ``"heldout"`` or ``"test"``): every
+        ``reset`` draws a fresh task from that split's templates (new identifiers and inputs,
+        a defect kind drawn uniformly) with ``self.np_random`` only, so ``reset(seed=s)``
+        gives the same task again. There is no fixed pool: ``env.tasks`` is empty, ``env.task``
+        is the current task, and an index in ``options["task"]`` is refused (a name or a
+        :class:`Task` still works). The most recent generated tasks stay registered by name,
+        a bounded number (``bugfix_gym.generator.RECENT_LIMIT``), so the scripted oracle
+        finds the task of a running episode in the same process. Not with ``tasks``.
+    :param hide_outputs: an ablation: the named tools (``"read"``, ``"test"``) answer
+        ``"output hidden"`` instead of their output; validity, rewards and episode end are
+        unchanged
+    :param invalid_cost: subtracted from the reward of every invalid call (finite, >= 0),
+        so an invalid call is no longer a free "not yet"
 
     ## Version History
     * v0: initial release.
@@ -79,18 +113,25 @@ class BugFixEnv(gym.Env):
     metadata = {"render_modes": ["ansi", "human"], "render_fps": 4}
 
     def __init__(self, split: str = "train", tasks: Sequence[Task] | None = None, max_turns: int = 6,
-                 call_cost: float = 0.0, edit_penalty: float = 0.0, render_mode: str | None = None):
+                 call_cost: float = 0.0, edit_penalty: float = 0.0, render_mode: str | None = None,
+                 generated: str | None = None, hide_outputs: Sequence[str] = (), invalid_cost: float = 0.0):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None, got {render_mode!r}")
-        if max_turns < 1:
-            raise ValueError(f"max_turns must be at least 1, got {max_turns}")
+            # SB3's make_vec_env asks for "rgb_array" by default; gymnasium itself only warns here too
+            warnings.warn(f"BugFix-v0 renders as text only (render_mode {self.metadata['render_modes']} or None); "
+                          f"got render_mode={render_mode!r}, rendering is off", stacklevel=2)
+            render_mode = None
+        self.max_turns = _turn_budget(max_turns)
         self.tasks: list[Task] = list(tasks) if tasks is not None else make_tasks(split)
         if not self.tasks:
             raise ValueError("BugFixEnv needs at least one task")
         self.split = split if tasks is None else "custom"
-        self.max_turns = int(max_turns)
-        self.call_cost = float(call_cost)
-        self.edit_penalty = float(edit_penalty)
+        self.generated = _generator_split(generated, tasks)
+        if self.generated:  # no fixed pool: every reset draws a new task
+            self.tasks, self.split = [], "generated"
+        self.call_cost = _cost("call_cost", call_cost)
+        self.edit_penalty = _cost("edit_penalty", edit_penalty)
+        self.invalid_cost = _cost("invalid_cost", invalid_cost)
+        self.hide_outputs = _hideable(hide_outputs)
         self.render_mode = render_mode
         self.action_space = BufferedText(MAX_ACTION_CHARS, min_length=0, charset=CHARSET)
         self.observation_space = BufferedText(MAX_OBS_CHARS, min_length=0, charset=CHARSET)
@@ -102,13 +143,7 @@ class BugFixEnv(gym.Env):
     # ------------------------------------------------------------------ gymnasium API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
-        chosen = (options or {}).get("task")
-        if chosen is None:
-            self.task = self.tasks[int(self.np_random.integers(len(self.tasks)))]
-        elif isinstance(chosen, (int, np.integer)):
-            self.task = self.tasks[int(chosen)]
-        else:
-            self.task = get_task(chosen) if not isinstance(chosen, Task) else chosen
+        self.task = self._choose_task(options)
         self.source = self.task.source
         self.turn = 0
         self.actions: list[str] = []
@@ -119,7 +154,7 @@ class BugFixEnv(gym.Env):
         self.hidden_pass = False
         self.stop: str | None = None
         self._done = False
-        obs = tools.prompt(self.task)
+        obs = _prompt(self.task)
         self.transcript = [(OWNER_PROMPT, obs)]
         if self.render_mode == "human":
             self.render()
@@ -130,6 +165,8 @@ class BugFixEnv(gym.Env):
             raise TypeError(f"BugFix-v0 actions are call strings such as 'read' or 'edit fix_init', got "
                             f"{type(action).__name__}; wrap the env in bugfix_gym.wrappers.DiscreteCalls "
                             "for integer actions")
+        if self.task is None:
+            raise RuntimeError("call reset() before step()")
         if self._done:
             raise RuntimeError("the episode has ended; call reset() before step()")
         self.turn += 1
@@ -145,6 +182,9 @@ class BugFixEnv(gym.Env):
         if call is None:
             self.n_invalid += 1
             obs = obs or tools.why_invalid(action)
+            reward -= self.invalid_cost
+        elif call[0] in self.hide_outputs:
+            obs = HIDDEN_OUTPUT
         elif call[0] == "read":
             obs = self.source
         elif call[0] == "test":
@@ -171,7 +211,7 @@ class BugFixEnv(gym.Env):
         if truncated:
             self.stop = "budget"
         self._done = terminated or truncated
-        obs = obs[:MAX_OBS_CHARS]
+        obs = _printable(obs)
         self.transcript.append((OWNER_POLICY, action[:MAX_KEPT_ACTION_CHARS]))
         self.transcript.append((OWNER_TOOL, obs))
         if self.render_mode == "human":
@@ -194,6 +234,8 @@ class BugFixEnv(gym.Env):
         return mask
 
     def render_text(self) -> str:
+        if self.task is None:
+            raise RuntimeError("call reset() before render()")
         lines = [f"[turn {getattr(self, 'turn', 0)}/{self.max_turns}]"]
         for owner, text in self.transcript:
             if owner == OWNER_PROMPT:
@@ -205,6 +247,36 @@ class BugFixEnv(gym.Env):
         if self.stop:
             lines.append(f"[episode over: {self.stop}]")
         return "\n".join(lines)
+
+    def _choose_task(self, options: dict[str, Any] | None) -> Task:
+        """The task of ``reset(options=...)``: the one named in ``options["task"]``, else a draw."""
+        if options is None:
+            options = {}
+        if not isinstance(options, dict):
+            raise TypeError(f"reset options must be a dict such as {{'task': 'clamp'}} or None, got "
+                            f"{type(options).__name__}")
+        unknown = sorted(map(repr, set(options) - {"task"}))
+        if unknown:
+            raise ValueError(f"unknown reset option {', '.join(unknown)}; the only option is 'task'")
+        chosen = options.get("task")
+        if chosen is None:
+            if self.generated:
+                return draw_task(self.generated, self.np_random)
+            return self.tasks[int(self.np_random.integers(len(self.tasks)))]
+        if isinstance(chosen, Task):
+            return chosen
+        if isinstance(chosen, str):
+            return get_task(chosen)
+        if isinstance(chosen, (int, np.integer)) and not isinstance(chosen, bool):
+            if not self.tasks:
+                raise ValueError(f"options['task'] = {chosen}: a generated={self.generated!r} env has no task list "
+                                 "to index; pass a task name or a Task")
+            if not 0 <= chosen < len(self.tasks):
+                raise ValueError(f"options['task'] = {chosen} is out of range: this env has {len(self.tasks)} tasks, "
+                                 f"use an index from 0 to {len(self.tasks) - 1}, a name or a Task")
+            return self.tasks[int(chosen)]
+        raise TypeError(f"options['task'] must be a task name, an index into env.tasks or a Task, got "
+                        f"{type(chosen).__name__}")
 
     def _info(self) -> dict[str, Any]:
         return {
@@ -220,3 +292,56 @@ class BugFixEnv(gym.Env):
             "stop": self.stop,
             "call_mask": self.call_mask(),
         }
+
+
+def _printable(text: str) -> str:
+    """An observation inside the space: cut at ``MAX_OBS_CHARS``, ``\\r\\n`` -> ``\\n``, any other
+    character outside printable ASCII, ``\\n`` and ``\\t`` -> ``?`` (only the kept prefix is read)."""
+    return _UNPRINTABLE.sub("?", text[:MAX_OBS_CHARS].replace("\r\n", "\n"))
+
+
+def _prompt(task: Task) -> str:
+    """The reset prompt inside the observation space; a huge statement is cut, the call menu kept."""
+    text = tools.prompt(task)
+    if len(text) > MAX_OBS_CHARS:
+        menu = " . calls : " + tools.MENU  # how tools.prompt ends
+        text = text[: MAX_OBS_CHARS - len(menu) - 4] + " ..." + menu
+    return _printable(text)
+
+
+def _turn_budget(max_turns: Any) -> int:
+    if isinstance(max_turns, bool) or not isinstance(max_turns, numbers.Integral):
+        raise TypeError(f"max_turns must be an int >= 1, got {type(max_turns).__name__} {max_turns!r:.40}")
+    if max_turns < 1:
+        raise ValueError(f"max_turns must be at least 1, got {max_turns}")
+    return int(max_turns)
+
+
+def _cost(name: str, value: Any) -> float:
+    """A reward option: a finite number >= 0."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a finite number >= 0, got {type(value).__name__} {value!r:.40}")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a finite number >= 0 (e.g. 0.1), got {value!r}")
+    return float(value)
+
+
+def _generator_split(generated: Any, tasks: Sequence[Task] | None) -> str | None:
+    if generated is None:
+        return None
+    if not isinstance(generated, str) or generated not in GENERATED_SPLITS:
+        raise ValueError(f"generated must be one of {', '.join(map(repr, GENERATED_SPLITS))} or None, "
+                         f"got {generated!r:.40}")
+    if tasks is not None:
+        raise ValueError("pass either tasks= (a fixed list) or generated= (a fresh task every reset), not both")
+    return generated
+
+
+def _hideable(hide_outputs: Any) -> tuple[str, ...]:
+    if isinstance(hide_outputs, str) or not isinstance(hide_outputs, (list, tuple, set, frozenset)):
+        raise TypeError(f"hide_outputs must be a list of tool names such as ['read', 'test'], got "
+                        f"{type(hide_outputs).__name__} {hide_outputs!r:.40}")
+    unknown = [name for name in hide_outputs if name not in HIDEABLE]
+    if unknown:
+        raise ValueError(f"hide_outputs can name only {', '.join(map(repr, HIDEABLE))}, got {unknown[0]!r:.40}")
+    return tuple(name for name in HIDEABLE if name in hide_outputs)

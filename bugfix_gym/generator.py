@@ -14,11 +14,16 @@ cannot score on held-out tasks by remembering function names or shapes seen in t
 Every split covers all five defect kinds. Function names end in a short hash of the task's
 content, so they are unique and the same name always means the same task; generated tasks
 are registered so the scripted oracle finds them by name.
+
+:func:`draw_task` makes one task per episode (``BugFixEnv(generated=split)``); those are
+registered only while they are among the ``RECENT_LIMIT`` most recent, so millions of
+resets do not grow the registry.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable
 
@@ -28,6 +33,8 @@ from .ops import FIX_OPS
 from .tasks import REGISTRY, Task, register, task_from_correct, task_problems
 
 GENERATED_SPLITS = ("train", "heldout", "test")
+RECENT_LIMIT = 1024  # per-episode tasks kept registered (by name and uid), oldest dropped first
+MAX_DRAWS = 100  # candidates tried for one per-episode task before giving up
 
 # Disjoint word pools per role, so renamed identifiers never collide inside one function
 # and never shadow a builtin the templates use (min, max, len, range, sum, abs).
@@ -309,6 +316,23 @@ def make_task(template: Template, fix_op: str, rng: np.random.Generator, split: 
                              fix_op, inputs, split=split)
 
 
+def _candidate(split: str, fix_op: str, rng: np.random.Generator) -> Task | None:
+    """One checked task with defect ``fix_op`` from a random template of ``split``, or None on a bad draw."""
+    options = [t for t in TEMPLATES[split] if fix_op in t.ops]
+    template = options[int(rng.integers(len(options)))]
+    try:
+        task = make_task(template, fix_op, rng, split)
+    except Exception:  # noqa: BLE001 - a template/input mismatch; the caller draws another
+        return None
+    return None if task_problems(task) else task
+
+
+def _name_free(task: Task) -> bool:
+    """No other task is registered under this task's name (the same task may be)."""
+    known = REGISTRY.get(task.name)
+    return known is None or known == task
+
+
 def generate_tasks(split: str = "train", n: int = 100, seed: int = 0) -> list[Task]:
     """``n`` procedurally generated, checked and registered tasks from the split's templates.
 
@@ -322,7 +346,6 @@ def generate_tasks(split: str = "train", n: int = 100, seed: int = 0) -> list[Ta
     if n < 0:
         raise ValueError(f"n must be non-negative, got {n}")
     rng = np.random.default_rng([seed, GENERATED_SPLITS.index(split)])
-    by_op = {op: [t for t in TEMPLATES[split] if op in t.ops] for op in FIX_OPS}
     tasks: list[Task] = []
     names: set[str] = set()
     attempts = 0
@@ -330,16 +353,48 @@ def generate_tasks(split: str = "train", n: int = 100, seed: int = 0) -> list[Ta
         attempts += 1
         if attempts > 20 * n + 100:
             raise RuntimeError(f"could not generate {n} valid {split} tasks (made {len(tasks)})")
-        fix_op = FIX_OPS[len(tasks) % len(FIX_OPS)]
-        options = by_op[fix_op]
-        template = options[int(rng.integers(len(options)))]
-        try:
-            task = make_task(template, fix_op, rng, split)
-        except Exception:  # noqa: BLE001 - a template/input mismatch; draw another
-            continue
-        known = REGISTRY.get(task.name)
-        if task.name in names or (known is not None and known != task) or task_problems(task):
+        task = _candidate(split, FIX_OPS[len(tasks) % len(FIX_OPS)], rng)
+        if task is None or task.name in names or not _name_free(task):
             continue
         names.add(task.name)
         tasks.append(task)
     return register(tasks)
+
+
+_RECENT: OrderedDict[str, Task] = OrderedDict()  # name -> per-episode task registered by draw_task, oldest first
+
+
+def draw_task(split: str, rng: np.random.Generator) -> Task:
+    """One fresh checked task for one episode: a defect kind drawn uniformly, then a template of
+    ``split`` carrying it, names and inputs, all from ``rng`` (so the same generator state gives
+    the same task). It stays registered by name while it is among the ``RECENT_LIMIT`` most
+    recently drawn tasks, so the scripted oracle finds it during its episode.
+
+    :param split: ``"train"``, ``"heldout"`` or ``"test"``
+    :param rng: the env's ``np_random``
+    """
+    if split not in TEMPLATES:
+        raise ValueError(f"unknown generator split {split!r}; use one of {', '.join(GENERATED_SPLITS)}")
+    for _ in range(MAX_DRAWS):
+        task = _candidate(split, FIX_OPS[int(rng.integers(len(FIX_OPS)))], rng)
+        if task is not None and _name_free(task):
+            return _register_recent(task)
+    raise RuntimeError(f"could not generate a valid {split} task in {MAX_DRAWS} draws")
+
+
+def _register_recent(task: Task) -> Task:
+    """Register a per-episode task, dropping the oldest such registration beyond ``RECENT_LIMIT``."""
+    if task.name in _RECENT:
+        _RECENT.move_to_end(task.name)
+        return _RECENT[task.name]
+    if task.name in REGISTRY:  # registered for good (generate_tasks made the same task)
+        return task
+    REGISTRY[task.uid] = REGISTRY[task.name] = task
+    _RECENT[task.name] = task
+    while len(_RECENT) > RECENT_LIMIT:
+        name, old = _RECENT.popitem(last=False)
+        if REGISTRY.get(old.uid) is old:  # not re-registered for good since
+            del REGISTRY[old.uid]
+            if REGISTRY.get(name) is old:
+                del REGISTRY[name]
+    return task

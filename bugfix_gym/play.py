@@ -4,10 +4,13 @@
     python -m bugfix_gym.play --task clamp        # a named task
     python -m bugfix_gym.play --split heldout --seed 3
     python -m bugfix_gym.play --pack examples/task_pack_example.json
+    python -m bugfix_gym.play --generated test   # a fresh task from the generator's test templates
 
 Each line you type is one tool call (``read``, ``test``, ``edit <fix_op>``, ``revert``,
 ``submit``), played exactly as an agent's action text would be. ``help`` shows the calls
 and ``quit`` leaves; neither costs a turn. End of input (Ctrl-D) or Ctrl-C exits cleanly.
+Everything shown is printable text: escape sequences in a task's statement or source are
+shown as ``?``, never sent to the terminal.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import sys
 from typing import Sequence, TextIO
 
 from .env import BugFixEnv
+from .generator import GENERATED_SPLITS
 from .tasks import SPLITS, get_task
 from .tools import CALLS
 
@@ -28,6 +32,8 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--split", default="train", choices=SPLITS, help="task split to draw from (default: train)")
     parser.add_argument("--seed", type=int, default=None, help="seed for drawing the task")
     parser.add_argument("--pack", metavar="FILE", help="play the tasks of a .json/.toml task pack instead")
+    parser.add_argument("--generated", choices=GENERATED_SPLITS,
+                        help="play a freshly generated task from these generator templates instead")
     parser.add_argument("--episodes", type=int, default=1, help="episodes to play (default: 1)")
     return parser
 
@@ -47,6 +53,8 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout:
     stdout = stdout if stdout is not None else sys.stdout
     if args.episodes < 1:
         parser.error(f"--episodes must be at least 1, got {args.episodes}")
+    if args.generated and args.pack:
+        parser.error("use either --pack or --generated, not both")
     tasks = None
     if args.pack:
         from .packs import TaskPackError, load_task_pack
@@ -63,7 +71,7 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout:
         except (KeyError, StopIteration):
             parser.error(f"no task named {args.task!r}; `python -c \"import bugfix_gym as b; "
                          f"print([t.name for t in b.make_tasks('all')])\"` lists them")
-    env = BugFixEnv(split=args.split, tasks=tasks, render_mode="ansi")
+    env = BugFixEnv(split=args.split, tasks=tasks, render_mode="ansi", generated=args.generated)
 
     def show(text: str) -> None:
         stdout.write(text + "\n")

@@ -1,12 +1,21 @@
 """The call grammar and the words the tools answer with.
 
 Nine legal calls: ``read``, ``test``, ``edit <fix_op>`` (five ops), ``revert``, ``submit``.
-Anything else is an invalid call; :func:`parse_call` never raises.
+Anything else is an invalid call; :func:`parse_call` never raises. A call is legal only if it
+lies inside the action space (at most ``MAX_ACTION_CHARS`` characters of ``CHARSET``) and
+parses; both functions look at no more than a bounded prefix of the text, so a huge action
+costs no more than a short one.
 """
 
 from __future__ import annotations
 
+import string
+
 from .ops import FIX_OPS
+
+CHARSET = string.printable  # explicit: gymnasium's Text default is alphanumeric only
+MAX_ACTION_CHARS = 64
+_CHARS = frozenset(CHARSET)
 
 CALLS: tuple[str, ...] = ("read", "test", *(f"edit {op}" for op in FIX_OPS), "revert", "submit")
 CALL_INDEX = {call: i for i, call in enumerate(CALLS)}
@@ -24,8 +33,19 @@ VOCABULARY_TEXT = (
 )
 
 
+def in_action_space(text: str) -> bool:
+    """At most ``MAX_ACTION_CHARS`` characters, all from ``CHARSET`` (the length is checked first)."""
+    return len(text) <= MAX_ACTION_CHARS and _CHARS.issuperset(text)
+
+
 def parse_call(text: str) -> tuple[str, str | None] | None:
-    """``' edit fix_init '`` -> ``('edit', 'fix_init')``; ``'read'`` -> ``('read', None)``; else None."""
+    """``' edit fix_init '`` -> ``('edit', 'fix_init')``; ``'read'`` -> ``('read', None)``; else None.
+
+    Text outside the action space (too long, or a character outside ``CHARSET`` such as a
+    unicode space) is never a call.
+    """
+    if not in_action_space(text):
+        return None
     words = text.split()
     if len(words) == 1 and words[0] in ("read", "test", "revert", "submit"):
         return words[0], None
@@ -36,6 +56,8 @@ def parse_call(text: str) -> tuple[str, str | None] | None:
 
 def why_invalid(text: str) -> str:
     """One line telling the agent what was wrong with an invalid call."""
+    if not in_action_space(text):  # never split a huge text; unicode separators are not separators
+        return f"invalid call : {_echo(text)} is not a call"
     words = text.split()
     if not words:
         return "invalid call : empty turn . calls : " + MENU

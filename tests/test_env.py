@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import string
 import subprocess
 import sys
 import time
@@ -13,9 +14,9 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import bugfix_gym
-from bugfix_gym import CALLS, BugFixEnv, get_task, make_tasks
+from bugfix_gym import CALLS, BugFixEnv, get_task, make_tasks, scripted_policy
 from bugfix_gym.execution import run_cases
-from bugfix_gym.tasks import task_from_correct
+from bugfix_gym.tasks import Task, task_from_correct, task_problems
 
 INFO_KEYS = {"task", "turn", "n_turns", "actions", "ops", "n_invalid", "valid", "submitted", "hidden_pass", "stop",
              "call_mask"}
@@ -78,7 +79,7 @@ def _single_rollout() -> list:
 
 def test_make_vec_sync_and_async_return_the_same_fresh_text_observations():
     sync = _vector_rollout("sync")
-    async_ = _vector_rollout("async", shared_memory=False)  # SPEC §3: shared memory returns stale Text
+    async_ = _vector_rollout("async", shared_memory=False)  # shared memory returns stale Text
     assert sync == async_
     singles = _single_rollout()
     for step, expected in enumerate(singles):
@@ -260,3 +261,200 @@ def test_throughput_benchmark_runs_and_reports_a_ratio(capsys):
     result = bench.main(["--steps", "300", "--repeats", "1"])
     assert result["ratio"] > 0 and result["BugFix-v0 (uncached)"] < result["BugFix-v0 (cached)"]
     assert "BugFix-v0 / CartPole-v1 ratio of medians" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- bad arguments: one clear line each
+def _one_line(exc_info) -> str:
+    text = str(exc_info.value)
+    assert "\n" not in text and len(text) < 300
+    return text
+
+
+def test_render_before_reset_says_to_call_reset():
+    env = BugFixEnv(render_mode="ansi")
+    with pytest.raises(RuntimeError, match=r"call reset\(\) before render\(\)") as exc_info:
+        env.render()
+    _one_line(exc_info)
+    with pytest.raises(RuntimeError, match=r"call reset\(\) before step\(\)"):
+        env.step("read")
+
+
+@pytest.mark.parametrize("options, error, message", [
+    ({"task": 999}, ValueError, "out of range: this env has 20 tasks, use an index from 0 to 19"),
+    ({"task": 20}, ValueError, "out of range"),
+    ({"task": -1}, ValueError, "out of range"),
+    ({"task": np.int64(-3)}, ValueError, "out of range"),
+    ({"task": True}, TypeError, "must be a task name, an index into env.tasks or a Task, got bool"),
+    ({"task": ["clamp"]}, TypeError, "must be a task name, an index into env.tasks or a Task, got list"),
+    ({"task": {"name": "clamp"}}, TypeError, "got dict"),
+    ({"task": 1.0}, TypeError, "got float"),
+    (["task", "clamp"], TypeError, r"reset options must be a dict such as \{'task': 'clamp'\} or None, got list"),
+    ("clamp", TypeError, "reset options must be a dict"),
+    ({"tsk": "clamp"}, ValueError, "unknown reset option 'tsk'; the only option is 'task'"),
+])
+def test_bad_reset_options_give_one_clear_line(options, error, message):
+    env = BugFixEnv()
+    with pytest.raises(error, match=message) as exc_info:
+        env.reset(options=options)
+    _one_line(exc_info)
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    (dict(call_cost=float("nan")), ValueError, "call_cost must be a finite number >= 0"),
+    (dict(call_cost=float("inf")), ValueError, "call_cost must be a finite number >= 0"),
+    (dict(call_cost=-0.1), ValueError, "call_cost must be a finite number >= 0"),
+    (dict(call_cost="0.1"), TypeError, "call_cost must be a finite number >= 0, got str"),
+    (dict(edit_penalty=float("nan")), ValueError, "edit_penalty must be a finite number >= 0"),
+    (dict(edit_penalty=float("-inf")), ValueError, "edit_penalty must be a finite number >= 0"),
+    (dict(invalid_cost=float("inf")), ValueError, "invalid_cost must be a finite number >= 0"),
+    (dict(invalid_cost=np.float64("nan")), ValueError, "invalid_cost must be a finite number >= 0"),
+    (dict(invalid_cost=-1), ValueError, "invalid_cost must be a finite number >= 0"),
+    (dict(max_turns="6"), TypeError, "max_turns must be an int >= 1, got str"),
+    (dict(max_turns=2.5), TypeError, "max_turns must be an int >= 1, got float"),
+    (dict(max_turns=True), TypeError, "max_turns must be an int >= 1, got bool"),
+    (dict(max_turns=None), TypeError, "max_turns must be an int >= 1, got NoneType"),
+    (dict(max_turns=-2), ValueError, "max_turns must be at least 1"),
+    (dict(generated="all"), ValueError, "generated must be one of 'train', 'heldout', 'test' or None"),
+    (dict(generated=["train"]), ValueError, "generated must be one of"),
+    (dict(generated="train", tasks=make_tasks("train")), ValueError, "either tasks= .* or generated="),
+    (dict(hide_outputs="read"), TypeError, r"hide_outputs must be a list of tool names such as \['read', 'test'\]"),
+    (dict(hide_outputs=["read", "edit"]), ValueError, "hide_outputs can name only 'read', 'test', got 'edit'"),
+])
+def test_bad_constructor_arguments_give_one_clear_line(kwargs, error, message):
+    with pytest.raises(error, match=message) as exc_info:
+        BugFixEnv(**kwargs)
+    _one_line(exc_info)
+
+
+def test_numpy_numbers_are_accepted_where_python_numbers_are():
+    env = BugFixEnv(max_turns=np.int64(3), call_cost=np.float32(0.5), invalid_cost=1)
+    assert (env.max_turns, env.call_cost, env.invalid_cost) == (3, 0.5, 1.0)
+    assert type(env.max_turns) is int and type(env.call_cost) is float
+    assert env.reset(options={"task": np.int64(2)})[1]["task"] == env.tasks[2].name
+
+
+# ---------------------------------------------------------------- observations inside the space
+def test_a_huge_statement_is_cut_and_the_prompt_keeps_its_call_menu():
+    task = Task(name="big", statement="x " * 5_000_000, source="def big(n):\n    return n\n", defect="init",
+                fix_op="fix_init", visible=(((1,), 1),), hidden=(((1,), 1), ((2,), 3)), split="custom")
+    env = BugFixEnv(tasks=[task], render_mode="ansi")
+    obs, _ = env.reset(seed=0)
+    assert len(obs) == 4096 and env.observation_space.contains(obs)
+    assert obs.startswith("fix the function big : x x ") and obs.endswith(" ... . calls : " + bugfix_gym.tools.MENU)
+    assert len(env.render()) < 5000
+
+
+def test_observations_and_render_are_printable_and_carry_no_escape_sequences(hostile_task):
+    env = BugFixEnv(tasks=[hostile_task], render_mode="ansi")
+    obs, _ = env.reset(seed=0)
+    seen = [obs]
+    for action in ("read", "test", "edit fix_init", "dance\x1b[2J", "submit"):
+        seen.append(env.step(action)[0])
+    seen.append(env.render())
+    for text in seen:
+        assert env.observation_space.contains(text[:4096]), repr(text)
+        assert not set(text) - set(string.printable) and not set(text) & set("\x1b\x07\r\x0b\x0c\x9b")
+    assert "make it quiet ?[2J?]0;owned? ?31m ??? done ? ?" in seen[0]
+    assert seen[1] == 'def loud(x):\n    return "?[31m" + x\n'  # CR LF lines read as lines
+
+
+# ---------------------------------------------------------------- generated=: a fresh task every reset
+def test_generated_mode_draws_a_fresh_task_every_reset_reproducibly():
+    env = BugFixEnv(generated="train")
+    assert env.tasks == [] and env.split == "generated"
+    tasks = [env.reset(seed=s)[1]["task"] for s in range(30)]
+    assert len(set(tasks)) == 30  # new identifiers every episode
+    first = env.reset(seed=3)[0], env.task
+    other = BugFixEnv(generated="train")
+    assert (other.reset(seed=3)[0], other.task) == first  # reset(seed=s) reproduces the task
+    assert first[1].name == tasks[3]
+    kinds = set()
+    for s in range(60):
+        env.reset(seed=100 + s)
+        kinds.add(env.task.fix_op)
+        assert env.task.split == "train" and task_problems(env.task) == []
+    assert kinds == set(bugfix_gym.FIX_OPS)  # every defect kind is drawn
+
+
+def test_generated_mode_draws_from_the_named_template_split():
+    env = BugFixEnv(generated="test")
+    splits = set()
+    for seed in range(10):
+        env.reset(seed=seed)
+        splits.add(env.task.split)
+    assert splits == {"test"}
+
+
+def test_generated_tasks_stay_registered_only_while_recent(monkeypatch):
+    from bugfix_gym import generator
+    from bugfix_gym.tasks import REGISTRY
+
+    monkeypatch.setattr(generator, "RECENT_LIMIT", 8)
+    env = BugFixEnv(generated="heldout")
+    env.reset(seed=0)
+    before = len(REGISTRY)
+    names = [env.reset(seed=s)[1]["task"] for s in range(1, 200)]
+    assert len(REGISTRY) <= before + 2 * 8  # bounded: name and uid of at most 8 recent tasks
+    assert get_task(names[-1]) is env.task  # the running episode's task is found by name
+    assert names[0] not in REGISTRY  # an old one was dropped
+
+
+def test_scripted_oracle_passes_generated_episodes():
+    oracle = scripted_policy("oracle")
+    env = BugFixEnv(generated="heldout")
+    for seed in range(15):
+        obs, info = env.reset(seed=seed)
+        done = False
+        while not done:
+            obs, reward, terminated, truncated, info = env.step(oracle(obs, info))
+            done = terminated or truncated
+        assert reward == 1.0 and info["hidden_pass"] and info["actions"][1] == f"edit {env.task.fix_op}"
+
+
+def test_generated_mode_still_plays_a_given_task_but_has_no_index():
+    env = BugFixEnv(generated="train")
+    assert env.reset(options={"task": "clamp"})[1]["task"] == "clamp"
+    task = make_tasks("heldout")[0]
+    assert env.reset(options={"task": task})[1]["task"] == task.name
+    with pytest.raises(ValueError, match="generated='train' env has no task list to index; pass a task name"):
+        env.reset(options={"task": 0})
+
+
+# ---------------------------------------------------------------- hide_outputs= and invalid_cost=
+def _play_calls(env: BugFixEnv, calls) -> list:
+    env.reset(options={"task": "clamp"})
+    out = []
+    for call in calls:
+        obs, reward, terminated, truncated, info = env.step(call)
+        out.append((obs, reward, terminated, truncated, info["valid"], info["n_invalid"], info["ops"]))
+    return out
+
+
+def test_hide_outputs_blanks_only_the_named_tools_and_changes_nothing_else():
+    calls = ["read", "test", "dance", "edit swap_minmax", "test", "submit"]
+    plain = _play_calls(BugFixEnv(), calls)
+    hidden = _play_calls(BugFixEnv(hide_outputs=("read", "test")), calls)
+    assert [h[0] for h in hidden] == ["output hidden", "output hidden", plain[2][0], plain[3][0], "output hidden",
+                                      "hidden tests passed"]
+    assert [h[1:] for h in hidden] == [p[1:] for p in plain]  # rewards, episode end, validity unchanged
+    assert plain[0][0].startswith("def clamp") and plain[1][0].startswith("visible tests")
+    read_only = _play_calls(BugFixEnv(hide_outputs=["read"]), calls[:2])
+    assert read_only[0][0] == "output hidden" and read_only[1][0] == plain[1][0]
+
+
+def test_invalid_cost_is_charged_on_each_invalid_step_only():
+    env = BugFixEnv(call_cost=0.1, invalid_cost=0.5)
+    got = [r for _, r, *_ in _play_calls(env, ["dance", "revert", "read" + " " * 400, "read", "edit swap_minmax",
+                                                "submit"])]
+    assert got == pytest.approx([-0.6, -0.6, -0.6, -0.1, -0.1, 0.9])
+    plain = [r for _, r, *_ in _play_calls(BugFixEnv(), ["dance", "read", "edit swap_minmax", "submit"])]
+    assert plain == [0.0, 0.0, 0.0, 1.0]  # off by default: an invalid call costs only its turn
+
+
+@pytest.mark.parametrize("kwargs", [dict(generated="train"), dict(generated="test", invalid_cost=0.2),
+                                    dict(hide_outputs=["read", "test"], invalid_cost=0.1, call_cost=0.05)])
+def test_check_env_passes_with_the_new_options(kwargs):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check_env(gym.make("BugFix-v0", **kwargs).unwrapped, skip_render_check=False)
+    assert [str(w.message) for w in caught] == []

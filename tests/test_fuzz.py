@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import random
 import time
+import tracemalloc
 
 import numpy as np
+import pytest
 
 from bugfix_gym import CALLS, BugFixEnv, FIX_OPS, build_tokenizer, parse_call
 from bugfix_gym.wrappers import TokenObservation
@@ -121,3 +123,44 @@ def test_random_token_actions_never_raise_in_the_token_view():
             assert env.observation_space.contains(obs)
             done = terminated or truncated
     assert set(FIX_OPS) >= set(info["ops"])
+
+
+@pytest.mark.parametrize("action", [
+    "read" + " " * 400,  # a padded call: 404 characters, past max_length=64
+    "read" + " " * 61,  # 65 characters
+    "edit\u3000fix_init",  # ideographic space as a separator
+    "edit\x1cfix_init",  # U+001C, a separator for str.split but outside the charset
+    "edit\xa0fix_init",  # no-break space
+    "\u3000read",
+    "submit\x85",
+])
+def test_actions_outside_the_action_space_are_invalid_calls(action):
+    env = BugFixEnv()
+    env.reset(options={"task": "clamp"})
+    assert not env.action_space.contains(action)
+    obs, reward, terminated, truncated, info = env.step(action)
+    assert not info["valid"] and info["n_invalid"] == 1 and not terminated and info["ops"] == []
+    assert obs.startswith("invalid call : '") and obs.endswith("' is not a call")
+    assert env.observation_space.contains(obs)
+    assert parse_call(action) is None
+
+
+def test_the_longest_legal_padding_is_still_a_call():
+    env = BugFixEnv()
+    env.reset(options={"task": "clamp"})
+    action = "read" + " " * 60
+    assert env.action_space.contains(action) and env.step(action)[-1]["valid"]
+
+
+def test_a_huge_action_is_read_only_through_a_bounded_prefix():
+    env = BugFixEnv()
+    env.reset(options={"task": "clamp"})
+    action = "read " * 2_000_000  # 10 MB
+    tracemalloc.start()
+    try:
+        obs, reward, terminated, truncated, info = env.step(action)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 100_000  # no copy or split of the 10 MB text (the old parser split it into 2M words)
+    assert not info["valid"] and info["actions"] == [action[:256]] and len(obs) < 100

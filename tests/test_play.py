@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import string
 import subprocess
 import sys
 
@@ -52,6 +53,8 @@ def test_ctrl_c_exits_with_130():
     (["--seed", "x"], "invalid int value: 'x'"),
     (["--pack", "missing.json"], "cannot read the file"),
     (["--episodes", "0"], "--episodes must be at least 1"),
+    (["--generated", "all"], "invalid choice: 'all'"),
+    (["--generated", "test", "--pack", "examples/task_pack_example.json"], "use either --pack or --generated"),
 ])
 def test_bad_arguments_give_a_one_line_error(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:
@@ -67,3 +70,17 @@ def test_module_entry_point_and_pack_tasks():
                          text=True, timeout=60, cwd=__file__.rsplit("/tests/", 1)[0])
     assert out.returncode == 0 and out.stderr == ""
     assert "hidden tests passed" in out.stdout
+
+
+def test_escape_sequences_in_a_task_never_reach_the_terminal(hostile_task, monkeypatch):
+    from bugfix_gym.tasks import REGISTRY
+
+    monkeypatch.setitem(REGISTRY, hostile_task.name, hostile_task)
+    code, text = _play(["--task", hostile_task.name], "read\ntest\nedit\x1b[2Jfix_init\nsubmit\n")
+    assert code == 0 and "make it quiet ?[2J" in text and "reward 0.0 . stop : submit" in text
+    assert not set(text) - set(string.printable) and not set(text) & set("\x1b\x07\r\x0b\x0c\x9b")
+
+
+def test_generated_tasks_can_be_played():
+    code, text = _play(["--generated", "test", "--seed", "1"], "read\nquit\n")
+    assert code == 0 and "fix the function " in text and "[turn 1/6] def " in text
