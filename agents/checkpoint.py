@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch as th
 from gymnasium import spaces
+from stable_baselines3.common.utils import ConstantSchedule, FloatSchedule
 
 from bugfix_gym.spaces import BufferedText
 
@@ -117,7 +118,11 @@ def _tensor_bytes(obj: Any) -> bytes:
 
 def _json_arg(algo: Any, name: str) -> Any:
     value = getattr(algo, name)
-    if callable(value):  # an SB3 schedule: its value now
+    if isinstance(value, FloatSchedule):
+        value = value.value_schedule
+    if isinstance(value, ConstantSchedule):
+        value = value.val
+    if callable(value):  # a real schedule: its value now
         warnings.warn(f"{name} is a schedule; the model file keeps its current value only", stacklevel=3)
         value = float(value(algo._current_progress_remaining))
     return _plain(value, name)
@@ -290,10 +295,16 @@ def load(cls: type["TokenOnPolicyAlgorithm"], path: str | pathlib.Path | io.Buff
         policy_kwargs["optimizer_class"] = opt
     obs_space = space_from_json(data["spaces"].get("observation"))
     act_space = space_from_json(data["spaces"].get("action"))
+    if env is not None:
+        env = cls._wrap_env(env, int(args.get("verbose", 0)))
+        if env.observation_space != obs_space or env.action_space != act_space:
+            raise ValueError(f"the env's spaces ({env.observation_space}, {env.action_space}) differ from the "
+                             f"saved model's ({obs_space}, {act_space})")
     try:
         model = cls("TinyAgentPolicy", env=None, base_agent=None, policy_kwargs=policy_kwargs, seed=data.get("seed"),
                     device=device, _init_setup_model=False, **args)
-        model.observation_space, model.action_space, model.n_envs = obs_space, act_space, 1
+        model.observation_space, model.action_space = obs_space, act_space
+        model.n_envs = 1 if env is None else env.num_envs
         model._setup_model()
         model.policy.load_state_dict(mf.params["policy"])
         if "policy.optimizer" in mf.params:

@@ -1,23 +1,32 @@
 """``bugfix-gym``: train, evaluate and play from the command line.
 
-    bugfix-gym train                      # the demo: TokenPPO from the base agent, before/after table
-    bugfix-gym train --timesteps 2000 --out runs/quick
-    bugfix-gym eval runs/<run>/tokenppo.zip --split heldout
-    bugfix-gym play --task clamp          # type the calls yourself
+    bugfix-gym train                                  # the demo: TokenPPO on the book's tasks
+    bugfix-gym train --tasks generated --seed 0 --out runs/gen0    # the generalisation recipe
+    bugfix-gym train --resume runs/gen0               # continue a run stopped by Ctrl-C
+    bugfix-gym eval runs/gen0/tokenppo.zip --split heldout
+    bugfix-gym eval runs/gen0/tokenppo.zip --generated test --n 200 --gen-seed 1 --json
+    bugfix-gym eval runs/gen0/tokenppo.zip --pack examples/task_pack_example.json --episodes 8 --json
+    bugfix-gym play --task clamp                      # type the calls yourself
 
-Bad arguments, a missing or corrupt model file: one line on stderr, exit status 2.
+Bad arguments, a missing or unsafe model file: one line on stderr, exit status 2. Ctrl-C during
+training saves the last finished iteration (exit status 130); a diverged update stops with one
+line and keeps the last good iteration (exit status 1).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 EVAL_KEYS = (("pass_rate", "pass rate"), ("valid_calls", "valid calls"), ("submit_rate", "submit rate"),
-             ("read_rate", "read rate"), ("edits_per_episode", "edits / episode"), ("turns", "turns / episode"))
+             ("read_rate", "read rate"), ("test_rate", "test rate"), ("edits_per_episode", "edits / episode"),
+             ("first_edit_right", "first edit right"), ("turns", "turns / episode"))
+GENERATED_EVAL = dict(n=200, gen_seed=0)  # the unseen-template column of the training table
 
 
 class UsageError(Exception):
@@ -31,165 +40,322 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: error: {message} (see --help)")
 
 
+# ---------------------------------------------------------------------- argument types
+def _number(kind: type, low: float | None = None, high: float | None = None, strict_low: bool = False,
+            what: str = "") -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what or kind.__name__}, got {text!r}") from None
+        if isinstance(value, float) and not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+        if low is not None and (value < low or (strict_low and value == low)):
+            raise argparse.ArgumentTypeError(f"must be {'>' if strict_low else '>='} {low}, got {text}")
+        if high is not None and value > high:
+            raise argparse.ArgumentTypeError(f"must be <= {high}, got {text}")
+        return value
+    return parse
+
+
+POSITIVE_INT = _number(int, 1, what="a positive integer")
+SEED = _number(int, 0, 2**32 - 1, what="a seed (0 to 2**32 - 1)")
+POSITIVE_FLOAT = _number(float, 0.0, strict_low=True, what="a positive number")
+NON_NEGATIVE_FLOAT = _number(float, 0.0, what="a number >= 0")
+UNIT_FLOAT = _number(float, 0.0, 1.0, what="a number in [0, 1]")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="bugfix-gym", description="Train and evaluate token-level agents on BugFix-v0.")
     sub = parser.add_subparsers(dest="command", metavar="{train,eval,play}", parser_class=_Parser)
 
     train = sub.add_parser("train", help="train TokenPPO from the base agent (the demo)",
-                           description="Train TokenPPO from the behaviour-cloned base agent on the train split, "
-                                       "print a before/after table (train and held-out), save the model and a "
-                                       "learning-curve PNG.")
-    train.add_argument("--timesteps", type=int, default=6000,
-                       help="environment steps (tool calls) to train for (default: 6000, ~30 iterations of 64 "
-                            "episodes)")
-    train.add_argument("--n-episodes", type=int, default=64, help="episodes per PPO iteration (default: 64)")
-    train.add_argument("--n-epochs", type=int, default=4, help="epochs per batch (default: 4)")
-    train.add_argument("--n-minibatches", type=int, default=4, help="minibatches per epoch (default: 4)")
-    train.add_argument("--learning-rate", type=float, default=None, help="Adam learning rate (default: TokenPPO's)")
-    train.add_argument("--gae-lambda", type=float, default=1.0, help="GAE lambda (default: 1)")
-    train.add_argument("--target-kl", type=float, default=0.02,
-                       help="KL early-stop target; 0 turns early stopping off (default: 0.02)")
-    train.add_argument("--target-kl-mode", default="minibatch", choices=("minibatch", "epoch"),
-                       help="early-stop rule: SB3's per-minibatch 1.5x rule or the book's per-epoch one "
-                            "(default: minibatch)")
-    train.add_argument("--seed", type=int, default=0, help="seed (default: 0)")
-    train.add_argument("--eval-episodes", type=int, default=8,
+                           description="Train TokenPPO from the behaviour-cloned base agent, print a before/after "
+                                       "table (train tasks, the book's held-out tasks, unseen generated templates), "
+                                       "save the model and a learning-curve PNG under the output folder. Flags "
+                                       "left out take the recipe's value (agents/recipes.py).")
+    train.add_argument("--tasks", choices=("book", "generated"), default="book",
+                       help="book: the book's 20 train tasks; generated: a fresh generated task every episode "
+                            "(the generalisation recipe) (default: book)")
+    train.add_argument("--timesteps", type=POSITIVE_INT, help="environment steps (tool calls) to train for")
+    train.add_argument("--n-envs", type=POSITIVE_INT, help="environments stepped in lockstep")
+    train.add_argument("--n-episodes", type=POSITIVE_INT, help="episodes per PPO iteration")
+    train.add_argument("--n-epochs", type=POSITIVE_INT, help="epochs per batch")
+    train.add_argument("--n-minibatches", type=POSITIVE_INT, help="minibatches per epoch")
+    train.add_argument("--learning-rate", type=POSITIVE_FLOAT, help="Adam learning rate")
+    train.add_argument("--gae-lambda", type=UNIT_FLOAT, help="GAE lambda, in [0, 1]")
+    train.add_argument("--ent-coef", type=NON_NEGATIVE_FLOAT, help="entropy bonus coefficient")
+    train.add_argument("--target-kl", type=NON_NEGATIVE_FLOAT, help="KL early-stop target; 0 turns it off")
+    train.add_argument("--target-kl-mode", choices=("minibatch", "epoch"),
+                       help="early-stop rule: SB3's per-minibatch 1.5x rule or the book's per-epoch one")
+    train.add_argument("--seed", type=SEED, default=0, help="seed (default: 0)")
+    train.add_argument("--eval-episodes", type=POSITIVE_INT, default=8,
                        help="episodes per task for the before/after table (default: 8)")
-    train.add_argument("--out", type=Path, default=None, help="output folder (default: runs/tokenppo-<time>)")
+    train.add_argument("--out", type=Path, default=None, help="output folder (default: a new runs/tokenppo-<time>)")
+    train.add_argument("--resume", type=Path, default=None, metavar="DIR",
+                       help="continue the run in DIR (stopped by Ctrl-C) with the arguments it was started with")
     train.add_argument("--tensorboard", action="store_true", help="also write TensorBoard logs under the output folder")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
 
-    ev = sub.add_parser("eval", help="evaluate a saved TokenPPO model",
-                        description="Sample episodes of every task of a split with a saved model and print the "
-                                    "pass rate and behaviour statistics.")
-    ev.add_argument("model", type=Path, help="a TokenPPO .zip file (from `bugfix-gym train` or model.save)")
-    ev.add_argument("--split", default="heldout", choices=("train", "heldout", "all"),
-                    help="task split (default: heldout)")
-    ev.add_argument("--episodes", type=int, default=8, help="episodes per task (default: 8)")
-    ev.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
+    ev = sub.add_parser("eval", help="evaluate a saved model",
+                        description="Sample episodes with a saved model and print the pass rate and behaviour "
+                                    "statistics, as a table or (--json) one JSON object.")
+    ev.add_argument("model", type=Path, help="a model .zip file (from `bugfix-gym train` or model.save)")
+    where = ev.add_mutually_exclusive_group()
+    where.add_argument("--split", choices=("train", "heldout", "all"), help="the book's tasks (default: heldout)")
+    where.add_argument("--pack", type=Path, metavar="FILE", help="a task pack (.json / .toml)")
+    where.add_argument("--generated", choices=("train", "heldout", "test"), metavar="SPLIT",
+                       help="generated tasks from the generator's train / heldout / test templates")
+    ev.add_argument("--n", type=POSITIVE_INT, default=200, help="with --generated: number of tasks (default: 200)")
+    ev.add_argument("--gen-seed", type=SEED, default=0, help="with --generated: generator seed (default: 0)")
+    ev.add_argument("--episodes", type=POSITIVE_INT, default=None,
+                    help="episodes per task (default: 8, or 1 with --generated)")
+    ev.add_argument("--seed", type=SEED, default=0, help="sampling seed (default: 0)")
+    ev.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
 
     sub.add_parser("play", help="play BugFix-v0 yourself in the terminal (bugfix_gym.play)", add_help=False)
     return parser
 
 
-def evaluate_model(model, split: str, episodes_per_task: int = 8, seed: int = 0) -> dict[str, float]:
-    """Sample ``episodes_per_task`` episodes of every task of ``split`` (seeded, temperature 1)."""
-    import torch
-
-    from bugfix_gym import BugFixEnv, episode_stats
-
-    from .vec_env import TextDummyVecEnv
-
-    env = TextDummyVecEnv([lambda: BugFixEnv(split=split)])
-    tasks = [t for t in env.get_attr("tasks")[0] for _ in range(episodes_per_task)]
-    trajs = model.sample_episodes(env=env, tasks=tasks, generator=torch.Generator().manual_seed(seed))
-    return episode_stats([t.info for t in trajs], [t.reward for t in trajs])
-
-
+# ---------------------------------------------------------------------- shared pieces
 def _table(rows: dict[str, dict[str, float]]) -> str:
     """Columns of evaluation results -> a plain-text table."""
     cols = list(rows)
-    width = max(len(c) for c in cols) + 2
+    width = max(max(len(c) for c in cols) + 2, 10)
     lines = ["".ljust(18) + "".join(c.rjust(width) for c in cols)]
     for key, label in EVAL_KEYS:
-        lines.append(label.ljust(18) + "".join(f"{rows[c][key]:.3f}".rjust(width) for c in cols))
+        if all(key in rows[c] for c in cols):
+            lines.append(label.ljust(18) + "".join(f"{rows[c][key]:.3f}".rjust(width) for c in cols))
     return "\n".join(lines)
 
 
-def _plot(diagnostics: list[dict[str, Any]], path: Path, held: tuple[float, float] | None) -> None:
+def _eval_sets(tasks_mode: str, episodes: int) -> dict[str, tuple[list, int]]:
+    """The task sets of the before/after table: name -> (tasks, episodes per task)."""
+    from bugfix_gym import generate_tasks, make_tasks
+
+    unseen = generate_tasks("test", GENERATED_EVAL["n"], seed=GENERATED_EVAL["gen_seed"])
+    if tasks_mode == "book":
+        return {"train": (make_tasks("train"), episodes), "held-out": (make_tasks("heldout"), episodes),
+                "unseen": (unseen, 1)}
+    return {"train tmpl": (generate_tasks("train", GENERATED_EVAL["n"], seed=10_000), 1),
+            "book held-out": (make_tasks("heldout"), episodes), "unseen": (unseen, 1)}
+
+
+def _plot(diagnostics: list[dict[str, Any]], path: Path, title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    it = [d["iteration"] for d in diagnostics if "rollout" in d]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
-    ax1.plot(it, [d["rollout"]["pass_rate"] for d in diagnostics if "rollout" in d], label="train batch pass rate")
-    ax1.plot(it, [d["rollout"]["valid_calls"] for d in diagnostics if "rollout" in d], label="valid calls", alpha=0.6)
-    if held is not None:
-        ax1.scatter([it[0], it[-1]], list(held), color="C3", zorder=3, label="held-out pass rate (before / after)")
-    ax1.set_xlabel("PPO iteration")
-    ax1.set_ylim(0, 1.02)
-    ax1.legend(loc="lower right", fontsize=8)
-    ax1.set_title("TokenPPO on BugFix-v0")
-    ax2.plot(it, [d["epochs"][0]["clip_fraction"] if d["epochs"] else float("nan") for d in diagnostics
-                  if "rollout" in d], label="clip fraction, epoch 1")
-    ax2.plot(it, [d["epochs"][-1]["clip_fraction"] if d["epochs"] else float("nan") for d in diagnostics
-                  if "rollout" in d], label="clip fraction, last epoch")
-    ax2.plot(it, [d["epochs"][-1]["approx_kl"] if d["epochs"] else float("nan") for d in diagnostics
-                  if "rollout" in d], label="approx KL, last epoch")
-    ax2.set_xlabel("PPO iteration")
-    ax2.legend(fontsize=8)
-    ax2.set_title("per-epoch diagnostics")
+    rows = [d for d in diagnostics if "rollout" in d]
+    it = [d["iteration"] for d in rows]
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for key, label in (("pass_rate", "pass rate"), ("valid_calls", "valid calls"), ("read_rate", "read rate"),
+                       ("test_rate", "test rate")):
+        ax.plot(it, [d["rollout"].get(key, float("nan")) for d in rows], label=label)
+    ax.set_xlabel("PPO iteration")
+    ax.set_ylim(0, 1.02)
+    ax.set_title(title)
+    ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def cmd_train(args: argparse.Namespace) -> int:
-    import gymnasium as gym
+def _check_out(out: Path) -> None:
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"bugfix-gym train: error: --out {out} is a file, not a folder")
+    if out.exists() and (out / "run.json").exists():
+        raise UsageError(f"bugfix-gym train: error: {out} already holds a run; continue it with --resume {out} "
+                         "or choose another --out")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise UsageError(f"bugfix-gym train: error: cannot write to {out} ({e.strerror or type(e).__name__})") from None
+
+
+def _make_env(settings: dict[str, Any], n_envs: int, seed: int):
+    from stable_baselines3.common.env_util import make_vec_env
 
     import bugfix_gym  # noqa: F401  (registers BugFix-v0)
 
-    from .ppo import TokenPPO
+    return make_vec_env("BugFix-v0", n_envs=n_envs, seed=seed, env_kwargs=dict(settings["env"], render_mode=None))
 
+
+def _settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The recipe of ``--tasks`` with the flags given on the command line."""
+    import copy
+
+    from .recipes import RECIPES
+
+    recipe = copy.deepcopy(RECIPES[args.tasks])
+    ppo = recipe["ppo"]
+    for flag in ("n_episodes", "n_epochs", "n_minibatches", "learning_rate", "gae_lambda", "ent_coef",
+                 "target_kl", "target_kl_mode"):
+        if getattr(args, flag) is not None:
+            ppo[flag] = getattr(args, flag)
+    if ppo.get("target_kl") == 0:
+        ppo["target_kl"] = None
+    for flag in ("timesteps", "n_envs"):
+        if getattr(args, flag) is not None:
+            recipe[flag] = getattr(args, flag)
+    return dict(recipe, tasks=args.tasks, seed=args.seed, eval_episodes=args.eval_episodes,
+                tensorboard=args.tensorboard)
+
+
+def _check_memory(settings: dict[str, Any], model_config: dict[str, Any]) -> None:
+    from .runs import available_memory_bytes, estimate_memory_bytes
+
+    ppo = settings["ppo"]
+    need = estimate_memory_bytes(ppo["n_episodes"], settings["n_envs"], model_config["max_len"],
+                                 model_config["d_model"], model_config["n_layer"], model_config["vocab_size"],
+                                 math.ceil(ppo["n_episodes"] / ppo["n_minibatches"]))
+    have = available_memory_bytes()
+    if have is None:
+        return
+    if need > 0.8 * have:
+        raise UsageError(f"bugfix-gym train: error: this run needs about {need / 2**30:.1f} GiB of memory but "
+                         f"{have / 2**30:.1f} GiB is available; lower --n-episodes or --n-envs")
+    if need > 0.5 * have:
+        print(f"warning: this run needs about {need / 2**30:.1f} GiB of the {have / 2**30:.1f} GiB available",
+              file=sys.stderr)
+
+
+# ---------------------------------------------------------------------- train
+def cmd_train(args: argparse.Namespace) -> int:
     import torch
 
+    from .ppo import DivergenceError, TokenPPO
+    from .runs import MODEL_FILE, RESUME_FILE, RUN_FILE, Snapshots, new_run_dir, restore_training_state
+
     torch.set_num_threads(1)  # a ~150k-parameter model: one thread beats two on a small, shared CPU
-    for name in ("timesteps", "n_episodes", "n_epochs", "n_minibatches", "eval_episodes"):
-        if getattr(args, name) < 1:
-            raise UsageError(f"bugfix-gym train: error: --{name.replace('_', '-')} must be at least 1")
-    out = args.out or Path("runs") / time.strftime("tokenppo-%Y%m%d-%H%M%S")
-    out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    print("setting up: base agent (behaviour cloning, cached after the first run) ...", flush=True)
-    kwargs: dict[str, Any] = dict(n_episodes=args.n_episodes, n_epochs=args.n_epochs,
-                                  n_minibatches=args.n_minibatches, gae_lambda=args.gae_lambda,
-                                  target_kl=args.target_kl or None, target_kl_mode=args.target_kl_mode, seed=args.seed)
-    if args.learning_rate is not None:
-        kwargs["learning_rate"] = args.learning_rate
-    if args.tensorboard:
-        kwargs["tensorboard_log"] = str(out / "tb")
-    model = TokenPPO("TinyAgentPolicy", gym.make("BugFix-v0"), **kwargs)
-    print(f"  ready in {time.perf_counter() - t0:.0f} s; evaluating the base agent ...", flush=True)
-    before = {s: evaluate_model(model, s, args.eval_episodes, args.seed) for s in ("train", "heldout")}
+    if args.resume is not None:
+        out = args.resume
+        try:
+            settings = json.loads((out / RUN_FILE).read_text())
+            resume_state = json.loads((out / RESUME_FILE).read_text())
+        except (OSError, ValueError) as e:
+            raise UsageError(f"bugfix-gym train: error: {out} is not a run that can be resumed "
+                             f"({type(e).__name__}: it needs {RUN_FILE} and {RESUME_FILE})") from None
+        env = _make_env(settings, settings["n_envs"], settings["seed"])
+        try:
+            model = TokenPPO.load(out / MODEL_FILE, env=env, tensorboard_log=str(out / "tb") if settings["tensorboard"]
+                                  else None)
+        except (FileNotFoundError, ValueError) as e:
+            raise UsageError(f"bugfix-gym train: error: {e}") from None
+        restore_training_state(model, resume_state)
+        print(f"resuming {out} at iteration {model._iteration} ({model.num_timesteps} env steps done)", flush=True)
+        before = None
+    else:
+        settings = _settings(args)
+        out = args.out if args.out is not None else None
+        if out is not None:
+            _check_out(out)
+        print("setting up: base agent (behaviour cloning, cached after the first run) ...", flush=True)
+        env = _make_env(settings, settings["n_envs"], settings["seed"])
+        policy_kwargs: dict[str, Any] = {}
+        if settings["grammar"]:
+            from bugfix_gym import CALLS
+            policy_kwargs["call_grammar"] = list(CALLS)
+        model = TokenPPO("TinyAgentPolicy", env, seed=settings["seed"], policy_kwargs=policy_kwargs,
+                         tensorboard_log=None, **settings["ppo"])
+        _check_memory(settings, model.policy_kwargs["model_config"])
+        out = out or new_run_dir()
+        if settings["tensorboard"]:
+            model.tensorboard_log = str(out / "tb")
+        (out / RUN_FILE).write_text(json.dumps(settings, indent=1))
+        print(f"  ready in {time.perf_counter() - t0:.0f} s; evaluating the base agent ...", flush=True)
+        before = {name: model.evaluate(tasks, k, seed=settings["seed"])
+                  for name, (tasks, k) in _eval_sets(settings["tasks"], settings["eval_episodes"]).items()}
+    remaining = settings["timesteps"] - model.num_timesteps
+    snapshots = Snapshots()
     t1 = time.perf_counter()
-    print(f"training TokenPPO for {args.timesteps} env steps ({args.n_episodes} episodes per iteration) ...",
-          flush=True)
-    model.learn(args.timesteps, progress_bar=not args.no_progress)
+    print(f"training TokenPPO for {remaining} env steps ({settings['n_envs']} envs, at least "
+          f"{model.n_episodes} episodes per iteration) ...", flush=True)
+    try:
+        model.learn(remaining, callback=snapshots, progress_bar=not args.no_progress,
+                    reset_num_timesteps=args.resume is None)
+    except KeyboardInterrupt:
+        path = snapshots.save(out) if snapshots.last is not None else None
+        saved = f"saved iteration {snapshots.iteration} to {path}" if path else "nothing to save yet"
+        print(f"\nbugfix-gym: interrupted; {saved}; continue with: bugfix-gym train --resume {out}", file=sys.stderr)
+        return 130
+    except DivergenceError as e:
+        path = snapshots.save(out) if snapshots.last is not None else None
+        print(f"bugfix-gym: {e}. Kept the last good iteration ({snapshots.iteration}) in {path}", file=sys.stderr)
+        return 1
     train_s = time.perf_counter() - t1
-    after = {s: evaluate_model(model, s, args.eval_episodes, args.seed) for s in ("train", "heldout")}
-    n_iter = len(model.diagnostics)
-    print(f"\n{n_iter} iterations, {model.num_timesteps} env steps, {model.total_policy_tokens} policy tokens "
-          f"in {train_s:.0f} s\n")
-    print(_table({"base train": before["train"], "PPO train": after["train"],
-                  "base held-out": before["heldout"], "PPO held-out": after["heldout"]}))
-    model_path = out / "tokenppo.zip"
+    model_path = out / MODEL_FILE
     model.save(model_path)
+    (out / RESUME_FILE).unlink(missing_ok=True)
+    after = {name: model.evaluate(tasks, k, seed=settings["seed"])
+             for name, (tasks, k) in _eval_sets(settings["tasks"], settings["eval_episodes"]).items()}
+    print(f"\n{model._iteration} iterations, {model.num_timesteps} env steps, {model.total_policy_tokens} policy "
+          f"tokens in {train_s:.0f} s\n")
+    columns = {}
+    for name in after:
+        if before is not None:
+            columns[f"base {name}"] = before[name]
+        columns[f"PPO {name}"] = after[name]
+    print(_table(columns))
     png = out / "learning_curve.png"
-    _plot(model.diagnostics, png, (before["heldout"]["pass_rate"], after["heldout"]["pass_rate"]))
-    print(f"\nsaved {model_path} and {png}  (total {time.perf_counter() - t0:.0f} s)")
-    print(f"evaluate again with: bugfix-gym eval {model_path} --split heldout")
+    _plot(model.diagnostics, png, f"TokenPPO on BugFix-v0 ({settings['tasks']} tasks, seed {settings['seed']})")
+    (out / "results.json").write_text(json.dumps(_jsonable({"before": before, "after": after, "train_s": train_s,
+                                                            "settings": settings}), indent=1))
+    print(f"\nsaved {model_path}, {png} and {out / 'results.json'}  (total {time.perf_counter() - t0:.0f} s)")
+    print(f"evaluate again with: bugfix-gym eval {model_path} --generated test --n 200")
     return 0
 
 
+# ---------------------------------------------------------------------- eval
 def cmd_eval(args: argparse.Namespace) -> int:
     import torch
+
+    from bugfix_gym import TaskPackError, generate_tasks, load_task_pack, make_tasks
 
     from .ppo import TokenPPO
 
     torch.set_num_threads(1)
-    if args.episodes < 1:
-        raise UsageError("bugfix-gym eval: error: --episodes must be at least 1")
     try:
         model = TokenPPO.load(args.model)
     except FileNotFoundError:
         raise UsageError(f"bugfix-gym eval: error: no model file at {args.model}") from None
     except ValueError as e:
         raise UsageError(f"bugfix-gym eval: error: {e}") from None
-    stats = evaluate_model(model, args.split, args.episodes, args.seed)
-    print(_table({f"{args.model.name} on {args.split}": stats}))
+    if args.pack is not None:
+        try:
+            tasks, what = load_task_pack(args.pack), f"pack {args.pack}"
+        except TaskPackError as e:
+            raise UsageError(f"bugfix-gym eval: error: {e}") from None
+        episodes = args.episodes or 8
+    elif args.generated is not None:
+        tasks, what = generate_tasks(args.generated, args.n, seed=args.gen_seed), \
+            f"generated {args.generated} (n={args.n}, gen-seed {args.gen_seed})"
+        episodes = args.episodes or 1
+    else:
+        split = args.split or "heldout"
+        tasks, what, episodes = make_tasks(split), f"{split} split", args.episodes or 8
+    stats = model.evaluate(tasks, episodes, seed=args.seed)
+    if args.json:
+        print(json.dumps(_jsonable(dict(stats, model=str(args.model), tasks=what, episodes_per_task=episodes))))
+    else:
+        print(_table({f"{args.model.name} on {what}": stats}))
     return 0
+
+
+def _jsonable(obj: Any) -> Any:
+    """NaN (a rate over no episodes) -> null, so the output is strict JSON."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    return obj
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -204,6 +370,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command is None:
             _parser().print_help()
             return 2
+        if args.command == "train" and args.resume is not None:
+            given = [a for a in argv[1:] if a.startswith("--") and a not in ("--resume", "--no-progress")]
+            if given:
+                raise UsageError(f"bugfix-gym train: error: --resume continues a run with its own arguments; "
+                                 f"drop {given[0]}")
         return cmd_train(args) if args.command == "train" else cmd_eval(args)
     except UsageError as e:
         print(str(e), file=sys.stderr)

@@ -301,6 +301,23 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         return sampler.collect(model, n or self.n_episodes, generator=gen, temperature=temp,
                                deterministic=deterministic)
 
+    def evaluate(self, tasks: list, episodes_per_task: int = 1, seed: int = 0,
+                 env_kwargs: dict[str, Any] | None = None) -> dict[str, float]:
+        """Play each BugFix task ``episodes_per_task`` times with the current policy (seeded, temperature of
+        the rollouts) and summarise (:func:`agents.rollout.evaluate`).
+
+        :param tasks: Task objects or names
+        :param episodes_per_task: episodes per task
+        :param seed: seeds the sampling
+        :param env_kwargs: BugFix-v0 options of the evaluation envs
+        """
+        from .rollout import evaluate
+
+        self.policy.set_training_mode(False)
+        return evaluate(self.policy.model, self.policy.tokenizer, tasks, episodes_per_task, seed,
+                        env_kwargs=env_kwargs, grammar=self.policy.grammar, max_call_tokens=self.policy.max_call_tokens,
+                        temperature=self.temperature)
+
     # ------------------------------------------------------------------ files
     def save(self, path: str | pathlib.Path | Any, exclude: Any = None, include: Any = None) -> None:
         """Save to SB3's zip layout without any pickled entry (:func:`agents.checkpoint.save`)."""

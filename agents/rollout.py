@@ -242,6 +242,27 @@ class EpisodeSampler:
         obs = self.venv.reset() if observations is None else observations
         self.episodes = [self._new_episode(o) for o in _texts(obs, self.venv.num_envs)]
 
+    def get_state(self) -> list[dict[str, Any]] | None:
+        """The episodes in progress as plain data (to stop and resume a training run)."""
+        if self.episodes is None:
+            return None
+        return [{k: getattr(ep, k) for k in ("ids", "owner", "logp", "rewards", "states", "cut")} for ep in self.episodes]
+
+    def set_state(self, state: list[dict[str, Any]] | None) -> None:
+        """Restore what :meth:`get_state` returned (critic values are recomputed at the next collect)."""
+        if state is None:
+            self.episodes = None
+            return
+        if len(state) != self.venv.num_envs:
+            raise ValueError(f"the saved sampler state has {len(state)} episodes for {self.venv.num_envs} envs")
+        self.episodes = []
+        for data in state:
+            ep = EpisodeRecord([])
+            for k in ("ids", "owner", "logp", "rewards", "states"):
+                setattr(ep, k, list(data[k]))
+            ep.cut = bool(data["cut"])
+            self.episodes.append(ep)
+
     def _new_episode(self, prompt: Any) -> EpisodeRecord:
         return EpisodeRecord(encode_segment(self.tok, OWNER_PROMPT, str(prompt)))
 
@@ -404,6 +425,27 @@ def sample_episodes(model: TinyAgent, tokenizer: Tokenizer, tasks: Sequence[Any]
     sampler = EpisodeSampler(task_vec_env(min(max_envs, len(batch)), **(env_kwargs or {})), tokenizer,
                              **sampler_kwargs)
     return sampler.play_tasks(model, batch, generator=torch.Generator().manual_seed(seed), **play)
+
+
+def evaluate(model: TinyAgent, tokenizer: Tokenizer, tasks: Sequence[Any], n_per_task: int = 1, seed: int = 0,
+             **kwargs: Any) -> dict[str, float]:
+    """The evaluator: :func:`sample_episodes` of the tasks, summarised by :func:`bugfix_gym.episode_stats`
+    (pass rate, valid calls, behaviour, and ``first_edit_right`` from each task's answer).
+
+    :param model: the policy
+    :param tokenizer: its tokenizer
+    :param tasks: Task objects (or names of registered tasks)
+    :param n_per_task: episodes per task
+    :param seed: seeds the sampling
+    :param kwargs: more :func:`sample_episodes` arguments (``env_kwargs``, ``grammar``, ``temperature``, ...)
+    """
+    from bugfix_gym import get_task
+
+    tasks = [get_task(t) for t in tasks]
+    trajs = sample_episodes(model, tokenizer, tasks, n_per_task, seed, **kwargs)
+    fix_ops = [t.fix_op for t in tasks for _ in range(n_per_task)]
+    return dict(episode_stats([t.info for t in trajs], [t.reward for t in trajs], fix_ops),
+                policy_tokens=sum(float(t.policy_mask.sum()) for t in trajs) / len(trajs))
 
 
 def scripted_rollout(policy: Callable[[str, dict], str], env, task, tok: Tokenizer) -> Trajectory:

@@ -21,6 +21,22 @@ __version__ = "0.1.0"
 _register(id="BugFix-v0", entry_point="bugfix_gym.env:BugFixEnv")
 
 
+def _preload_in_forkserver() -> None:
+    """Import this package in multiprocessing's forkserver too, so the subprocesses of SB3's
+    ``SubprocVecEnv`` (forkserver by default on Linux) know ``"BugFix-v0"`` without any glue.
+    Only takes effect before the forkserver starts; the spawn method re-imports ``__main__``,
+    which imports this package itself."""
+    import multiprocessing
+    from multiprocessing import forkserver
+
+    current = list(getattr(forkserver._forkserver, "_preload_modules", ["__main__"]))
+    if __name__ not in current:
+        multiprocessing.set_forkserver_preload([*current, __name__])
+
+
+_preload_in_forkserver()
+
+
 def __getattr__(name: str):
     # Task packs load lazily, so ``python -m bugfix_gym.packs`` does not import itself twice.
     if name in ("TaskPackError", "load_task_pack"):

@@ -16,7 +16,7 @@ from .execution import run_tests
 from .generator import GENERATED_SPLITS, draw_task
 from .ops import apply_op, describe_change
 from .spaces import BufferedText
-from .tasks import Task, get_task, make_tasks
+from .tasks import Task, get_task, make_tasks, task_from_data, task_to_data
 from .tools import CHARSET, MAX_ACTION_CHARS
 
 MAX_OBS_CHARS = 4096
@@ -224,6 +224,35 @@ class BugFixEnv(gym.Env):
             print(text, end="\n\n")
             return None
         return text
+
+    # ------------------------------------------------------------------ checkpointing
+    def get_state(self) -> dict[str, Any]:
+        """The env's state as plain (JSON-able) data: the episode in progress and the random
+        generator, so a training run can stop between two steps and resume with the same results."""
+        episode = None
+        if self.task is not None:
+            episode = dict(task=task_to_data(self.task), source=self.source, turn=self.turn, actions=list(self.actions),
+                           ops=list(self.ops), n_invalid=self.n_invalid, valid=self.valid, submitted=self.submitted,
+                           hidden_pass=self.hidden_pass, stop=self.stop, done=self._done,
+                           transcript=[list(seg) for seg in self.transcript])
+        return {"episode": episode, "np_random": self.np_random.bit_generator.state}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`get_state` returned."""
+        generator = np.random.Generator(np.random.PCG64())
+        generator.bit_generator.state = state["np_random"]
+        self._np_random = generator
+        episode = state["episode"]
+        if episode is None:
+            self.task, self.source, self.transcript, self._done = None, "", [], True
+            return
+        self.task = task_from_data(episode["task"])
+        self.source, self.turn = episode["source"], int(episode["turn"])
+        self.actions, self.ops = list(episode["actions"]), list(episode["ops"])
+        self.n_invalid, self.valid = int(episode["n_invalid"]), bool(episode["valid"])
+        self.submitted, self.hidden_pass = bool(episode["submitted"]), bool(episode["hidden_pass"])
+        self.stop, self._done = episode["stop"], bool(episode["done"])
+        self.transcript = [(int(owner), str(text)) for owner, text in episode["transcript"]]
 
     # ------------------------------------------------------------------ helpers
     def call_mask(self) -> np.ndarray:

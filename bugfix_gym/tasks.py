@@ -50,6 +50,22 @@ class Task:
             object.__setattr__(self, "uid", f"{self.split}/{self.name}")
 
 
+def task_to_data(task: Task) -> dict[str, Any]:
+    """A task as plain (JSON-able) data; test cases are kept as Python literals (``repr``)."""
+    return dict(name=task.name, statement=task.statement, source=task.source, defect=task.defect, fix_op=task.fix_op,
+                visible=repr(task.visible), hidden=repr(task.hidden), split=task.split, sandbox=task.sandbox,
+                uid=task.uid)
+
+
+def task_from_data(data: dict[str, Any]) -> Task:
+    """The task :func:`task_to_data` described (cases parsed with ``ast.literal_eval``: no code runs)."""
+    import ast
+
+    cases = {k: tuple(ast.literal_eval(data[k])) for k in ("visible", "hidden")}
+    return Task(name=data["name"], statement=data["statement"], source=data["source"], defect=data["defect"],
+                fix_op=data["fix_op"], split=data["split"], sandbox=bool(data["sandbox"]), uid=data["uid"], **cases)
+
+
 def task_from_correct(name: str, statement: str, correct: str, fix_op: str, inputs: Sequence[tuple],
                       split: str, n_visible: int = 3) -> Task:
     """Build a task from a correct function: inject the defect, compute expected values."""

@@ -1,16 +1,19 @@
-"""The base agent (book §6.2): seeded behaviour cloning that lands in the book's ranges."""
+"""The base agent (book §6.2): seeded behaviour cloning that lands in the book's ranges, and its disk cache."""
 
 from __future__ import annotations
 
+import warnings
+
+import pytest
 import torch
-from agents_fixtures import base_agent, tok  # noqa: F401  (pytest fixtures)
 
 import bugfix_gym
-from agents.base_agent import make_base_agent
-from agents.rollout import rollout_batch, rollout_stats
+from agents import base_agent as base_agent_module
+from agents.base_agent import cached_base_agent, make_base_agent
+from agents.rollout import evaluate
 
 
-def test_same_call_same_weights_and_seed_matters(tok):  # noqa: F811
+def test_same_call_same_weights_and_seed_matters(tok):
     kw = dict(episodes_per_task=1, steps=3, batch_size=4)
     a, b = make_base_agent(tok, seed=7, **kw), make_base_agent(tok, seed=7, **kw)
     c = make_base_agent(tok, seed=8, **kw)
@@ -19,14 +22,36 @@ def test_same_call_same_weights_and_seed_matters(tok):  # noqa: F811
     assert any(not torch.equal(sa[k], sc[k]) for k in sa)
 
 
-def test_base_agent_lands_in_the_books_ranges(base_agent, tok):  # noqa: F811
+@pytest.mark.slow
+def test_base_agent_lands_in_the_books_ranges(shared_base_agent, tok):
     """Book: valid calls 0.98, submit 0.78-0.83, pass 0.12-0.19 on both splits (16 episodes per task)."""
     for split in ("train", "heldout"):
-        tasks = [t for t in bugfix_gym.make_tasks(split) for _ in range(16)]
-        trajs = rollout_batch(base_agent, [bugfix_gym.BugFixEnv() for _ in tasks], tasks, tok,
-                              generator=torch.Generator().manual_seed(0))
-        stats = rollout_stats(trajs)
+        stats = evaluate(shared_base_agent, tok, bugfix_gym.make_tasks(split), 16, seed=0)
         assert stats["valid_calls"] >= 0.90, (split, stats)
         assert 0.65 <= stats["submit_rate"] <= 0.95, (split, stats)
         assert 0.06 <= stats["pass_rate"] <= 0.30, (split, stats)
         assert 2.0 <= stats["turns"] <= 4.5, (split, stats)
+
+
+def test_the_cache_reads_back_the_same_weights_and_survives_a_failed_write(tok, tmp_path, monkeypatch):
+    monkeypatch.setenv("BUGFIX_GYM_CACHE", str(tmp_path / "cache"))
+    kw = dict(episodes_per_task=1, steps=2, batch_size=4)
+    first = cached_base_agent(tok, seed=3, **kw)
+    files = list((tmp_path / "cache").glob("base_agent-*.pt"))
+    assert len(files) == 1
+    again = cached_base_agent(tok, seed=3, **kw)
+    assert all(torch.equal(a, b) for a, b in zip(first.state_dict().values(), again.state_dict().values()))
+    files[0].write_bytes(b"corrupt")  # a corrupt cache file is retrained with a warning
+    with pytest.warns(UserWarning, match="unreadable base-agent cache"):
+        cached_base_agent(tok, seed=3, **kw)
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setenv("BUGFIX_GYM_CACHE", str(tmp_path / "full"))
+    monkeypatch.setattr(base_agent_module.torch, "save", disk_full)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        agent = cached_base_agent(tok, seed=4, **kw)  # the caller still gets its agent
+    assert agent is not None and any("could not write the base-agent cache" in str(w.message) for w in caught)
+    assert list((tmp_path / "full").iterdir()) == []  # no temporary file left behind

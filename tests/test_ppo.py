@@ -66,7 +66,7 @@ def test_first_minibatch_ratio_is_exactly_one(base):
     # pi_old is frozen once before the update, in the first epoch's minibatch layout: the first
     # minibatch repeats that computation, so its ratios are exactly 1, with zero KL and no clipping
     assert first["ratio_min"] == 1.0 and first["ratio_max"] == 1.0
-    assert first["approx_kl"] == 0.0 and first["clip_fraction"] == 0.0
+    assert first["approx_kl"] == 0.0 and first["clip_frac"] == 0.0
     # ... and later minibatches do move (old_logp is NOT recomputed inside the loop)
     assert max(s["ratio_max"] for s in model.seen[1:]) > 1 + 1e-3
     assert len(epochs) == 2
@@ -184,7 +184,7 @@ def test_eval_callback_and_evaluate_policy_on_a_plain_gym_make(tmp_path, base):
     model = small(base_agent=base)
     eval_cb = EvalCallback(gym.make("BugFix-v0", split="heldout"), n_eval_episodes=3, eval_freq=10,
                            log_path=str(tmp_path), verbose=0)
-    ckpt_cb = CheckpointCallback(save_freq=25, save_path=str(tmp_path), name_prefix="tp")
+    ckpt_cb = CheckpointCallback(save_freq=5, save_path=str(tmp_path), name_prefix="tp")
     model.learn(60, callback=[eval_cb, ckpt_cb], progress_bar=True)
     assert len(eval_cb.evaluations_results) >= 1 and len(eval_cb.evaluations_results[0]) == 3
     assert (tmp_path / "evaluations.npz").exists()
@@ -205,7 +205,7 @@ def test_monitor_statistics_are_the_real_episodes_and_timesteps_stop_at_the_tota
     assert sum(len(m.get_episode_rewards()) for m in model.env.envs) >= len(lengths)
 
 
-class TestCallsPay(gym.Wrapper):
+class RewardTestCalls(gym.Wrapper):
     """A user's reward shaping: +1 for every `test` call, and nothing else."""
 
     def step(self, action):
@@ -214,7 +214,7 @@ class TestCallsPay(gym.Wrapper):
 
 
 def test_tokenppo_learns_the_reward_of_the_wrapped_env(base):
-    env = make_vec_env("BugFix-v0", n_envs=16, seed=0, wrapper_class=TestCallsPay)
+    env = make_vec_env("BugFix-v0", n_envs=16, seed=0, wrapper_class=RewardTestCalls)
     model = TokenPPO("TinyAgentPolicy", env, base_agent=base, n_episodes=32, seed=0, learning_rate=3e-3,
                      critic_warmup_steps=10)
 

@@ -1,13 +1,24 @@
-"""bugfix-gym CLI: help, one-line errors with exit status 2, eval of a saved model."""
+"""bugfix-gym CLI: help, one-line errors with exit status 2, eval (table and JSON), train, Ctrl-C and --resume."""
 
 from __future__ import annotations
 
+import json
+
 import gymnasium as gym
 import pytest
+import torch
+from stable_baselines3.common.env_util import make_vec_env
 
 import bugfix_gym  # noqa: F401
+from agents import cli
 from agents.cli import main
 from agents.ppo import TokenPPO
+
+
+@pytest.fixture
+def small_eval(monkeypatch):
+    """A short before/after table: 4 unseen generated tasks instead of 200."""
+    monkeypatch.setattr(cli, "GENERATED_EVAL", dict(n=4, gen_seed=0))
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["train", "--help"], ["eval", "--help"]])
@@ -17,12 +28,29 @@ def test_help(argv, capsys):
     assert e.value.code == 0 and "usage" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("argv", [["frobnicate"], ["train", "--timesteps", "many"], ["train", "--n-episodes", "0"],
-                                  ["eval"], ["eval", "m.zip", "--split", "test"], ["eval", "/no/such/model.zip"]])
+@pytest.mark.parametrize("argv", [
+    ["frobnicate"], ["train", "--timesteps", "many"], ["train", "--n-episodes", "0"], ["train", "--n-episodes", "-3"],
+    ["train", "--learning-rate", "nan"], ["train", "--learning-rate", "-1e-3"], ["train", "--learning-rate", "inf"],
+    ["train", "--learning-rate", "0"], ["train", "--seed", "-1"], ["train", "--gae-lambda", "5"],
+    ["train", "--target-kl", "-1"], ["train", "--tasks", "mine"], ["train", "--resume", "/no/such/run"],
+    ["train", "--resume", "/tmp", "--seed", "3"], ["eval"], ["eval", "m.zip", "--split", "test"],
+    ["eval", "/no/such/model.zip"], ["eval", "m.zip", "--generated", "weird"], ["eval", "m.zip", "--n", "0"],
+    ["eval", "m.zip", "--split", "train", "--pack", "p.json"],
+])
 def test_bad_arguments_are_one_line_exit_2(argv, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "error" in err and "Traceback" not in err
+
+
+def test_out_that_is_a_file_or_unwritable_is_one_line(tmp_path, capsys):
+    a_file = tmp_path / "f"
+    a_file.write_text("x")
+    assert main(["train", "--out", str(a_file)]) == 2
+    assert "is a file" in capsys.readouterr().err
+    assert main(["train", "--out", "/proc/no-runs-here"]) == 2  # not creatable, even as root
+    err = capsys.readouterr().err
+    assert "cannot write" in err and err.count("\n") == 1
 
 
 def test_corrupt_model_file(tmp_path, capsys):
@@ -30,16 +58,99 @@ def test_corrupt_model_file(tmp_path, capsys):
     bad.write_bytes(b"\x00" * 100)
     assert main(["eval", str(bad)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "not a TokenPPO checkpoint" in err
+    assert err.count("\n") == 1 and "not a bugfix-gym model file" in err
 
 
-def test_eval_a_saved_model(tmp_path, capsys):
-    from agents.policies import cached_base_agent
-    from bugfix_gym import build_tokenizer
+@pytest.fixture(scope="module")
+def saved_model(tmp_path_factory, shared_base_agent):
+    path = tmp_path_factory.mktemp("model") / "m.zip"
+    model = TokenPPO("TinyAgentPolicy", gym.make("BugFix-v0"), base_agent=shared_base_agent, n_episodes=4, seed=0)
+    model.save(path)
+    return path
 
-    model = TokenPPO("TinyAgentPolicy", gym.make("BugFix-v0"), base_agent=cached_base_agent(build_tokenizer()),
-                     n_episodes=4, seed=0)
-    model.save(tmp_path / "m.zip")
-    assert main(["eval", str(tmp_path / "m.zip"), "--split", "heldout", "--episodes", "1"]) == 0
+
+def test_eval_table_and_json(saved_model, capsys):
+    assert main(["eval", str(saved_model), "--split", "heldout", "--episodes", "1"]) == 0
     out = capsys.readouterr().out
-    assert "pass rate" in out and "m.zip on heldout" in out
+    assert "pass rate" in out and "m.zip on heldout split" in out
+    assert main(["eval", str(saved_model), "--generated", "test", "--n", "5", "--gen-seed", "3", "--json"]) == 0
+    stats = json.loads(capsys.readouterr().out)  # exactly one JSON object on stdout
+    assert stats["n_episodes"] == 5 and {"pass_rate", "valid_calls", "read_rate", "test_rate"} <= set(stats)
+    assert main(["eval", str(saved_model), "--pack", "examples/task_pack_example.json", "--episodes", "2",
+                 "--json"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert stats["n_episodes"] == 6 and 0 <= stats["pass_rate"] <= 1 and stats["episodes_per_task"] == 2
+
+
+def _train_args(out, timesteps=96):
+    return ["train", "--timesteps", str(timesteps), "--n-envs", "4", "--n-episodes", "8", "--n-minibatches", "2",
+            "--eval-episodes", "1", "--out", str(out), "--no-progress", "--seed", "5"]
+
+
+def test_ctrl_c_saves_the_last_iteration_and_resume_gives_the_uninterrupted_result(tmp_path, small_eval,
+                                                                                  monkeypatch, capsys):
+    assert main(_train_args(tmp_path / "whole")) == 0
+    whole = TokenPPO.load(tmp_path / "whole" / "tokenppo.zip")
+
+    original = TokenPPO.train
+    calls = {"n": 0}
+
+    def interrupted(self):
+        calls["n"] += 1
+        if calls["n"] == 3:  # Ctrl-C during the third update
+            raise KeyboardInterrupt
+        return original(self)
+
+    monkeypatch.setattr(TokenPPO, "train", interrupted)
+    assert main(_train_args(tmp_path / "cut")) == 130
+    err = capsys.readouterr().err
+    assert "saved iteration 2" in err and "--resume" in err
+    saved = TokenPPO.load(tmp_path / "cut" / "tokenppo.zip")
+    assert saved._iteration == 2 and (tmp_path / "cut" / "resume.json").exists()
+    monkeypatch.setattr(TokenPPO, "train", original)
+    assert main(["train", "--resume", str(tmp_path / "cut"), "--no-progress"]) == 0
+    resumed = TokenPPO.load(tmp_path / "cut" / "tokenppo.zip")
+    assert resumed.num_timesteps == whole.num_timesteps and resumed._iteration == whole._iteration
+    for (k, v), (_, w) in zip(whole.policy.state_dict().items(), resumed.policy.state_dict().items()):
+        assert torch.equal(v, w), k
+    assert not (tmp_path / "cut" / "resume.json").exists()
+    assert main(_train_args(tmp_path / "cut")) == 2  # a finished run is not overwritten
+    assert "already holds a run" in capsys.readouterr().err
+
+
+def test_divergence_is_one_line_and_keeps_the_last_good_iteration(tmp_path, small_eval, monkeypatch, capsys):
+    original = TokenPPO._minibatch_loss
+    calls = {"n": 0}
+
+    def poisoned(self, sample, lo, hi):
+        loss, stats = original(self, sample, lo, hi)
+        calls["n"] += 1
+        return (loss * float("nan"), stats) if calls["n"] > 8 else (loss, stats)
+
+    monkeypatch.setattr(TokenPPO, "_minibatch_loss", poisoned)
+    assert main(_train_args(tmp_path / "nan")) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "diverged" in err and "Traceback" not in err
+    kept = TokenPPO.load(tmp_path / "nan" / "tokenppo.zip")
+    assert kept._iteration >= 1
+
+
+def test_two_runs_in_the_same_second_get_different_folders(tmp_path):
+    from agents.runs import new_run_dir
+
+    a, b = new_run_dir(tmp_path), new_run_dir(tmp_path)
+    assert a != b and a.is_dir() and b.is_dir()
+
+
+def test_memory_is_checked_before_training(capsys):
+    assert main(["train", "--n-episodes", "100000000", "--n-envs", "4", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "GiB" in err and "--n-episodes" in err and err.count("\n") == 1
+
+
+def test_evaluate_matches_a_direct_evaluation(shared_base_agent):
+    model = TokenPPO("TinyAgentPolicy", make_vec_env("BugFix-v0", n_envs=2), base_agent=shared_base_agent,
+                     n_episodes=4, seed=0)
+    tasks = bugfix_gym.make_tasks("heldout")
+    a, b = model.evaluate(tasks, 2, seed=9), model.evaluate(tasks, 2, seed=9)
+    assert a == b and a["n_episodes"] == 20

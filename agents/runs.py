@@ -1,0 +1,166 @@
+"""Training runs that survive faults: unique run folders, per-iteration snapshots, resume, memory checks.
+
+A run folder holds ``run.json`` (what was asked: the command's arguments), ``tokenppo.zip``
+(the model, :mod:`agents.checkpoint`) and, for a run that stopped early, ``resume.json``: the
+rest of the training state at the end of the last finished iteration — the sampler's and the
+envs' episodes in progress, the envs' random generators, the sampling and minibatch generators.
+With both, a resumed run continues exactly as the uninterrupted run would have.
+
+:class:`Snapshots` is an SB3 callback that copies that state in memory at the start of every
+iteration (after the previous update), so Ctrl-C or a diverged update can save the last good
+iteration without re-running anything.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import pathlib
+import time
+from typing import Any
+
+import numpy as np
+import torch as th
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.monitor import Monitor
+
+from . import checkpoint
+
+MODEL_FILE, RUN_FILE, RESUME_FILE = "tokenppo.zip", "run.json", "resume.json"
+
+
+def new_run_dir(root: str | pathlib.Path = "runs", prefix: str = "tokenppo") -> pathlib.Path:
+    """A new, empty folder ``root/prefix-<date>-<time>[-k]``; two runs started in the same second get
+    different folders (created atomically, so concurrent runs cannot share one)."""
+    root = pathlib.Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime(f"{prefix}-%Y%m%d-%H%M%S")
+    for k in range(1, 10_000):
+        path = root / (stamp if k == 1 else f"{stamp}-{k}")
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+    raise RuntimeError(f"could not create a new run folder under {root}")
+
+
+# ---------------------------------------------------------------------- training state
+def training_state(algo: Any) -> dict[str, Any]:
+    """Everything besides the model file that decides how training continues, as JSON data."""
+    envs = algo.env.env_method("get_state") if algo.env is not None else None
+    monitored = algo.env is not None and all(algo.env.env_is_wrapped(Monitor))
+    return {
+        "sampler": algo.sampler.get_state() if algo.sampler is not None else None,
+        "envs": envs,
+        "monitor_rewards": [list(map(float, r)) for r in algo.env.get_attr("rewards")] if monitored else None,
+        "sample_generator": algo.sample_generator.get_state().tolist(),
+        "shuffle_rng": algo._shuffle_rng.bit_generator.state if hasattr(algo, "_shuffle_rng") else None,
+    }
+
+
+def restore_training_state(algo: Any, state: dict[str, Any]) -> None:
+    """Put back what :func:`training_state` returned (the envs must be the same kind and number)."""
+    if state["envs"] is not None:
+        if algo.env is None or algo.env.num_envs != len(state["envs"]):
+            raise ValueError("the run's saved env states do not fit this env (another number of envs)")
+        algo.env.reset()  # the wrappers' own bookkeeping (Monitor, OrderEnforcing) starts an episode ...
+        for i, env_state in enumerate(state["envs"]):  # ... which then becomes the saved one
+            algo.env.env_method("set_state", env_state, indices=[i])
+            if state.get("monitor_rewards") is not None:
+                algo.env.set_attr("rewards", list(state["monitor_rewards"][i]), indices=[i])
+    algo.sampler.set_state(state["sampler"])
+    algo.sample_generator.set_state(th.tensor(state["sample_generator"], dtype=th.uint8))
+    if state["shuffle_rng"] is not None:
+        rng = np.random.default_rng()
+        rng.bit_generator.state = state["shuffle_rng"]
+        algo._shuffle_rng = rng
+    algo._last_obs = np.zeros(algo.env.num_envs, dtype=object)  # SB3 must not reset the envs in learn()
+
+
+class Snapshots(BaseCallback):
+    """Keep, in memory, the state at the start of the latest iteration (the end of the previous one).
+
+    :meth:`save` writes it to a run folder: ``tokenppo.zip`` + ``resume.json``.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.last: dict[str, Any] | None = None
+
+    def _on_rollout_start(self) -> None:
+        self.take()
+
+    def _on_step(self) -> bool:
+        return True
+
+    def take(self) -> None:
+        algo = self.model
+        self.last = {
+            "params": copy.deepcopy(algo.policy.state_dict()),
+            "optimizer": copy.deepcopy(algo.policy.optimizer.state_dict()),
+            "counters": (algo.num_timesteps, algo._n_updates, algo._iteration, algo.total_policy_tokens),
+            "extra": copy.deepcopy(algo._extra_state()),
+            "training": copy.deepcopy(training_state(algo)),
+            "diagnostics": len(algo.diagnostics),
+        }
+
+    @property
+    def iteration(self) -> int:
+        return 0 if self.last is None else int(self.last["counters"][2])
+
+    def save(self, run_dir: str | pathlib.Path) -> pathlib.Path:
+        """Write the snapshot as the run's model and resume state; returns the model path."""
+        if self.last is None:
+            raise RuntimeError("no snapshot taken yet")
+        algo, snap = self.model, self.last
+        algo.policy.load_state_dict(snap["params"])  # training stops here: roll back to the snapshot
+        algo.policy.optimizer.load_state_dict(snap["optimizer"])
+        algo.num_timesteps, algo._n_updates, algo._iteration, algo.total_policy_tokens = snap["counters"]
+        algo._set_extra_state(snap["extra"])
+        run_dir = pathlib.Path(run_dir)
+        path = run_dir / MODEL_FILE
+        atomic_write(path, lambda f: checkpoint.save(algo, f))
+        atomic_write(run_dir / RESUME_FILE, lambda f: f.write(json.dumps(snap["training"]).encode()))
+        return path
+
+
+def atomic_write(path: pathlib.Path, write) -> None:
+    """Write a file through a temporary neighbour and ``os.replace``: readers never see half a file,
+    and a failure leaves no temporary file behind."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+# ---------------------------------------------------------------------- memory
+def available_memory_bytes() -> int | None:
+    """``MemAvailable`` from ``/proc/meminfo`` (None where it cannot be read)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def estimate_memory_bytes(n_episodes: int, n_envs: int, max_len: int, d_model: int, n_layer: int,
+                          vocab_size: int, minibatch: int) -> int:
+    """A generous estimate of the peak memory of one TokenPPO iteration, from its sizes.
+
+    Per stored episode: Python lists while sampling and the padded ``[N, T]`` tensors of the
+    buffer (~12 fields); per minibatch: the activations kept for backward (~24 floats per layer
+    and width per token) plus the logits at policy positions; per env: its KV cache.
+    """
+    episode = max_len * (6 * 64 + 12 * 4)
+    minibatch_activations = minibatch * max_len * (24 * d_model * n_layer + vocab_size) * 4
+    kv = n_envs * n_layer * 2 * max_len * d_model * 4
+    return n_episodes * episode + 3 * minibatch_activations + kv + 200 * 2**20
