@@ -10,7 +10,7 @@ import numpy as np
 from gymnasium import spaces
 
 from . import tools
-from .execution import run_tests
+from .runner import run_tests
 from .ops import apply_op, describe_change
 from .tasks import Task, get_task, make_tasks
 
