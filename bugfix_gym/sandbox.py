@@ -24,13 +24,15 @@ machine allows (:func:`available_isolation`):
   capabilities. The env process and every other process outside are invisible to it, so it
   cannot signal or trace them; it has no network; when the init exits or is killed, the
   kernel kills every process left in the namespace.
-* ``uid`` (root without user namespaces): the worker switches to ``nobody``; it cannot signal
-  root's processes and cannot start processes (``RLIMIT_NPROC = 0``).
-* ``plain`` (anything else): resource limits and ``RLIMIT_NPROC = 0`` only; the code runs as
-  the caller's user and can signal the caller's processes and use the network.
+* ``uid`` (root, where ``namespace`` does not work): the worker switches to ``nobody``; it
+  cannot signal root's processes and cannot start processes (``RLIMIT_NPROC = 0``).
+* ``plain`` (anything else): resource limits and ``RLIMIT_NPROC = 0`` only (which does
+  nothing for root); the code runs as the caller's user and can signal the caller's
+  processes and use the network.
 
 In every mode the code can still read any file its uid can read (as root: any file) and write
-where its uid can write. Run packs you do not trust inside a container; see the threat model
+where its uid can write; as root in ``namespace`` mode nothing limits how many processes it
+starts before the deadline. Run packs you do not trust inside a container; see the threat model
 in ``docs/environment.md``.
 """
 
@@ -53,7 +55,7 @@ from .execution import Outcome, TestReport, is_plain, judge, safe_name
 TIMEOUT_S = 5.0  # wall-clock seconds for one run of a test list (all its cases)
 MEMORY_MB = 512  # address-space limit of the worker
 REPORT_BYTES = 1 << 20  # the most the parent reads from the child for one run
-ISOLATION: str | None = None  # None: the strongest available (available_isolation()); or "namespace" | "uid" | "plain"
+ISOLATION: str | None = None  # "namespace" | "uid" | "plain"; None: the strongest available_isolation()
 ISOLATION_MODES = ("namespace", "uid", "plain")
 SETUP_FAILED = 121  # the child's exit status when it could not apply its limits (see sandbox_child.py)
 

@@ -53,18 +53,29 @@ def _limit(resource_module, which: str, value: int) -> None:
         pass  # a limit the OS refuses (or one already lower); the wall clock still holds
 
 
-def _drop_capabilities() -> None:
-    """Empty the bounding, effective, permitted and inheritable capability sets; set no_new_privs."""
+def _libc():
     import ctypes
 
-    libc = ctypes.CDLL(None, use_errno=True)
-    pr_capbset_drop, pr_set_no_new_privs, linux_capability_version_3 = 24, 38, 0x20080522
+    return ctypes, ctypes.CDLL(None, use_errno=True)
+
+
+def _no_new_privileges() -> None:
+    """Set no_new_privs: executing a setuid program gives no privileges (Linux; elsewhere nothing)."""
+    if sys.platform.startswith("linux"):
+        ctypes, libc = _libc()
+        if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+            raise OSError(ctypes.get_errno(), "cannot set no_new_privs")
+
+
+def _drop_capabilities() -> None:
+    """Empty the bounding, effective, permitted and inheritable capability sets (Linux)."""
+    ctypes, libc = _libc()
     for cap in range(64):
-        if libc.prctl(pr_capbset_drop, cap, 0, 0, 0) != 0 and ctypes.get_errno() == 22:  # EINVAL: past the last
+        if libc.prctl(24, cap, 0, 0, 0) != 0 and ctypes.get_errno() == 22:  # PR_CAPBSET_DROP; EINVAL: past the last
             break
-    header = (ctypes.c_uint32 * 2)(linux_capability_version_3, 0)
-    data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable for capabilities 0-31 and 32-63
-    if libc.capset(header, data) != 0 or libc.prctl(pr_set_no_new_privs, 1, 0, 0, 0) != 0:
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable for capabilities 0-31 and 32-63: none
+    if libc.capset(header, data) != 0:
         raise OSError(ctypes.get_errno(), "cannot drop capabilities")
     with open("/proc/self/status") as status:
         if any(line.startswith("CapEff:") and int(line.split()[1], 16) for line in status):
@@ -94,6 +105,8 @@ def _work(mode: str, timeout_s: float, memory_mb: int, report_bytes: int, reques
         _limit(resource, "RLIMIT_FSIZE", 1024 * 1024)
         _limit(resource, "RLIMIT_CORE", 0)
         _limit(resource, "RLIMIT_NPROC", 0)  # no new processes: honoured for every uid but 0
+        if mode != "plain":
+            _no_new_privileges()  # before setuid: as nobody, ctypes may not be importable
         if mode == "namespace":
             _drop_capabilities()
         elif mode == "uid":

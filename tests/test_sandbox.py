@@ -16,7 +16,7 @@ import tracemalloc
 
 import pytest
 
-from bugfix_gym import load_task_pack
+from bugfix_gym import load_task_pack, sandbox
 from bugfix_gym.sandbox import REPORT_BYTES, available_isolation, run_cases_sandboxed
 
 _PRESENT = {"namespace": available_isolation() == "namespace", "uid": hasattr(os, "geteuid") and os.geteuid() == 0}
@@ -146,3 +146,29 @@ def test_pack_code_has_no_network_in_namespace_mode():
                f"        return 'connected'\n    except OSError:\n        return 'unreachable'\n")
         report = run_cases_sandboxed(src, "f", [((0,), "unreachable")], isolation="namespace")
     assert report.ok, report.first_failure
+
+
+@pytest.mark.parametrize("mode", CONTAINED)
+def test_pack_code_cannot_open_the_memory_of_the_env_process_or_of_its_own_parent(mode):
+    # /proc is the host's, so the worker can learn its parent's real pid there; opening /proc/<pid>/mem
+    # needs the right to trace that process, which the worker must not have (no capabilities, other uid)
+    src = (f"def f(x):\n    with open('/proc/self/status') as status:\n"
+           f"        parent = next(int(line.split()[1]) for line in status if line.startswith('PPid:'))\n"
+           f"    opened = []\n    for pid in ({os.getpid()}, parent):\n        try:\n"
+           f"            open(f'/proc/{{pid}}/mem', 'rb').close()\n            opened.append(True)\n"
+           f"        except OSError:\n            opened.append(False)\n    return opened\n")
+    report = run_cases_sandboxed(src, "f", [((0,), [False, False])], isolation=mode)
+    assert report.ok, report.first_failure
+
+
+def test_isolation_falls_back_cleanly_when_namespaces_do_not_work(monkeypatch):
+    monkeypatch.setattr(sandbox, "_UNSHARE_FLAGS", ("--no-such-flag",))  # unshare exits with an error
+    sandbox.available_isolation.cache_clear()
+    try:
+        fallback = sandbox.available_isolation()
+        assert fallback == ("uid" if os.geteuid() == 0 else "plain")
+        assert run_cases_sandboxed("def f(x):\n    return x\n", "f", [((1,), 1)]).ok  # runs in the fallback mode
+        failed = run_cases_sandboxed("def f(x):\n    return x\n", "f", [((1,), 1)], isolation="namespace")
+        assert not failed.ok and failed.first_failure.startswith("sandbox : ")
+    finally:
+        sandbox.available_isolation.cache_clear()
