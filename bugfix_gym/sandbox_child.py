@@ -12,7 +12,8 @@ none of it: it checks the shape and the count and compares the values itself.
 Standard library only. ``-I`` keeps the script's folder off ``sys.path``, so the child appends
 it (after the standard library: no file there can shadow a standard module), imports its
 sibling leaf module ``execution.py`` as the top-level module ``execution``, and removes the
-folder again before any task code runs.
+folder again before any task code runs. (Imported as ``bugfix_gym.sandbox_child``, it uses
+``bugfix_gym.execution`` instead and touches no path.)
 
 Modes (:func:`bugfix_gym.sandbox.available_isolation` picks one):
 
@@ -33,10 +34,13 @@ import os
 import signal
 import sys
 
-sys.path.append(os.path.dirname(os.path.abspath(__file__)))
-import execution  # noqa: E402 - the leaf module next to this file, found through the line above
+if __package__:  # imported as bugfix_gym.sandbox_child (documentation tools, type checkers)
+    from . import execution
+else:  # run as the sandbox child: the leaf module next to this file, as a top-level module
+    sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+    import execution  # type: ignore[no-redef]
 
-del sys.path[-1]
+    del sys.path[-1]
 
 UNPRIVILEGED_UID = 65534  # "nobody"
 MAX_VALUE_CHARS = 100_000  # a returned value longer than this as JSON comes back as ["big"]

@@ -65,7 +65,9 @@ def test_pack_code_leaves_no_process_behind(tmp_path, mode):
            f"            os.closerange(3, 1024)\n"  # let go of the report pipe: nobody waits for this process
            f"            for _ in range(40):\n                with open({str(trace)!r}, 'a') as out:\n"
            f"                    out.write('.')\n                time.sleep(0.05)\n        os._exit(0)\n"
-           f"    time.sleep(0.2)\n    return x\n")
+           f"    for _ in range(200):  # until the grandchild is running\n"
+           f"        if os.path.exists({str(trace)!r}):\n            break\n        time.sleep(0.01)\n"
+           f"    return x\n")
     run_cases_sandboxed(src, "f", [((1,), 1)], isolation=mode)
     size = trace.stat().st_size if trace.exists() else 0
     assert size > 0 or mode == "uid"  # the grandchild ran (as nobody, the code cannot fork at all)
