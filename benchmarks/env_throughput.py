@@ -22,7 +22,7 @@ from typing import Callable
 import gymnasium as gym
 
 import bugfix_gym
-from bugfix_gym import execution
+from bugfix_gym import runner
 from bugfix_gym.ops import apply_op
 from bugfix_gym.wrappers import DiscreteCalls
 
@@ -31,7 +31,7 @@ SCRIPT = ("read", "test", "edit fix_comparison", "test", "edit swap_minmax", "re
 
 
 def _uncache() -> None:
-    execution._CACHE.clear()
+    runner.clear_cache()
     apply_op.cache_clear()
 
 

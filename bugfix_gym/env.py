@@ -12,9 +12,9 @@ import gymnasium as gym
 import numpy as np
 
 from . import tools
-from .execution import run_tests
 from .generator import GENERATED_SPLITS, draw_task
 from .ops import apply_op, describe_change
+from .runner import run_tests
 from .spaces import BufferedText
 from .tasks import Task, get_task, make_tasks, task_from_data, task_to_data
 from .tools import CHARSET, MAX_ACTION_CHARS

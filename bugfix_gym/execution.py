@@ -1,11 +1,20 @@
-"""Running task code: bounded, exception-safe, cached by source text.
+"""Running task code: bounded, exception-safe, and judged by value.
 
-Built-in and generated tasks run in-process. Every loop body is instrumented (an AST
-rewrite) with a tick that raises after ``MAX_LOOP_TICKS`` iterations per test case, so an
-edit that makes a ``while`` loop spin fails that test with ``Timeout`` instead of hanging
-the environment; the limit counts iterations, not seconds, so results are deterministic.
-Exceptions become failed tests. User task packs run in a subprocess with wall-clock and
-memory limits (``sandbox=True``), see :mod:`bugfix_gym.sandbox`.
+This module is a leaf: it imports only the standard library and nothing of this package,
+so the sandbox child (:mod:`bugfix_gym.sandbox_child`) can load it on its own under
+``python -I -S``. ``tests/test_layering.py`` checks that.
+
+Every loop body of task code is instrumented (an AST rewrite) with a tick that raises
+after ``MAX_LOOP_TICKS`` iterations per test case, so an edit that makes a ``while`` loop
+spin fails that test with ``Timeout`` instead of hanging the environment; the limit counts
+iterations, not seconds, so results are deterministic. Exceptions become failed tests.
+
+Running a test list is split in two halves so that the sandbox can keep the judging on the
+trusted side: :func:`call_one` runs one call and returns an *outcome* (the value, or the
+name of the exception), :func:`judge` compares outcomes with the expected values. For
+built-in and generated tasks :func:`run_cases` does both in-process; for task packs the
+child only calls and the parent judges (:mod:`bugfix_gym.sandbox`). Dispatch between the
+two and the result cache live in :mod:`bugfix_gym.runner`.
 """
 
 from __future__ import annotations
@@ -14,14 +23,19 @@ import ast
 import builtins
 import copy
 import math
+import re
 import sys
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 MAX_LOOP_TICKS = 100_000
-MAX_RECURSION = 200
+MAX_NAME_CHARS = 40  # an exception or type name longer than this (or not an ASCII identifier) is not repeated
+MAX_VALUE_DEPTH = 20  # test values nest lists / dicts at most this deep
 
 Case = tuple[tuple, Any]  # (args, expected)
+Outcome = tuple[str, Any]  # ("value", returned value) | ("raised", exception name) | ("unsent", why, in words)
+
+_SAFE_NAME = re.compile(rf"[A-Za-z_][A-Za-z0-9_]{{0,{MAX_NAME_CHARS - 1}}}")
 
 
 class LoopBudgetExceeded(Exception):
@@ -30,7 +44,12 @@ class LoopBudgetExceeded(Exception):
 
 @dataclass(frozen=True)
 class TestReport:
-    """What one run of a test list found: counts and the first failure, already in words."""
+    """What one run of a test list found: counts and the first failure, already in words.
+
+    :param passed: cases that passed
+    :param total: cases run (an empty list passes nothing: ``ok`` is False)
+    :param first_failure: the first failing case in words, or ``None``
+    """
 
     passed: int
     total: int
@@ -38,7 +57,7 @@ class TestReport:
 
     @property
     def ok(self) -> bool:
-        return self.passed == self.total
+        return self.total > 0 and self.passed == self.total
 
 
 class _TickLoops(ast.NodeTransformer):
@@ -51,7 +70,7 @@ class _TickLoops(ast.NodeTransformer):
     visit_For = visit_While = visit_AsyncFor = _tick
 
 
-def compile_function(source: str, name: str):
+def compile_function(source: str, name: str) -> tuple[Callable, Callable[[], None]]:
     """Source -> (function, tick_reset) or raise the compile/exec error (as the test tool reports it)."""
     tree = _TickLoops().visit(ast.parse(source))
     ast.fix_missing_locations(tree)
@@ -90,38 +109,93 @@ def same_value(got: Any, expected: Any) -> bool:
         return False
 
 
-def format_call(name: str, args: tuple) -> str:
-    return f"{name}({', '.join(repr(a) for a in args)})"
+def is_plain(value: Any, depth: int = MAX_VALUE_DEPTH) -> bool:
+    """True for a JSON value of exact built-in types: None, bool, int, float, str, list, dict with str keys.
+
+    Subclasses (and so objects with their own ``__eq__``) are not plain; neither is anything
+    nested more than ``depth`` lists / dicts deep.
+    """
+    kind = type(value)
+    if value is None or kind in (bool, int, float, str):
+        return True
+    if depth <= 0:
+        return False
+    if kind is list:
+        return all(is_plain(v, depth - 1) for v in value)
+    if kind is dict:
+        return all(type(k) is str and is_plain(v, depth - 1) for k, v in value.items())
+    return False
+
+
+def safe_name(text: Any) -> str | None:
+    """``text`` if it is an ASCII identifier of at most MAX_NAME_CHARS characters, else None."""
+    return text if isinstance(text, str) and _SAFE_NAME.fullmatch(text) else None
+
+
+def error_name(exc: BaseException) -> str:
+    """How a test report names an exception: ``Timeout`` for the loop budget, else its (bounded) class name."""
+    if isinstance(exc, LoopBudgetExceeded):
+        return "Timeout"
+    return safe_name(type(exc).__name__) or "an exception with an unprintable name"
+
+
+def format_call(name: str, args: Sequence) -> str:
+    return f"{name}({', '.join(ascii(a) for a in args)})"
 
 
 def _short(value: Any, limit: int = 60) -> str:
-    text = repr(value)
+    text = ascii(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _error_name(exc: BaseException) -> str:
-    return "Timeout" if isinstance(exc, LoopBudgetExceeded) else type(exc).__name__
+def call_one(func: Callable, reset: Callable[[], None], args: Sequence) -> Outcome:
+    """Call ``func(*args)`` on a copy of the arguments with a fresh loop budget; never raises."""
+    reset()
+    try:
+        return "value", func(*copy.deepcopy(tuple(args)))  # task code must not change the stored cases
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - task code may raise anything
+        return "raised", error_name(exc)
+
+
+def judge_one(name: str, args: Sequence, expected: Any, outcome: Outcome) -> tuple[bool, str]:
+    """Whether an outcome passes its case, and the case in words."""
+    kind, payload = outcome
+    call = f"{format_call(name, args)} expected {_short(expected)}"
+    if kind == "value":
+        return same_value(payload, expected), f"{call} got {_short(payload)}"
+    if kind == "raised":
+        return False, f"{call} raised {payload}"
+    return False, f"{call} got {payload}"
+
+
+def judge(name: str, cases: Sequence[Case], load_error: str | None, outcomes: Sequence[Outcome]) -> TestReport:
+    """Compare one outcome per case with its expected value (``load_error``: the code did not load)."""
+    if load_error is not None:
+        return TestReport(0, len(cases), f"the code does not load : {load_error}")
+    if len(outcomes) != len(cases):
+        raise ValueError(f"{len(outcomes)} outcomes for {len(cases)} cases")
+    passed, first = 0, None
+    for (args, expected), outcome in zip(cases, outcomes):
+        ok, detail = judge_one(name, args, expected, outcome)
+        if ok:
+            passed += 1
+        elif first is None:
+            first = detail
+    return TestReport(passed, len(cases), first)
 
 
 def run_cases(source: str, name: str, cases: Sequence[Case]) -> TestReport:
-    """Run ``name(*args)`` from ``source`` on every case; never raises."""
+    """Run ``name(*args)`` from ``source`` on every case in this process and judge it; never raises."""
     try:
         func, reset = compile_function(source, name)
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - task code may raise anything
-        return TestReport(0, len(cases), f"the code does not load : {_error_name(exc)}")
+        return judge(name, cases, error_name(exc), [])
     passed, first = 0, None
     old_limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(old_limit, 1000))
     try:
-        for args, expected in cases:
-            reset()
-            try:
-                got = func(*copy.deepcopy(args))  # task code must not change the stored cases
-                ok = same_value(got, expected)
-                detail = f"{format_call(name, args)} expected {_short(expected)} got {_short(got)}"
-            except (Exception, SystemExit) as exc:  # noqa: BLE001
-                ok = False
-                detail = f"{format_call(name, args)} expected {_short(expected)} raised {_error_name(exc)}"
+        for args, expected in cases:  # judged right after each call: a later call cannot change an earlier value
+            ok, detail = judge_one(name, args, expected, call_one(func, reset, args))
             if ok:
                 passed += 1
             elif first is None:
@@ -129,36 +203,3 @@ def run_cases(source: str, name: str, cases: Sequence[Case]) -> TestReport:
     finally:
         sys.setrecursionlimit(old_limit)
     return TestReport(passed, len(cases), first)
-
-
-_CACHE: dict[tuple[str, str, str], TestReport] = {}
-_CACHE_LIMIT = 200_000
-stats = {"hits": 0, "misses": 0}
-
-
-def run_tests(task, source: str, which: str, *, cache: bool = True) -> TestReport:
-    """Run the task's ``which`` ('visible' | 'hidden') tests on ``source``, cached by source text."""
-    key = (task.uid, source, which)
-    if cache:
-        report = _CACHE.get(key)
-        if report is not None:
-            stats["hits"] += 1
-            return report
-    stats["misses"] += 1
-    cases = task.visible if which == "visible" else task.hidden
-    if task.sandbox:
-        from .sandbox import run_cases_sandboxed
-
-        report = run_cases_sandboxed(source, task.name, cases)
-    else:
-        report = run_cases(source, task.name, cases)
-    if cache:
-        if len(_CACHE) >= _CACHE_LIMIT:
-            _CACHE.clear()
-        _CACHE[key] = report
-    return report
-
-
-def clear_cache() -> None:
-    _CACHE.clear()
-    stats.update(hits=0, misses=0)

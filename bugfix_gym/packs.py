@@ -15,11 +15,21 @@ and optionally ``defect`` (must match ``fix_op``). A test case is
 ``{"args": [...], "expected": value}`` or the pair ``[[...args], expected]``. JSON and TOML
 have no tuples: write (and return) lists.
 
+Limits, so that everything a pack puts in front of an agent or a terminal stays small and
+plain: the file is at most ``MAX_PACK_BYTES``; ``name`` is an ASCII identifier of at most
+``MAX_NAME_CHARS`` characters, not used by a built-in or generated task and not shaped like a
+generated name (``..._3f2a91``); ``statement`` is one line of printable ASCII of at most
+``MAX_STATEMENT_CHARS``; ``source`` is printable ASCII (newlines and tabs allowed) of at most
+``MAX_SOURCE_CHARS``; test values are JSON values nested at most ``MAX_VALUE_DEPTH`` deep. A
+pack that breaks one is refused with a message saying what to change, never silently
+rewritten: the pack's author sees exactly what the agent will see.
+
 Validation runs the code (in the sandbox, :mod:`bugfix_gym.sandbox`): the buggy source
-must fail the hidden tests and ``fix_op`` must make it pass them. Every problem raises
-:class:`TaskPackError` with one line naming the file, the task and what to change.
-Pack tasks get ``split="pack"`` and ``sandbox=True`` (their code always runs in a child
-process with time and memory limits) and are registered so the scripted oracle finds them.
+must fail the hidden tests and ``fix_op`` must make it pass them. Names are checked before
+any code runs. Every problem raises :class:`TaskPackError` with one line naming the file,
+the task and what to change. Pack tasks get ``split="pack"`` and ``sandbox=True`` (their
+code always runs in a contained child process) and are registered so the scripted oracle
+finds them.
 
 ``python -m bugfix_gym.packs FILE`` checks a pack and lists its tasks.
 """
@@ -29,15 +39,22 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import string
 import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from .execution import MAX_VALUE_DEPTH, is_plain
 from .ops import DEFECTS, FIX_OPS
-from .tasks import REGISTRY, Task, register, task_problems
+from .tasks import Task, name_taken, register, task_problems
 
 REQUIRED = ("name", "statement", "source", "fix_op", "visible", "hidden")
 OPTIONAL = ("defect",)
+MAX_PACK_BYTES = 4 * 1024 * 1024
+MAX_NAME_CHARS = 40
+MAX_STATEMENT_CHARS = 200
+MAX_SOURCE_CHARS = 4000
+_SOURCE_CHARS = frozenset(string.printable) - frozenset("\x0b\x0c")
 
 
 class TaskPackError(ValueError):
@@ -49,18 +66,29 @@ def _read(path: Path) -> Any:
     if suffix not in (".json", ".toml"):
         raise TaskPackError(f"{path}: task packs are .json or .toml files, got {suffix or 'no extension'!r}")
     try:
-        raw = path.read_bytes()
+        with path.open("rb") as file:
+            raw = file.read(MAX_PACK_BYTES + 1)
     except OSError as exc:
         raise TaskPackError(f"{path}: cannot read the file ({exc.strerror or type(exc).__name__})") from None
-    parse = json.loads if suffix == ".json" else _toml().loads
+    if len(raw) > MAX_PACK_BYTES:
+        raise TaskPackError(f"{path}: the file is over {MAX_PACK_BYTES >> 20} MiB; split it into smaller packs")
     try:
-        return parse(raw.decode("utf-8"))
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise TaskPackError(f"{path}: the file is not UTF-8 text") from None
+    kind = "JSON" if suffix == ".json" else "TOML"
+    parse = json.loads if suffix == ".json" else _toml().loads
+    try:
+        return parse(text)
     except json.JSONDecodeError as exc:
         raise TaskPackError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
-    except ValueError as exc:  # tomllib.TOMLDecodeError
-        raise TaskPackError(f"{path}: invalid TOML: {str(exc).splitlines()[0]}") from None
+    except RecursionError:
+        raise TaskPackError(f"{path}: invalid {kind}: lists or tables are nested too deeply") from None
+    except ValueError as exc:  # tomllib.TOMLDecodeError, or an integer over Python's digit limit in either format
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if "integer string conversion" in reason:
+            reason = f"an integer has more than {sys.get_int_max_str_digits()} digits"
+        raise TaskPackError(f"{path}: invalid {kind}: {reason}") from None
 
 
 def _toml():
@@ -89,6 +117,10 @@ def _case(raw: Any, where: str) -> tuple[tuple, Any]:
                             f"expected], got {_short(raw)}")
     if not isinstance(args, list):
         raise TaskPackError(f"{where}: test case args must be a list of arguments, got {_short(args)}")
+    for value in (*args, expected):
+        if not is_plain(value, MAX_VALUE_DEPTH):
+            raise TaskPackError(f"{where}: test values are JSON values (null, booleans, numbers, strings, lists, "
+                                f"objects) nested at most {MAX_VALUE_DEPTH} deep, got {_short(value)}")
     return tuple(args), expected
 
 
@@ -99,7 +131,7 @@ def _cases(raw: Any, where: str, key: str) -> tuple[tuple[tuple, Any], ...]:
 
 
 def _short(value: Any, limit: int = 40) -> str:
-    text = repr(value)
+    text = ascii(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -114,8 +146,21 @@ def _defines(source: str, name: str, where: str) -> None:
         raise TaskPackError(f"{where}: source does not define a top-level function 'def {name}(...)'")
 
 
-def task_from_dict(raw: Any, where: str = "task") -> Task:
-    """One pack entry -> a validated :class:`Task` (``sandbox=True``); raises :class:`TaskPackError`."""
+def _text(value: Any, key: str, where: str, limit: int, allowed: frozenset[str] | None = None) -> str:
+    """A string field: non-empty, at most ``limit`` characters, only ``allowed`` ones (default: printable ASCII)."""
+    if not isinstance(value, str) or not value.strip():
+        raise TaskPackError(f"{where}: {key!r} must be a non-empty string")
+    if len(value) > limit:
+        raise TaskPackError(f"{where}: {key!r} is {len(value)} characters; keep it to at most {limit}")
+    for i, char in enumerate(value):
+        if (char not in allowed) if allowed is not None else not (" " <= char <= "~"):
+            what = "one line of printable ASCII" if allowed is None else "printable ASCII (newlines and tabs allowed)"
+            raise TaskPackError(f"{where}: {key!r} must be {what}; character {i} is {ascii(char)}")
+    return value
+
+
+def _parse(raw: Any, where: str) -> Task:
+    """One pack entry -> a :class:`Task`, checking everything but the names in use and the code's behaviour."""
     if not isinstance(raw, dict):
         raise TaskPackError(f"{where}: a task is a table/object with keys {', '.join(REQUIRED)}")
     missing = [k for k in REQUIRED if k not in raw]
@@ -125,30 +170,51 @@ def task_from_dict(raw: Any, where: str = "task") -> Task:
     if unknown:
         raise TaskPackError(f"{where}: unknown key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
                             f"keys are {', '.join(REQUIRED + OPTIONAL)}")
-    name, statement, source, fix_op = raw["name"], raw["statement"], raw["source"], raw["fix_op"]
-    if not isinstance(name, str) or not name.isidentifier():
-        raise TaskPackError(f"{where}: 'name' must be a Python identifier, got {_short(name)}")
+    name = raw["name"]
+    if not isinstance(name, str) or not name.isidentifier() or not name.isascii() or len(name) > MAX_NAME_CHARS:
+        raise TaskPackError(f"{where}: 'name' must be an ASCII Python identifier of at most {MAX_NAME_CHARS} "
+                            f"characters, got {_short(name)}")
     where = f"{where} ({name})"
-    for key in ("statement", "source", "fix_op"):
-        if not isinstance(raw[key], str) or not raw[key].strip():
-            raise TaskPackError(f"{where}: {key!r} must be a non-empty string")
-    if "\n" in statement.strip():
-        raise TaskPackError(f"{where}: 'statement' must be one line")
-    if fix_op not in FIX_OPS:
+    statement, source = raw["statement"], raw["source"]
+    if isinstance(statement, str):
+        statement = statement.strip()
+        if "\n" in statement:
+            raise TaskPackError(f"{where}: 'statement' must be one line")
+    statement = _text(statement, "statement", where, MAX_STATEMENT_CHARS)
+    if isinstance(source, str):
+        source = source.replace("\r\n", "\n").replace("\r", "\n").strip("\n") + "\n"
+    source = _text(source, "source", where, MAX_SOURCE_CHARS, _SOURCE_CHARS)
+    fix_op = raw["fix_op"]
+    if not isinstance(fix_op, str) or fix_op not in FIX_OPS:
         raise TaskPackError(f"{where}: unknown fix_op {_short(fix_op)}; ops are {', '.join(FIX_OPS)}")
     if "defect" in raw and raw["defect"] != DEFECTS[fix_op]:
         raise TaskPackError(f"{where}: defect {_short(raw['defect'])} does not match fix_op {fix_op!r} "
                             f"(its defect is {DEFECTS[fix_op]!r}); drop the key or fix it")
-    source = source.replace("\r\n", "\n").replace("\r", "\n").strip("\n") + "\n"
     _defines(source, name, where)
     visible, hidden = _cases(raw["visible"], where, "visible"), _cases(raw["hidden"], where, "hidden")
     digest = hashlib.sha1(repr((statement, source, fix_op, visible, hidden)).encode()).hexdigest()[:10]
-    task = Task(name=name, statement=statement.strip(), source=source, defect=DEFECTS[fix_op], fix_op=fix_op,
+    return Task(name=name, statement=statement, source=source, defect=DEFECTS[fix_op], fix_op=fix_op,
                 visible=visible, hidden=hidden, split="pack", sandbox=True,
-                uid=f"pack/{name}/{digest}")  # content in the uid: an edited pack never hits stale cached results
-    problems = task_problems(task)
+                uid=f"pack/{name}/{digest}")  # content in the uid: an edited pack is a different task
+
+
+def _check_name(task: Task, where: str) -> None:
+    reason = name_taken(task.name)
+    if reason is not None:
+        raise TaskPackError(f"{where} ({task.name}): {reason}; rename the function")
+
+
+def _validate(task: Task, where: str) -> None:
+    problems = task_problems(task)  # runs the code, in the sandbox
     if problems:
-        raise TaskPackError(f"{where}: {problems[0]}")
+        raise TaskPackError(f"{where} ({task.name}): {problems[0]}")
+
+
+def task_from_dict(raw: Any, where: str = "task") -> Task:
+    """One pack entry -> a validated :class:`Task` (``sandbox=True``); raises :class:`TaskPackError`."""
+    task = _parse(raw, where)
+    _check_name(task, where)
+    _validate(task, where)
     return task
 
 
@@ -167,19 +233,14 @@ def load_task_pack(path: str | Path) -> list[Task]:
         data = data["tasks"]
     if not isinstance(data, list) or not data:
         raise TaskPackError(f"{path}: 'tasks' must be a non-empty list of tasks")
-    tasks: list[Task] = []
-    for i, raw in enumerate(data):
-        task = task_from_dict(raw, f"{path}: task {i}")
-        if any(t.name == task.name for t in tasks):
+    tasks = [_parse(raw, f"{path}: task {i}") for i, raw in enumerate(data)]
+    for i, task in enumerate(tasks):  # names first: no code runs for a pack that cannot be used anyway
+        if any(t.name == task.name for t in tasks[:i]):
             raise TaskPackError(f"{path}: task {i} ({task.name}): the name is used twice in the pack")
-        known = REGISTRY.get(task.name)
-        if known is not None and known.split != "pack":
-            raise TaskPackError(f"{path}: task {i} ({task.name}): the name is taken by a built-in or generated "
-                                "task; rename the function")
-        tasks.append(task)
-    for task in tasks:  # a reloaded (possibly edited) pack replaces its earlier version
-        REGISTRY[task.name] = task
-    return register(tasks)
+        _check_name(task, f"{path}: task {i}")
+    for i, task in enumerate(tasks):
+        _validate(task, f"{path}: task {i}")
+    return register(tasks)  # a reloaded (possibly edited) pack replaces its earlier version
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,128 +1,230 @@
-"""Run task-pack code in a child process with a wall-clock timeout and a memory limit.
+"""Run task-pack code in a contained child process; the parent judges what comes back.
 
 User task packs (:mod:`bugfix_gym.packs`) carry code nobody has reviewed, so
-:func:`bugfix_gym.execution.run_tests` runs their tests here instead of in-process: a
-fresh ``python -I -S`` child (no site packages, no user environment variables) applies
-``resource`` limits (address space, CPU seconds, file size, no new processes where the OS
-honours it), runs :func:`bugfix_gym.execution.run_cases` and sends the report back as one
-line of JSON. The parent kills the child's whole process group after ``timeout_s``
-seconds. A timeout, a crash or unreadable output becomes a failed :class:`TestReport`,
-never an exception or a hang.
+:func:`bugfix_gym.runner.run_tests` runs their tests here instead of in-process.
 
-These are resource limits, not a security boundary: the child can still read files and
-use the network. Run packs you do not trust inside a container.
+What the parent does for one test list:
+
+* It sends the child the source, the function name and the argument lists (JSON, through a
+  temporary file on stdin), never the expected values, and starts it with an empty
+  environment in a fresh session, ``/`` as the working directory.
+* It reads the child's answer from a pipe with a deadline (``TIMEOUT_S``) and a size cap
+  (``REPORT_BYTES``); past either it kills the child's process group at once.
+* It checks the answer (one outcome per case sent, each a plain JSON value, a bounded
+  exception name or a bounded type name) and compares the values itself with
+  :func:`bugfix_gym.execution.same_value`. Anything else is a failed :class:`TestReport`:
+  a timeout, a crash, an oversized or malformed answer never raises and never hangs.
+
+What the child does (:mod:`bugfix_gym.sandbox_child`, standard library only): it limits its
+address space, CPU seconds, file size and core dumps, then isolates itself as far as the
+machine allows (:func:`available_isolation`):
+
+* ``namespace`` (Linux with ``unshare`` and user namespaces, root or not): the child is the
+  init of fresh user, PID, network and IPC namespaces and runs the code in a worker with no
+  capabilities. The env process and every other process outside are invisible to it, so it
+  cannot signal or trace them; it has no network; when the init exits or is killed, the
+  kernel kills every process left in the namespace.
+* ``uid`` (root, where ``namespace`` does not work): the worker switches to ``nobody``; it
+  cannot signal root's processes and cannot start processes (``RLIMIT_NPROC = 0``).
+* ``plain`` (anything else): resource limits and ``RLIMIT_NPROC = 0`` only (which does
+  nothing for root); the code runs as the caller's user and can signal the caller's
+  processes and use the network.
+
+In every mode the code can still read any file its uid can read (as root: any file) and write
+where its uid can write; as root in ``namespace`` mode nothing limits how many processes it
+starts before the deadline. Run packs you do not trust inside a container; see the threat model
+in ``docs/environment.md``.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
-import pickle
+import selectors
+import shutil
 import signal
 import subprocess
 import sys
-from typing import TYPE_CHECKING, Any, Sequence
+import tempfile
+import time
+from typing import Any, Sequence
 
-if TYPE_CHECKING:
-    from .execution import TestReport
+from .execution import Outcome, TestReport, is_plain, judge, safe_name
 
 TIMEOUT_S = 5.0  # wall-clock seconds for one run of a test list (all its cases)
-MEMORY_MB = 512  # address-space limit of the child
-_HERE = os.path.dirname(os.path.abspath(__file__))
+MEMORY_MB = 512  # address-space limit of the worker
+REPORT_BYTES = 1 << 20  # the most the parent reads from the child for one run
+ISOLATION: str | None = None  # "namespace" | "uid" | "plain"; None: the strongest available_isolation()
+ISOLATION_MODES = ("namespace", "uid", "plain")
+SETUP_FAILED = 121  # the child's exit status when it could not apply its limits (see sandbox_child.py)
+
+_CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_child.py")
+_UNSHARE_FLAGS = ("--user", "--map-root-user", "--pid", "--net", "--ipc", "--fork", "--kill-child")
+_NO_NAME = "an exception with an unprintable name"
 
 
 def run_cases_sandboxed(source: str, name: str, cases: Sequence[tuple[tuple, Any]], *,
-                        timeout_s: float | None = None, memory_mb: int | None = None) -> "TestReport":
-    """Run ``name(*args)`` from ``source`` on every case in a limited child process; never raises.
+                        timeout_s: float | None = None, memory_mb: int | None = None,
+                        isolation: str | None = None) -> TestReport:
+    """Run ``name(*args)`` from ``source`` on every case in a contained child and judge it here.
+
+    Never raises for anything the code does (only ``ValueError`` for an unknown ``isolation``).
 
     :param source: the function's source code
     :param name: the function to call
-    :param cases: ``(args, expected)`` pairs
+    :param cases: ``(args, expected)`` pairs; the arguments must be JSON values
     :param timeout_s: wall-clock limit for the whole run (default :data:`TIMEOUT_S`)
-    :param memory_mb: address-space limit (default :data:`MEMORY_MB`)
+    :param memory_mb: address-space limit of the worker (default :data:`MEMORY_MB`)
+    :param isolation: ``"namespace"``, ``"uid"`` or ``"plain"`` (default :data:`ISOLATION`, else
+        :func:`available_isolation`)
     """
-    from .execution import TestReport
-
     timeout_s = TIMEOUT_S if timeout_s is None else float(timeout_s)
     memory_mb = MEMORY_MB if memory_mb is None else int(memory_mb)
+    mode = isolation or ISOLATION or available_isolation()
+    if mode not in ISOLATION_MODES:
+        raise ValueError(f"unknown sandbox isolation {mode!r}; use one of {', '.join(ISOLATION_MODES)}")
     total = len(cases)
     try:
-        payload = pickle.dumps((source, name, [(tuple(a), e) for a, e in cases]))
-    except Exception as exc:  # noqa: BLE001 - cases that cannot be sent
+        request = json.dumps({"source": source, "name": name, "args": [list(args) for args, _ in cases]})
+    except (TypeError, ValueError) as exc:  # arguments that are not JSON values
         return TestReport(0, total, f"sandbox : cannot send the test cases ({type(exc).__name__})")
-    cmd = [sys.executable, "-I", "-S", os.path.join(_HERE, "sandbox.py"), str(timeout_s), str(memory_mb)]
-    try:
-        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                start_new_session=True)
-    except OSError as exc:
-        return TestReport(0, total, f"sandbox : cannot start the child process ({type(exc).__name__})")
-    try:
-        out, _ = proc.communicate(payload, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
+    code, data, stop = _run_child(mode, request.encode(), timeout_s, memory_mb)
+    if stop == "start":
+        return TestReport(0, total, f"sandbox : cannot start the child process ({data.decode()})")
+    if stop == "timeout":
         return TestReport(0, total, f"sandbox : Timeout after {timeout_s:g} s")
-    except Exception as exc:  # noqa: BLE001 - e.g. a broken pipe when the child dies early
-        _kill_group(proc)
-        return TestReport(0, total, f"sandbox : the child process failed ({type(exc).__name__})")
-    finally:
-        _kill_group(proc)  # grandchildren the task code may have left behind
+    if stop == "overflow":
+        return TestReport(0, total, f"sandbox : the child wrote more than {REPORT_BYTES} bytes")
+    if code == SETUP_FAILED:
+        return TestReport(0, total, f"sandbox : the child could not apply its limits ({mode} isolation)")
+    answer = _parse(data, total)
+    if answer is None:
+        if code != 0:
+            return TestReport(0, total, f"sandbox : the code crashed (exit code {code})")
+        return TestReport(0, total, "sandbox : the child's report is malformed")
+    return judge(name, cases, *answer)
+
+
+def _command(mode: str, timeout_s: float, memory_mb: int) -> list[str]:
+    child = [sys.executable, "-I", "-S", _CHILD, mode, repr(timeout_s), str(memory_mb), str(REPORT_BYTES)]
+    if mode == "namespace":
+        return [_unshare() or "unshare", *_UNSHARE_FLAGS, "--", *child]
+    return child
+
+
+def _run_child(mode: str, request: bytes, timeout_s: float, memory_mb: int) -> tuple[int | None, bytes, str | None]:
+    """Start the child, read at most REPORT_BYTES before the deadline, leave nothing running.
+
+    :return: ``(exit code, bytes read, why it stopped early: None | "start" | "timeout" | "overflow")``
+    """
+    deadline = time.monotonic() + timeout_s
+    with tempfile.TemporaryFile() as stdin:
+        stdin.write(request)
+        stdin.seek(0)
+        try:
+            proc = subprocess.Popen(_command(mode, timeout_s, memory_mb), stdin=stdin, stdout=subprocess.PIPE,
+                                    stderr=subprocess.DEVNULL, cwd="/", env={}, start_new_session=True)
+        except OSError as exc:
+            return None, type(exc).__name__.encode(), "start"
+    assert proc.stdout is not None
+    stop: str | None = "timeout"
+    chunks: list[bytes] = []
     try:
-        data = json.loads(out.decode().strip().splitlines()[-1])
-        return TestReport(int(data["passed"]), int(data["total"]), data["first_failure"])
-    except Exception:  # noqa: BLE001 - killed for memory, segfault, os._exit, garbage on stdout
-        return TestReport(0, total, f"sandbox : the code crashed (exit code {proc.returncode})")
+        stop, chunks = _read_capped(proc.stdout.fileno(), deadline)
+        if stop is None:  # end of file: wait (until the deadline) for the child to finish
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                stop = "timeout"
+    finally:
+        if proc.returncode is None:
+            _kill_group(proc)
+        proc.stdout.close()
+    return proc.returncode, b"".join(chunks), stop
+
+
+def _read_capped(fd: int, deadline: float) -> tuple[str | None, list[bytes]]:
+    """Read ``fd`` to its end, or until the deadline ("timeout"), or until over REPORT_BYTES ("overflow")."""
+    os.set_blocking(fd, False)
+    chunks: list[bytes] = []
+    size = 0
+    with selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return "timeout", chunks
+            if not selector.select(left):
+                continue
+            try:
+                chunk = os.read(fd, 65536)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                return None, chunks
+            size += len(chunk)
+            if size > REPORT_BYTES:
+                return "overflow", chunks
+            chunks.append(chunk)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the child's process group while its leader is unreaped (so the group id cannot be reused)."""
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError, OSError):
+        os.killpg(proc.pid, signal.SIGKILL)  # in namespace mode this kills the namespace's init too
+    except OSError:
         pass
-    if proc.poll() is None:
-        proc.kill()
+    proc.kill()
     proc.wait()
 
 
-def _limit(resource_module, which: str, value: int) -> None:
-    kind = getattr(resource_module, which, None)
-    if kind is None:
-        return
+def _parse(data: bytes, n_cases: int) -> tuple[str | None, list[Outcome]] | None:
+    """The child's answer as ``(load error, outcomes)``, or None unless it has exactly the expected shape."""
     try:
-        resource_module.setrlimit(kind, (value, value))
-    except (ValueError, OSError):
-        pass  # a limit the OS refuses (or one already lower); the wall clock still holds
+        answer = json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+    if type(answer) is not dict or set(answer) != {"load_error", "outcomes"}:
+        return None
+    if answer["load_error"] is not None:
+        return safe_name(answer["load_error"]) or _NO_NAME, []
+    items = answer["outcomes"]
+    if type(items) is not list or len(items) != n_cases:
+        return None
+    outcomes: list[Outcome] = []
+    for item in items:
+        if type(item) is not list or not item:
+            return None
+        if item[0] == "value" and len(item) == 2 and is_plain(item[1]):
+            outcomes.append(("value", item[1]))
+        elif item[0] == "raised" and len(item) == 2:
+            outcomes.append(("raised", safe_name(item[1]) or _NO_NAME))
+        elif item[0] == "type" and len(item) == 2:
+            outcomes.append(("unsent", f"a value of type {safe_name(item[1]) or 'object'}, not a JSON value"))
+        elif item == ["big"]:
+            outcomes.append(("unsent", "a value too large to send back"))
+        else:
+            return None
+    return None, outcomes
 
 
-def _child_main(argv: Sequence[str]) -> None:
-    """The child: apply limits, run the cases, print the report as one line of JSON."""
-    import resource
-
-    timeout_s, memory_mb = float(argv[0]), int(argv[1])
-    payload = sys.stdin.buffer.read()
-    _limit(resource, "RLIMIT_AS", memory_mb * 1024 * 1024)
-    _limit(resource, "RLIMIT_CPU", int(timeout_s) + 1)
-    _limit(resource, "RLIMIT_FSIZE", 1024 * 1024)
-    _limit(resource, "RLIMIT_NPROC", 0)
-    result = os.fdopen(os.dup(1), "w")  # keep the real stdout for the report ...
-    devnull = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):  # ... and give task code nothing to read and nowhere visible to print
-        os.dup2(devnull, fd)
-    import importlib.util
-
-    # bugfix_gym/execution.py (stdlib only) by path: neither the package nor its folder on sys.path,
-    # so the child imports nothing of ours but this one file and task code cannot shadow stdlib modules
-    spec = importlib.util.spec_from_file_location("_bugfix_execution", os.path.join(_HERE, "execution.py"))
-    execution = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = execution  # dataclasses looks its module up while building TestReport
-    spec.loader.exec_module(execution)
-
-    source, name, cases = pickle.loads(payload)
-    report = execution.run_cases(source, name, cases)
-    result.write("\n" + json.dumps({"passed": report.passed, "total": report.total,
-                                    "first_failure": report.first_failure}) + "\n")
-    result.flush()
-    os._exit(0)  # skip interpreter teardown: task code may have left threads or atexit hooks
+@functools.lru_cache(maxsize=1)
+def _unshare() -> str | None:
+    return shutil.which("unshare") if sys.platform.startswith("linux") else None
 
 
-if __name__ == "__main__":
-    _child_main(sys.argv[1:])
+@functools.lru_cache(maxsize=1)
+def available_isolation() -> str:
+    """The strongest isolation this machine gives, checked once per process by a real sandboxed run.
+
+    ``"namespace"`` if ``unshare`` can create user, PID, network and IPC namespaces here and the
+    worker can drop its capabilities; else ``"uid"`` when running as root; else ``"plain"``.
+    """
+    if _unshare() is not None:
+        probe = run_cases_sandboxed("def probe(x):\n    return x\n", "probe", [((1,), 1)], isolation="namespace")
+        if probe.ok:
+            return "namespace"
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        return "uid"
+    return "plain"

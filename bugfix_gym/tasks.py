@@ -9,12 +9,14 @@ few hidden cases, so they are a strict subset of what ``submit`` checks.
 from __future__ import annotations
 
 import copy
+import re
 import textwrap
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Iterable, Sequence
 
 from .execution import Case, compile_function
-from .ops import DEFECTS, FIX_OPS, inject_defect
+from .ops import DEFECTS, FIX_OPS, apply_op, inject_defect
+from .runner import run_tests
 
 SPLITS = ("train", "heldout", "all")
 
@@ -267,14 +269,39 @@ _HELDOUT = [
 
 _LIBRARY: dict[str, tuple[Task, ...]] = {}
 REGISTRY: dict[str, Task] = {}  # uid and name -> task, for scripted oracles and task lookup by name
+GENERATED_NAME = re.compile(r"\w+_[0-9a-f]{6}")  # generate_tasks names tasks verb_noun_<6 hex digits>
 
 
 def register(tasks: Iterable[Task]) -> list[Task]:
+    """Make tasks findable by uid and by name.
+
+    A name stays with the first built-in or generated task that had it; a pack task holds a name
+    only while no other task has it (a reloaded pack replaces its earlier version), so a pack
+    never shadows a built-in or generated task, whatever the load order.
+    :mod:`bugfix_gym.packs` also refuses such names up front (:func:`name_taken`).
+    """
     tasks = list(tasks)
     for task in tasks:
         REGISTRY[task.uid] = task
-        REGISTRY.setdefault(task.name, task)
+        held = REGISTRY.get(task.name)
+        if held is None or held.split == "pack":
+            REGISTRY[task.name] = task
     return tasks
+
+
+def name_taken(name: str) -> str | None:
+    """Why a task pack may not use ``name`` (in words), or None when it may.
+
+    Built-in names are registered before the check, so the answer does not depend on load order;
+    names shaped like generated ones are reserved even before those tasks are generated.
+    """
+    make_tasks("all")
+    held = REGISTRY.get(name)
+    if held is not None and held.split != "pack":
+        return f"the name is taken by a built-in or generated task ({held.uid})"
+    if GENERATED_NAME.fullmatch(name):
+        return "names ending in '_' and six hex digits are reserved for generated tasks"
+    return None
 
 
 def _library(split: str) -> tuple[Task, ...]:
@@ -310,9 +337,6 @@ def task_problems(task: Task) -> list[str]:
     Checks: the fix op is known, visible tests are a strict subset of the hidden tests, the
     untouched buggy source fails the hidden tests, and the fix op repairs it.
     """
-    from .execution import run_tests
-    from .ops import apply_op
-
     problems = []
     if task.fix_op not in FIX_OPS:
         return [f"unknown fix_op {task.fix_op!r}; ops are {', '.join(FIX_OPS)}"]
@@ -331,8 +355,6 @@ def task_problems(task: Task) -> list[str]:
 
 def correct_source(task: Task) -> str:
     """The repaired source: the task's fix op applied to its buggy source."""
-    from .ops import apply_op
-
     return apply_op(task.source, task.fix_op)
 
 

@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from bugfix_gym import BugFixEnv, FIX_OPS, evaluate, generate_tasks, get_task, scripted_policy
-from bugfix_gym.execution import run_tests
+from bugfix_gym.runner import run_tests
 from bugfix_gym.generator import GENERATED_SPLITS, TEMPLATES
 from bugfix_gym.ops import apply_op
 from bugfix_gym.tasks import task_problems

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
 
 from bugfix_gym import FIX_OPS, apply_op, inject_defect, make_tasks
-from bugfix_gym import execution
-from bugfix_gym.execution import run_cases, run_tests, same_value
+from bugfix_gym import execution, runner
+from bugfix_gym.execution import run_cases, same_value
 from bugfix_gym.generator import TEMPLATES, WORDS
 from bugfix_gym.ops import describe_change
+from bugfix_gym.runner import run_tests
 from bugfix_gym.tasks import correct_source
 
 TASKS = make_tasks("all")
@@ -115,14 +117,25 @@ def test_loop_budget_counts_iterations_per_case_so_results_are_deterministic():
     assert "raised Timeout" in report.first_failure
 
 
+def test_results_are_cached_by_content_not_by_task_uid():
+    task = TASKS[0]
+    fixed = correct_source(task)
+    extra = ((task.hidden[0][0], "not what it returns"),)  # a variant with one more hidden case, same uid
+    variant = dataclasses.replace(task, hidden=task.hidden + extra)
+    assert variant.uid == task.uid
+    assert run_tests(task, fixed, "hidden").ok
+    stale = run_tests(variant, fixed, "hidden")
+    assert (stale.passed, stale.total) == (len(task.hidden), len(task.hidden) + 1)
+
+
 def test_results_are_cached_by_source_text():
     task = TASKS[0]
-    execution.clear_cache()
+    runner.clear_cache()
     first = run_tests(task, task.source, "hidden")
     again = run_tests(task, task.source, "hidden")
-    assert again is first and execution.stats == {"hits": 1, "misses": 1}
+    assert again is first and runner.stats == {"hits": 1, "misses": 1}
     fresh = run_tests(task, task.source, "hidden", cache=False)
-    assert fresh == first and fresh is not first and execution.stats["misses"] == 2
+    assert fresh == first and fresh is not first and runner.stats["misses"] == 2
 
 
 def test_ops_edit_the_right_characters_next_to_unicode_and_odd_line_separators():

@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from bugfix_gym import BugFixEnv, TaskPackError, evaluate, load_task_pack, scripted_policy
+from bugfix_gym import BugFixEnv, TaskPackError, evaluate, get_task, load_task_pack, scripted_policy
+from bugfix_gym import tasks as tasks_module
 from bugfix_gym.sandbox import run_cases_sandboxed
 
+DIGITS = sys.get_int_max_str_digits()  # the longest integer literal Python reads
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "task_pack_example.json"
 
 GOOD = {
@@ -40,8 +42,7 @@ def test_example_pack_loads_and_the_oracle_solves_it_in_the_sandbox():
     assert evaluate(scripted_policy("blind", seed=1), tasks=tasks, n_per_task=4)["pass_rate"] < 1.0
 
 
-def test_toml_pack_loads(tmp_path):
-    toml = '''
+GOOD_TOML = '''
 [[tasks]]
 name = "half_of_t"
 statement = "return half of n rounded down, but never less than 0"
@@ -53,7 +54,10 @@ fix_op = "swap_minmax"
 visible = [{args = [4], expected = 2}]
 hidden = [{args = [4], expected = 2}, {args = [-4], expected = 0}]
 '''
-    (task,) = load_task_pack(_write(tmp_path, toml, ".toml"))
+
+
+def test_toml_pack_loads(tmp_path):
+    (task,) = load_task_pack(_write(tmp_path, GOOD_TOML, ".toml"))
     assert task.name == "half_of_t" and task.visible == (((4,), 2),) and task.hidden[1] == ((-4,), 0)
 
 
@@ -76,7 +80,7 @@ def _mutated(**changes):
     (_mutated(visible=GOOD["hidden"]), "strict subset"),
     (_mutated(source="def half_of(n):\n    return max(n // 2, 0)\n"), "passes all 3 hidden tests"),
     (_mutated(fix_op="fix_init"), "fix_init does not repair the source"),
-    (_mutated(name="half of"), "'name' must be a Python identifier"),
+    (_mutated(name="half of"), "'name' must be an ASCII Python identifier"),
     (_mutated(hidden=[]), "'hidden' must be a non-empty list"),
     (_mutated(visible=[{"args": 4, "expected": 2}]), "args must be a list"),
     (_mutated(visible=[{"input": [4]}]), "a test case is"),
@@ -98,6 +102,12 @@ def test_each_problem_gives_a_one_line_task_pack_error(tmp_path, task, message):
     ("[]", ".json", "non-empty list"),
     ('{"name": "x"}', ".json", "needs a 'tasks' list"),
     ("[]", ".yaml", "task packs are .json or .toml"),
+    ("[" * 100_000 + "]" * 100_000, ".json", "invalid JSON: lists or tables are nested too deeply"),
+    ("tasks = " + "[" * 5000 + "]" * 5000, ".toml", "invalid TOML: lists or tables are nested too deeply"),
+    ("tasks = " + "{a = " * 3000 + "1" + "}" * 3000, ".toml", "invalid TOML: lists or tables are nested too deeply"),
+    ('{"tasks": [' + "1" * 5000 + "]}", ".json", f"invalid JSON: an integer has more than {DIGITS} digits"),
+    ("tasks = [" + "1" * 5000 + "]", ".toml", f"invalid TOML: an integer has more than {DIGITS} digits"),
+    ("[" + " " * (4 * 1024 * 1024) + "]", ".json", "the file is over 4 MiB; split it into smaller packs"),
 ])
 def test_file_level_problems_are_one_line_errors(tmp_path, content, suffix, message):
     path = tmp_path / f"p{suffix}"
@@ -115,6 +125,60 @@ def test_duplicate_and_builtin_names_are_rejected(tmp_path):
     clash = _mutated(name="clamp", source="def clamp(n):\n    return min(n // 2, 0)\n")
     with pytest.raises(TaskPackError, match="taken by a built-in"):
         load_task_pack(_write(tmp_path, [clash]))
+
+
+@pytest.fixture
+def fresh_registry(monkeypatch):
+    """The task registry of a process that has not built the book's tasks yet (a fresh ``python -c``)."""
+    monkeypatch.setattr(tasks_module, "_LIBRARY", {})
+    saved = dict(tasks_module.REGISTRY)
+    tasks_module.REGISTRY.clear()
+    yield
+    tasks_module.REGISTRY.clear()
+    tasks_module.REGISTRY.update(saved)
+
+
+def test_a_pack_cannot_take_a_builtin_name_when_it_is_loaded_first(tmp_path, fresh_registry):
+    clash = _mutated(name="clamp", source="def clamp(n):\n    return min(n // 2, 0)\n")
+    with pytest.raises(TaskPackError, match=r"task 0 \(clamp\): the name is taken by a built-in") as err:
+        load_task_pack(_write(tmp_path, [clash]))
+    assert "\n" not in str(err.value)
+    assert get_task("clamp").split == "train"
+
+
+def test_generated_task_names_are_reserved_before_they_are_generated(tmp_path):
+    clash = _mutated(name="tally_ledger_3f2a91", source="def tally_ledger_3f2a91(n):\n    return min(n // 2, 0)\n")
+    with pytest.raises(TaskPackError, match="reserved for generated tasks"):
+        load_task_pack(_write(tmp_path, [clash]))
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"statement": "x" * 1000}, "'statement' is 1000 characters; keep it to at most 200"),
+    ({"statement": "red \x1b[31m alert"}, "'statement' must be one line of printable ASCII; character 4 is '\\x1b'"),
+    ({"statement": "half\tof n"}, "'statement' must be one line of printable ASCII; character 4 is '\\t'"),
+    ({"statement": "moiti\u00e9 de n"}, "character 5 is '\\xe9'"),
+    ({"statement": "line\u2028break"}, "character 4 is '\\u2028'"),
+    ({"source": "def half_of(n):\n    return min(n // 2, 0)  # \x1b[2J\n"}, "'source' must be printable ASCII"),
+    ({"source": "def half_of(n):\n" + "    n = n\n" * 500 + "    return min(n // 2, 0)\n"}, "keep it to at most 4000"),
+    ({"name": "h" * 41}, "'name' must be an ASCII Python identifier of at most 40 characters"),
+    ({"name": "moiti\u00e9"}, "'name' must be an ASCII Python identifier"),
+])
+def test_text_an_agent_or_a_terminal_sees_is_short_printable_ascii(tmp_path, changes, message):
+    if "name" in changes:
+        changes["source"] = GOOD["source"].replace("half_of", changes["name"])
+    with pytest.raises(TaskPackError) as err:
+        load_task_pack(_write(tmp_path, [_mutated(**changes)]))
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_test_values_must_be_json_values(tmp_path):
+    toml = GOOD_TOML.replace("hidden = [{args = [4], expected = 2},",
+                             "hidden = [{args = [4], expected = 2}, {args = [1979-05-27], expected = 0},")
+    with pytest.raises(TaskPackError, match="test values are JSON values"):
+        load_task_pack(_write(tmp_path, toml, ".toml"))
+    deep = _mutated(hidden=GOOD["hidden"] + [[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]], 0]])
+    with pytest.raises(TaskPackError, match="nested at most 20 deep"):
+        load_task_pack(_write(tmp_path, [deep]))
 
 
 def test_reloading_an_edited_pack_uses_the_new_tests(tmp_path):

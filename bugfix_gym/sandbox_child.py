@@ -1,0 +1,168 @@
+"""The sandbox child: call task-pack code under limits and send back one outcome per call.
+
+:mod:`bugfix_gym.sandbox` starts this file as ``python -I -S sandbox_child.py MODE TIMEOUT_S
+MEMORY_MB REPORT_BYTES`` (in ``namespace`` mode under ``unshare``) with an empty environment,
+``/`` as the working directory and the request on stdin: JSON ``{"source", "name", "args"}``,
+the argument lists only, never the expected values. It answers with one JSON object on the
+saved stdout, ``{"load_error": null | name, "outcomes": [...]}``, one outcome per argument
+list: ``["value", v]`` (a plain JSON value), ``["raised", exception name]``, ``["type", type
+name]`` (a value that is not plain JSON) or ``["big"]`` (too large to send). The parent trusts
+none of it: it checks the shape and the count and compares the values itself.
+
+Standard library only. ``-I`` keeps the script's folder off ``sys.path``, so the child appends
+it (after the standard library: no file there can shadow a standard module), imports its
+sibling leaf module ``execution.py`` as the top-level module ``execution``, and removes the
+folder again before any task code runs. (Imported as ``bugfix_gym.sandbox_child``, it uses
+``bugfix_gym.execution`` instead and touches no path.)
+
+Modes (:func:`bugfix_gym.sandbox.available_isolation` picks one):
+
+* ``namespace``: this process is the init of fresh user, PID, network and IPC namespaces. It
+  forks the worker and waits; when it exits, the kernel kills every process left in the
+  namespace. The worker drops every capability before it runs task code, so it can neither
+  signal nor trace this init (init ignores signals from inside its namespace that it has no
+  handler for) and sees no process outside the namespace.
+* ``uid``: the worker is this process; it switches to ``UNPRIVILEGED_UID`` (the caller is root),
+  where ``RLIMIT_NPROC = 0`` forbids new processes.
+* ``plain``: the worker is this process, with resource limits only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+
+if __package__:  # imported as bugfix_gym.sandbox_child (documentation tools, type checkers)
+    from . import execution
+else:  # run as the sandbox child: the leaf module next to this file, as a top-level module
+    sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+    import execution  # type: ignore[no-redef]
+
+    del sys.path[-1]
+
+UNPRIVILEGED_UID = 65534  # "nobody"
+MAX_VALUE_CHARS = 100_000  # a returned value longer than this as JSON comes back as ["big"]
+SETUP_FAILED = 121  # exit status when the worker cannot apply its limits; it never runs task code then
+
+
+def _limit(resource_module, which: str, value: int) -> None:
+    kind = getattr(resource_module, which, None)
+    if kind is None:
+        return
+    try:
+        resource_module.setrlimit(kind, (value, value))
+    except (ValueError, OSError):
+        pass  # a limit the OS refuses (or one already lower); the wall clock still holds
+
+
+def _libc():
+    import ctypes
+
+    return ctypes, ctypes.CDLL(None, use_errno=True)
+
+
+def _no_new_privileges() -> None:
+    """Set no_new_privs: executing a setuid program gives no privileges (Linux; elsewhere nothing)."""
+    if sys.platform.startswith("linux"):
+        ctypes, libc = _libc()
+        if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+            raise OSError(ctypes.get_errno(), "cannot set no_new_privs")
+
+
+def _drop_capabilities() -> None:
+    """Empty the bounding, effective, permitted and inheritable capability sets (Linux)."""
+    ctypes, libc = _libc()
+    for cap in range(64):
+        if libc.prctl(24, cap, 0, 0, 0) != 0 and ctypes.get_errno() == 22:  # PR_CAPBSET_DROP; EINVAL: past the last
+            break
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable for capabilities 0-31 and 32-63: none
+    if libc.capset(header, data) != 0:
+        raise OSError(ctypes.get_errno(), "cannot drop capabilities")
+    with open("/proc/self/status") as status:
+        if any(line.startswith("CapEff:") and int(line.split()[1], 16) for line in status):
+            raise OSError("capabilities are still effective")
+
+
+def _encode(outcome: execution.Outcome, budget: int) -> str:
+    kind, payload = outcome
+    if kind == "raised":
+        return json.dumps(["raised", payload])
+    if not execution.is_plain(payload):
+        return json.dumps(["type", execution.safe_name(type(payload).__name__) or "object"])
+    try:
+        text = json.dumps(payload)
+    except (ValueError, RecursionError, MemoryError):  # e.g. an int over the digit limit of str()
+        return '["big"]'
+    return f'["value", {text}]' if len(text) <= min(MAX_VALUE_CHARS, budget) else '["big"]'
+
+
+def _work(mode: str, timeout_s: float, memory_mb: int, report_bytes: int, request: dict) -> None:
+    """Apply limits, drop privileges, call the function on every argument list, write the report, exit."""
+    import resource
+
+    try:
+        _limit(resource, "RLIMIT_AS", memory_mb * 1024 * 1024)
+        _limit(resource, "RLIMIT_CPU", int(timeout_s) + 1)
+        _limit(resource, "RLIMIT_FSIZE", 1024 * 1024)
+        _limit(resource, "RLIMIT_CORE", 0)
+        _limit(resource, "RLIMIT_NPROC", 0)  # no new processes: honoured for every uid but 0
+        if mode != "plain":
+            _no_new_privileges()  # before setuid: as nobody, ctypes may not be importable
+        if mode == "namespace":
+            _drop_capabilities()
+        elif mode == "uid":
+            os.setgroups([])
+            os.setgid(UNPRIVILEGED_UID)
+            os.setuid(UNPRIVILEGED_UID)
+    except Exception:  # noqa: BLE001 - no limits, no task code
+        os._exit(SETUP_FAILED)
+    report = os.dup(1)  # keep the real stdout for the report ...
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):  # ... and give task code nothing to read and nowhere visible to print
+        os.dup2(devnull, fd)
+    os.close(devnull)
+
+    name, arg_lists = request["name"], request["args"]
+    try:
+        func, reset = execution.compile_function(request["source"], name)
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - task code may raise anything
+        text = json.dumps({"load_error": execution.error_name(exc), "outcomes": []})
+    else:
+        sys.setrecursionlimit(max(sys.getrecursionlimit(), 1000))
+        budget = report_bytes - 64 * len(arg_lists) - 64
+        parts = []
+        for args in arg_lists:
+            part = _encode(execution.call_one(func, reset, args), budget)
+            budget -= len(part)
+            parts.append(part)
+        text = '{"load_error": null, "outcomes": [' + ", ".join(parts) + "]}"
+    data = text.encode()
+    while data:
+        data = data[os.write(report, data):]
+    os._exit(0)  # skip interpreter teardown: task code may have left threads or atexit hooks
+
+
+def _init(mode: str, *limits) -> None:
+    """Namespace init: fork the worker, wait for it, exit with its status (the kernel then empties the namespace)."""
+    for sig in (signal.SIGINT, signal.SIGTERM):  # init gets no signal from inside its namespace without a handler
+        signal.signal(sig, signal.SIG_DFL)
+    worker = os.fork()
+    if worker == 0:
+        _work(mode, *limits)
+    _, status = os.waitpid(worker, 0)
+    os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
+
+
+def main(argv: list[str]) -> None:
+    mode, timeout_s, memory_mb, report_bytes = argv[0], float(argv[1]), int(argv[2]), int(argv[3])
+    request = json.loads(sys.stdin.buffer.read())
+    if mode == "namespace":
+        _init(mode, timeout_s, memory_mb, report_bytes, request)
+    _work(mode, timeout_s, memory_mb, report_bytes, request)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,72 @@
+"""Layering: ``execution.py`` (and the sandbox child) are standard-library leaves; the package has no import cycle."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "bugfix_gym"
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """Every import in a file, anywhere in it (also inside functions), as ``(level, module)``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [(0, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            found += [(node.level, f"{node.module}.{alias.name}" if node.module else alias.name)
+                      for alias in node.names]
+    return found
+
+
+@pytest.mark.parametrize("leaf, allowed", [("execution.py", set()), ("sandbox_child.py", {"execution"})])
+def test_leaf_modules_import_only_the_standard_library(leaf, allowed):
+    for level, module in _imports(PACKAGE / leaf):
+        top = module.split(".")[0]
+        assert top in allowed or (level == 0 and (top in sys.stdlib_module_names or top == "__future__")), \
+            f"{leaf} imports {'.' * level}{module}"
+
+
+def test_execution_loads_alone_in_an_isolated_interpreter():
+    probe = ("import sys; sys.path.append(sys.argv[1]); import execution; "
+             "print(sorted(m for m in sys.modules if m.split('.')[0] not in {*sys.stdlib_module_names, '__main__'}))")
+    out = subprocess.run([sys.executable, "-I", "-S", "-c", probe, str(PACKAGE)], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "['execution']", out.stderr
+
+
+def _package_graph() -> dict[str, set[str]]:
+    graph = {}
+    for path in PACKAGE.glob("*.py"):
+        edges = set()
+        for level, module in _imports(path):
+            parts = module.split(".")
+            if level == 1:
+                edges.add(parts[0])
+            elif parts[0] == "bugfix_gym":
+                edges.add(parts[1] if len(parts) > 1 else "__init__")
+        graph[path.stem] = {e for e in edges if (PACKAGE / f"{e}.py").exists()} - {path.stem}
+    return graph
+
+
+def test_the_package_import_graph_has_no_cycle():
+    graph, done, path = _package_graph(), set(), []
+
+    def visit(module: str) -> None:
+        assert module not in path, f"import cycle: {' -> '.join(path[path.index(module):] + [module])}"
+        if module in done:
+            return
+        path.append(module)
+        for dependency in sorted(graph[module]):
+            visit(dependency)
+        path.pop()
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module)
+    assert graph["execution"] == set() and graph["sandbox"] == {"execution"}

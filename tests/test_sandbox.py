@@ -1,0 +1,176 @@
+"""Pack code is contained: it cannot signal the env, outlive its run, flood it, read its environment or forge results.
+
+Each test runs in every isolation mode this machine offers beyond ``plain`` (``namespace``
+where ``unshare`` works, ``uid`` when running as root); ``plain`` promises less (see
+``docs/environment.md``) and is checked only for what it promises.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import time
+import tracemalloc
+
+import pytest
+
+from bugfix_gym import load_task_pack, sandbox
+from bugfix_gym.sandbox import REPORT_BYTES, available_isolation, run_cases_sandboxed
+
+_PRESENT = {"namespace": available_isolation() == "namespace", "uid": hasattr(os, "geteuid") and os.geteuid() == 0}
+CONTAINED = [mode for mode, present in _PRESENT.items() if present]
+pytestmark = pytest.mark.skipif(not CONTAINED, reason="needs user namespaces (unshare) or root")
+
+
+@pytest.fixture
+def sigusr1():
+    """The signals SIGUSR1 this process receives while the test runs (a stand-in for SIGKILL)."""
+    received: list[int] = []
+    old = signal.signal(signal.SIGUSR1, lambda signum, frame: received.append(signum))
+    yield received
+    signal.signal(signal.SIGUSR1, old)
+
+
+def _signaller(name: str, returns: str) -> str:
+    return (f"def {name}(n):\n    import os, signal\n    for pid in (os.getppid(), {os.getpid()}):\n        try:\n"
+            f"            os.kill(pid, signal.SIGUSR1)\n        except OSError:\n            pass\n"
+            f"    return {returns}\n")
+
+
+@pytest.mark.parametrize("mode", CONTAINED)
+def test_pack_code_cannot_signal_the_env_process(sigusr1, mode):
+    report = run_cases_sandboxed(_signaller("f", "n"), "f", [((1,), 1)], isolation=mode)
+    time.sleep(0.05)
+    assert report.ok  # the code ran to its end ...
+    assert sigusr1 == []  # ... and neither its parent nor this process got the signal
+
+
+def test_pack_code_cannot_signal_the_env_process_during_validation(tmp_path, sigusr1):
+    pack = tmp_path / "signals.json"
+    task = {"name": "signal_half", "statement": "return half of n rounded down, but never less than 0",
+            "source": _signaller("signal_half", "min(n // 2, 0)"), "fix_op": "swap_minmax",
+            "visible": [[[4], 2]], "hidden": [[[4], 2], [[-4], 0]]}
+    pack.write_text(json.dumps([task]))
+    (loaded,) = load_task_pack(pack)  # validation ran the buggy and the fixed source
+    time.sleep(0.05)
+    assert loaded.name == "signal_half" and sigusr1 == []
+
+
+@pytest.mark.parametrize("mode", CONTAINED)
+def test_pack_code_leaves_no_process_behind(tmp_path, mode):
+    trace = tmp_path / "alive.txt"
+    src = (f"def f(x):\n    import os, time\n    if os.fork() == 0:\n        os.setsid()\n        if os.fork() == 0:\n"
+           f"            os.closerange(3, 1024)\n"  # let go of the report pipe: nobody waits for this process
+           f"            for _ in range(40):\n                with open({str(trace)!r}, 'a') as out:\n"
+           f"                    out.write('.')\n                time.sleep(0.05)\n        os._exit(0)\n"
+           f"    for _ in range(200):  # until the grandchild is running\n"
+           f"        if os.path.exists({str(trace)!r}):\n            break\n        time.sleep(0.01)\n"
+           f"    return x\n")
+    run_cases_sandboxed(src, "f", [((1,), 1)], isolation=mode)
+    size = trace.stat().st_size if trace.exists() else 0
+    assert size > 0 or mode == "uid"  # the grandchild ran (as nobody, the code cannot fork at all)
+    time.sleep(0.4)
+    assert (trace.stat().st_size if trace.exists() else 0) == size  # nothing writes any more
+
+
+@pytest.mark.parametrize("mode", CONTAINED)
+def test_the_env_process_reads_a_bounded_number_of_bytes(mode):
+    flood = ("def f(x):\n    import os\n    block = b'x' * (1 << 20)\n    for fd in range(3, 32):\n        try:\n"
+             "            for _ in range(64):\n                os.write(fd, block)\n        except OSError:\n"
+             "            pass\n    return x\n")
+    tracemalloc.start()
+    try:
+        report = run_cases_sandboxed(flood, "f", [((1,), 1)], isolation=mode)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * REPORT_BYTES
+    assert not report.ok and report.first_failure == f"sandbox : the child wrote more than {REPORT_BYTES} bytes"
+
+
+@pytest.mark.parametrize("mode", [*CONTAINED, "plain"])
+def test_pack_code_sees_no_environment_variable_of_the_env_process(monkeypatch, mode):
+    monkeypatch.setenv("BUGFIX_GYM_SECRET", "hunter2")
+    src = "def f(x):\n    import os\n    return 'hunter2' in repr(os.environ) or 'PATH' in os.environ\n"
+    assert run_cases_sandboxed(src, "f", [((0,), False)], isolation=mode).ok
+    if mode != "plain":  # nor through /proc (in plain mode the code runs as this process's user)
+        src = (f"def f(x):\n    try:\n        with open('/proc/{os.getpid()}/environ', 'rb') as env:\n"
+               f"            return b'PATH=' in env.read()\n    except OSError:\n        return False\n")
+        assert run_cases_sandboxed(src, "f", [((0,), False)], isolation=mode).ok
+
+
+@pytest.mark.parametrize("mode", [*CONTAINED, "plain"])
+def test_exception_and_type_names_that_come_back_are_short_identifiers(mode):
+    cases = [((1,), 1)]
+    long = run_cases_sandboxed("def f(x):\n    raise type('S' * 5000, (Exception,), {})\n", "f", cases, isolation=mode)
+    assert long.first_failure == "f(1) expected 1 raised an exception with an unprintable name"
+    escape = run_cases_sandboxed("def f(x):\n    raise type('\\x1b[2J', (Exception,), {})\n", "f", cases,
+                                 isolation=mode)
+    assert escape.first_failure == "f(1) expected 1 raised an exception with an unprintable name"
+    odd = run_cases_sandboxed("def f(x):\n    return type('Odd', (), {})()\n", "f", cases, isolation=mode)
+    assert odd.first_failure == "f(1) expected 1 got a value of type Odd, not a JSON value"
+
+
+FORGERIES = {
+    "an old-style 0 / 0 report": 'b\'\\n{"passed": 0, "total": 0, "first_failure": null}\\n\'',
+    "a report with no outcomes": 'b\'{"load_error": null, "outcomes": []}\'',
+    "a report with one outcome too many": 'b\'{"load_error": null, "outcomes": [["value", 2], ["value", 3], '
+                                          '["value", 4]]}\'',
+}
+
+
+@pytest.mark.parametrize("mode", [*CONTAINED, "plain"])
+@pytest.mark.parametrize("forgery", FORGERIES)
+def test_pack_code_cannot_forge_its_results(mode, forgery):
+    src = (f"def f(x):\n    import os\n    for fd in range(3, 32):\n        try:\n"
+           f"            os.write(fd, {FORGERIES[forgery]})\n        except OSError:\n            pass\n"
+           f"    os._exit(0)\n")
+    report = run_cases_sandboxed(src, "f", [((1,), 2), ((2,), 3)], isolation=mode)
+    assert not report.ok and report.passed == 0 and report.total == 2
+
+
+@pytest.mark.parametrize("mode", [*CONTAINED, "plain"])
+def test_an_object_equal_to_everything_does_not_pass(mode):
+    src = "class Yes:\n    def __eq__(self, other):\n        return True\n\ndef f(x):\n    return Yes()\n"
+    report = run_cases_sandboxed(src, "f", [((1,), 2)], isolation=mode)
+    assert (report.passed, report.first_failure) == (0, "f(1) expected 2 got a value of type Yes, not a JSON value")
+
+
+@pytest.mark.skipif(available_isolation() != "namespace", reason="needs user namespaces (unshare)")
+def test_pack_code_has_no_network_in_namespace_mode():
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        src = (f"def f(x):\n    import socket\n    try:\n"
+               f"        socket.create_connection(('127.0.0.1', {server.getsockname()[1]}), timeout=2).close()\n"
+               f"        return 'connected'\n    except OSError:\n        return 'unreachable'\n")
+        report = run_cases_sandboxed(src, "f", [((0,), "unreachable")], isolation="namespace")
+    assert report.ok, report.first_failure
+
+
+@pytest.mark.parametrize("mode", CONTAINED)
+def test_pack_code_cannot_open_the_memory_of_the_env_process_or_of_its_own_parent(mode):
+    # /proc is the host's, so the worker can learn its parent's real pid there; opening /proc/<pid>/mem
+    # needs the right to trace that process, which the worker must not have (no capabilities, other uid)
+    src = (f"def f(x):\n    with open('/proc/self/status') as status:\n"
+           f"        parent = next(int(line.split()[1]) for line in status if line.startswith('PPid:'))\n"
+           f"    opened = []\n    for pid in ({os.getpid()}, parent):\n        try:\n"
+           f"            open(f'/proc/{{pid}}/mem', 'rb').close()\n            opened.append(True)\n"
+           f"        except OSError:\n            opened.append(False)\n    return opened\n")
+    report = run_cases_sandboxed(src, "f", [((0,), [False, False])], isolation=mode)
+    assert report.ok, report.first_failure
+
+
+def test_isolation_falls_back_cleanly_when_namespaces_do_not_work(monkeypatch):
+    monkeypatch.setattr(sandbox, "_UNSHARE_FLAGS", ("--no-such-flag",))  # unshare exits with an error
+    sandbox.available_isolation.cache_clear()
+    try:
+        fallback = sandbox.available_isolation()
+        assert fallback == ("uid" if os.geteuid() == 0 else "plain")
+        assert run_cases_sandboxed("def f(x):\n    return x\n", "f", [((1,), 1)]).ok  # runs in the fallback mode
+        failed = run_cases_sandboxed("def f(x):\n    return x\n", "f", [((1,), 1)], isolation="namespace")
+        assert not failed.ok and failed.first_failure.startswith("sandbox : ")
+    finally:
+        sandbox.available_isolation.cache_clear()
