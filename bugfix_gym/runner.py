@@ -17,7 +17,7 @@ from typing import Sequence
 from .execution import Case, TestReport, run_cases
 from .sandbox import run_cases_sandboxed
 
-CACHE_LIMIT = 200_000  # cached reports; the cache empties itself when full
+CACHE_LIMIT = 50_000  # cached reports (tens of MB at most with generated tasks); the cache empties itself when full
 _CACHE: dict[tuple[str, bool, str, str], TestReport] = {}
 _CASES_KEYS: dict[int, tuple[Sequence[Case], str]] = {}  # id(cases) -> (cases, repr(cases)); holds cases alive
 stats = {"hits": 0, "misses": 0}
