@@ -48,23 +48,16 @@ class KVCache:
     ``k, v``: [n_layer, B, n_head, capacity, head_dim]; ``lengths`` [B]: tokens held per row.
     The capacity starts small and doubles (up to ``max_len``) as rows grow, so a batch of short
     episodes does not zero a full ``max_len`` cache. Positions at or beyond a row's length hold
-    zeros or stale keys and are never read as valid.
+    zeros or stale keys and are never attended to.
     """
 
     def __init__(self, config: TinyAgentConfig, batch_size: int, device=None, dtype=torch.float32,
-                 capacity: int = 256, buffers: tuple[torch.Tensor, torch.Tensor] | None = None):
+                 capacity: int = 256):
         hs = config.d_model // config.n_head
         self.max_len = config.max_len
-        cap = min(capacity, config.max_len)
-        shape = (config.n_layer, batch_size, config.n_head, cap, hs)
-        if buffers is not None and buffers[0].shape[:3] + buffers[0].shape[4:] == shape[:3] + shape[4:] \
-                and buffers[0].shape == buffers[1].shape and buffers[0].shape[3] <= config.max_len \
-                and buffers[0].dtype == dtype:
-            # reuse a finished cache's memory (zeroing warm memory is ~8x cheaper than fresh zeros)
-            self.k, self.v = buffers[0].zero_(), buffers[1].zero_()  # [L, B, nh, cap, hs]
-        else:
-            self.k = torch.zeros(shape, device=device, dtype=dtype)  # [L, B, nh, cap, hs]
-            self.v = torch.zeros(shape, device=device, dtype=dtype)  # [L, B, nh, cap, hs]
+        shape = (config.n_layer, batch_size, config.n_head, min(capacity, config.max_len), hs)
+        self.k = torch.zeros(shape, device=device, dtype=dtype)  # [L, B, nh, cap, hs]
+        self.v = torch.zeros(shape, device=device, dtype=dtype)  # [L, B, nh, cap, hs]
         self.lengths = torch.zeros(batch_size, dtype=torch.long, device=device)  # [B]
 
     @property
@@ -80,16 +73,102 @@ class KVCache:
         while new_cap < n:
             new_cap *= 2
         new_cap = min(max(new_cap, n), self.max_len)
-        shape = self.k.shape[:3] + (new_cap,) + self.k.shape[4:]
-        k = self.k.new_zeros(shape)
-        v = self.v.new_zeros(shape)
-        k[:, :, :, :cap] = self.k
-        v[:, :, :, :cap] = self.v
-        self.k, self.v = k, v
+        grow = self.k.shape[:3] + (new_cap - cap,) + self.k.shape[4:]
+        self.k = torch.cat([self.k, self.k.new_zeros(grow)], dim=3)  # [L, B, nh, new_cap, hs]
+        self.v = torch.cat([self.v, self.v.new_zeros(grow)], dim=3)
+
+
+@dataclass
+class _Group:
+    """Rows of a packed chunk that attend together: their queries padded to ``[R, S]``.
+
+    :param rows: cache rows read as keys, or None for all rows (a view, no copy)
+    :param index: positions of the group's tokens in the packed chunk, or None for all of them
+    :param q_row, q_col: where each of those tokens sits in the padded ``[R, S]`` queries, or None
+        when the group is one token per row, in order (the queries need no scatter)
+    :param n_rows, width, n_keys: R, S and the number of key positions P to read
+    :param mask: [R, 1, S, P] bool, key ``j`` visible to query ``(r, s)`` iff ``j <= position``
+    """
+
+    rows: torch.Tensor | None
+    index: torch.Tensor | None
+    q_row: torch.Tensor | None
+    q_col: torch.Tensor | None
+    n_rows: int
+    width: int
+    n_keys: int
+    mask: torch.Tensor
+
+
+@dataclass
+class Packing:
+    """Where the valid tokens of a right-padded chunk ``[B, S]`` (row ``b`` feeding ``n_new[b]``) go:
+    packed row-major into ``[N]``, with their cache row, column in the chunk and position, and the
+    attention groups (rows feeding one token, rows feeding several)."""
+
+    rows: torch.Tensor  # [N] cache row of each packed token
+    cols: torch.Tensor  # [N] its column in the chunk
+    pos: torch.Tensor  # [N] its position in its row
+    ends: torch.Tensor  # [B] the rows' lengths after the chunk
+    last: torch.Tensor  # [R] packed index of each active row's last token
+    active: torch.Tensor  # [R] the rows that feed at least one token
+    groups: list[_Group]
+
+    @classmethod
+    def build(cls, n_new: list[int], start: list[int], device: torch.device) -> "Packing":
+        B = len(n_new)
+        row_l: list[int] = []
+        col_l: list[int] = []
+        pos_l: list[int] = []
+        offsets: dict[int, int] = {}
+        for b in range(B):
+            if n_new[b]:
+                offsets[b] = len(row_l)
+                row_l += [b] * n_new[b]
+                col_l += range(n_new[b])
+                pos_l += range(start[b], start[b] + n_new[b])
+        active = list(offsets)
+        singles = [b for b in active if n_new[b] == 1]
+        multis = [b for b in active if n_new[b] > 1]
+        groups = [cls._group(g, B, len(row_l), n_new, start, offsets, device, one=g is singles)
+                  for g in (singles, multis) if g]
+        return cls(rows=torch.tensor(row_l, device=device), cols=torch.tensor(col_l, device=device),
+                   pos=torch.tensor(pos_l, device=device),
+                   ends=torch.tensor([a + n for a, n in zip(start, n_new)], device=device),
+                   last=torch.tensor([offsets[b] + n_new[b] - 1 for b in active], device=device),
+                   active=torch.tensor(active, device=device), groups=groups)
+
+    @staticmethod
+    def _group(grp: list[int], B: int, N: int, n_new: list[int], start: list[int], offsets: dict[int, int],
+               device: torch.device, one: bool) -> _Group:
+        # a group holding most rows attends over all B rows of the cache (a view: no copy of the
+        # keys); the other rows then get dummy queries that see key 0 only, and are dropped
+        full = 2 * len(grp) > B if one else 8 * len(grp) >= 7 * B
+        R = B if full else len(grp)
+        width = max(n_new[b] for b in grp)
+        q_start = [0] * R
+        index: list[int] = []
+        q_row: list[int] = []
+        q_col: list[int] = []
+        for r, b in enumerate(grp):
+            rq = b if full else r
+            q_start[rq] = start[b]
+            index += range(offsets[b], offsets[b] + n_new[b])
+            q_row += [rq] * n_new[b]
+            q_col += range(n_new[b])
+        n_keys = max(start[b] + n_new[b] for b in grp)
+        q_pos = torch.tensor(q_start, device=device)[:, None] + torch.arange(width, device=device)  # [R, S]
+        mask = (torch.arange(n_keys, device=device) <= q_pos[:, :, None])[:, None]  # [R, 1, S, P]
+        direct = one and not full  # one token per row, rows in order: the queries are the packed tokens
+        return _Group(rows=None if full else torch.tensor(grp, device=device),
+                      index=None if len(index) == N else torch.tensor(index, device=device),
+                      q_row=None if direct else torch.tensor(q_row, device=device),
+                      q_col=None if direct else torch.tensor(q_col, device=device),
+                      n_rows=R, width=width, n_keys=n_keys, mask=mask)
 
 
 class CausalSelfAttention(nn.Module):
-    """Multi-head causal self-attention with an optional KV cache."""
+    """Multi-head causal self-attention, over a full sequence or over a KV cache."""
 
     def __init__(self, config: TinyAgentConfig):
         super().__init__()
@@ -100,28 +179,60 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(config.d_model, config.d_model, bias=config.bias)
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0,
-                write: tuple[torch.Tensor, ...] | None = None, attn_mask: torch.Tensor | None = None,
-                n_keys: int = 0, cache_rows: torch.Tensor | None = None) -> torch.Tensor:
-        B, S, C = x.shape
-        q, k, v = self.qkv(x).split(C, dim=2)  # 3 x [B, S, C]
-        q = q.view(B, S, self.n_head, self.hs).transpose(1, 2)  # [B, nh, S, hs]
-        k = k.view(B, S, self.n_head, self.hs)  # [B, S, nh, hs]
-        v = v.view(B, S, self.n_head, self.hs)  # [B, S, nh, hs]
-        if cache is None:
-            y = F.scaled_dot_product_attention(q, k.transpose(1, 2), v.transpose(1, 2), is_causal=True)  # [B, nh, S, hs]
-        else:
-            rows, local, steps, pos = write  # valid new tokens: cache row, row in x, index in chunk, position
-            cache.k[layer, rows, :, pos] = k[local, steps]  # [N, nh, hs] into the cache
-            cache.v[layer, rows, :, pos] = v[local, steps]  # [N, nh, hs]
-            if cache_rows is None:
-                keys = cache.k[layer, :, :, :n_keys]  # [B, nh, P, hs]
-                vals = cache.v[layer, :, :, :n_keys]  # [B, nh, P, hs]
-            else:  # only the rows being run
-                keys = cache.k[layer, cache_rows, :, :n_keys]  # [B, nh, P, hs]
-                vals = cache.v[layer, cache_rows, :, :n_keys]  # [B, nh, P, hs]
-            y = F.scaled_dot_product_attention(q, keys, vals, attn_mask=attn_mask)  # [B, nh, S, hs]
-        y = y.transpose(1, 2).reshape(B, S, C)  # [B, S, C]
-        return self.proj(y)
+                packing: Packing | None = None) -> torch.Tensor:
+        """Full causal attention over ``x`` [B, T, C]; with a cache, ``x`` is the packed new tokens [N, C]
+        (see :class:`Packing`): their keys and values go into the cache, their queries attend to it."""
+        if cache is not None:
+            assert packing is not None
+            return self.proj(self._attend_cached(x, cache, layer, packing))
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)  # 3 x [B, T, C]
+        q = q.view(B, T, self.n_head, self.hs).transpose(1, 2)  # [B, nh, T, hs]
+        k = k.view(B, T, self.n_head, self.hs).transpose(1, 2)  # [B, nh, T, hs]
+        v = v.view(B, T, self.n_head, self.hs).transpose(1, 2)  # [B, nh, T, hs]
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # [B, nh, T, hs]
+        return self.proj(y.transpose(1, 2).reshape(B, T, C))  # [B, T, C]
+
+    def _attend_cached(self, x: torch.Tensor, cache: KVCache, layer: int, packing: Packing) -> torch.Tensor:
+        N, C = x.shape
+        nh, hs = self.n_head, self.hs
+        q, k, v = self.qkv(x).split(C, dim=-1)  # 3 x [N, C]
+        cache.k[layer, packing.rows, :, packing.pos] = k.view(N, nh, hs)  # [N, nh, hs] into the cache
+        cache.v[layer, packing.rows, :, packing.pos] = v.view(N, nh, hs)
+        y = q.new_empty(N, C) if len(packing.groups) > 1 else None
+        for g in packing.groups:
+            if g.rows is None:
+                keys, vals = cache.k[layer, :, :, :g.n_keys], cache.v[layer, :, :, :g.n_keys]  # [B, nh, P, hs] views
+            else:
+                keys, vals = cache.k[layer, g.rows, :, :g.n_keys], cache.v[layer, g.rows, :, :g.n_keys]  # [R, nh, P, hs]
+            qg = q if g.index is None else q[g.index]  # [n_g, C]
+            if g.q_row is None:  # one token per row, in order
+                qp = qg.view(g.n_rows, 1, nh, hs).transpose(1, 2)  # [R, nh, 1, hs]
+            else:
+                qp = qg.new_zeros(g.n_rows, g.width, C)  # [R, S, C]
+                qp[g.q_row, g.q_col] = qg
+                qp = qp.view(g.n_rows, g.width, nh, hs).transpose(1, 2)  # [R, nh, S, hs]
+            yg = F.scaled_dot_product_attention(qp, keys, vals, attn_mask=g.mask)  # [R, nh, S, hs]
+            yg = yg.transpose(1, 2).reshape(g.n_rows, g.width, C)  # [R, S, C]
+            yg = yg.view(g.n_rows, C) if g.q_row is None else yg[g.q_row, g.q_col]  # [n_g, C]
+            if y is None:
+                y = yg
+            else:
+                y[slice(None) if g.index is None else g.index] = yg
+        assert y is not None
+        return y
+
+
+class MLP(nn.Module):
+    """The block's feed-forward network: ``proj(gelu(fc(x)))``."""
+
+    def __init__(self, config: TinyAgentConfig):
+        super().__init__()
+        self.fc = nn.Linear(config.d_model, config.d_ff, bias=config.bias)
+        self.proj = nn.Linear(config.d_ff, config.d_model, bias=config.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(F.gelu(self.fc(x)))
 
 
 class Block(nn.Module):
@@ -132,11 +243,11 @@ class Block(nn.Module):
         self.ln1 = nn.LayerNorm(config.d_model)
         self.attn = CausalSelfAttention(config)
         self.ln2 = nn.LayerNorm(config.d_model)
-        self.mlp = nn.Sequential(nn.Linear(config.d_model, config.d_ff, bias=config.bias), nn.GELU(),
-                                 nn.Linear(config.d_ff, config.d_model, bias=config.bias))
+        self.mlp = MLP(config)
 
-    def forward(self, x: torch.Tensor, **attn_kwargs) -> torch.Tensor:
-        x = x + self.attn(self.ln1(x), **attn_kwargs)
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0,
+                packing: Packing | None = None) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x), cache, layer, packing)
         return x + self.mlp(self.ln2(x))
 
 
@@ -159,9 +270,9 @@ class TinyAgent(nn.Module):
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.value_head = nn.Linear(config.d_model, 1)
         self.apply(self._init_weights)
-        for name, p in self.named_parameters():  # GPT-2: scale residual projections by depth
-            if name.endswith("attn.proj.weight") or name.endswith("mlp.2.weight"):
-                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+        for block in self.blocks:  # GPT-2: scale the residual projections by depth
+            for proj in (block.attn.proj, block.mlp.proj):
+                nn.init.normal_(proj.weight, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
         self.lm_head.weight = self.tok_emb.weight  # tied: the policy head reuses the embedding
         nn.init.normal_(self.value_head.weight, std=config.value_init_std)  # critic starts near zero
         nn.init.zeros_(self.value_head.bias)
@@ -178,13 +289,8 @@ class TinyAgent(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
     def embed(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        """Token + position embeddings: ids, pos [B, T] -> [B, T, C]."""
+        """Token + position embeddings: ids, pos [...] -> [..., C]."""
         return self.tok_emb(ids) + self.pos_emb(pos)
-
-    def heads(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Final hidden states [B, T, C] -> (logits [B, T, V], values [B, T])."""
-        h = self.ln_f(h)
-        return self.lm_head(h), self.value_head(h).squeeze(-1)
 
     def trunk(self, ids: torch.Tensor) -> torch.Tensor:
         """Embeddings and blocks of a full causal pass: ids [B, T] -> hidden states [B, T, C] (before ln_f)."""
@@ -192,8 +298,7 @@ class TinyAgent(nn.Module):
         if T > self.config.max_len:
             raise ValueError(f"sequence of {T} tokens is longer than max_len={self.config.max_len}; "
                              "raise TinyAgentConfig.max_len")
-        pos = torch.arange(T, device=ids.device).expand(B, T)  # [B, T]
-        x = self.embed(ids, pos)  # [B, T, C]
+        x = self.embed(ids, torch.arange(T, device=ids.device).expand(B, T))  # [B, T, C]
         for block in self.blocks:
             x = block(x)
         return x
@@ -203,17 +308,14 @@ class TinyAgent(nn.Module):
 
         Right padding never changes earlier positions (causal attention), so no mask is needed.
         """
-        return self.heads(self.trunk(ids))
+        h = self.ln_f(self.trunk(ids))  # [B, T, C]
+        return self.lm_head(h), self.value_head(h).squeeze(-1)
 
     # ------------------------------------------------------------------ incremental decoding
-    def new_cache(self, batch_size: int, buffers: tuple[torch.Tensor, torch.Tensor] | None = None) -> KVCache:
-        """An empty KV cache for ``batch_size`` rows.
-
-        :param buffers: optional ``(k, v)`` of a cache that is no longer used, zeroed and reused
-            if their shapes fit (else ignored)
-        """
+    def new_cache(self, batch_size: int) -> KVCache:
+        """An empty KV cache for ``batch_size`` rows."""
         p = self.tok_emb.weight
-        return KVCache(self.config, batch_size, device=p.device, dtype=p.dtype, buffers=buffers)
+        return KVCache(self.config, batch_size, device=p.device, dtype=p.dtype)
 
     @torch.no_grad()
     def extend(self, ids: torch.Tensor, n_new: torch.Tensor, cache: KVCache,
@@ -221,9 +323,7 @@ class TinyAgent(nn.Module):
         """Append a right-padded chunk of new tokens to each row of ``cache`` and run them.
 
         Only the valid new tokens are computed, packed into one ``[N, C]`` batch (no padding) for
-        every per-token op; attention runs per group of rows (rows feeding one token, rows
-        feeding several), each key masked per row (``key <= position``), so rows of different
-        lengths share one call.
+        every per-token op; attention reads each row's cached keys up to each token's position.
 
         :param ids: [B, S] new tokens; row ``b`` uses its first ``n_new[b]`` (0 = row idle)
         :param n_new: [B] long, number of valid new tokens per row
@@ -233,105 +333,27 @@ class TinyAgent(nn.Module):
             idle rows) are zero
         """
         B, S = ids.shape
-        dev = ids.device
-        n_list = n_new.tolist()
-        start_list = cache.lengths.tolist()
-        end_list = [a + n for a, n in zip(start_list, n_list)]
-        max_end = max(end_list) if end_list else 0
-        if max_end > cache.max_len:
-            raise ValueError(f"KV cache overflow: a row needs {max_end} positions, max_len={cache.max_len}")
-        V = self.config.vocab_size
-        dtype = self.tok_emb.weight.dtype
-        values = torch.zeros(B, S, device=dev, dtype=dtype)  # [B, S]
-        logits = torch.zeros((B, V) if last_only else (B, S, V), device=dev, dtype=dtype)
-        active = [b for b in range(B) if n_list[b] > 0]
-        if not active:
+        start, counts = cache.lengths.tolist(), n_new.tolist()
+        longest = max((a + n for a, n in zip(start, counts)), default=0)
+        if longest > cache.max_len:
+            raise ValueError(f"KV cache overflow: a row needs {longest} positions, max_len={cache.max_len}")
+        V, dtype = self.config.vocab_size, self.tok_emb.weight.dtype
+        values = ids.new_zeros((B, S), dtype=dtype)  # [B, S]
+        logits = ids.new_zeros((B, V) if last_only else (B, S, V), dtype=dtype)
+        if not any(counts):
             return logits, values
-        cache.reserve(max_end)
-        # packed valid tokens, row-major: token i is (row_of[i], col[i]) at position pos[i]
-        row_list, col_list, pos_list = [], [], []
-        singles, multis = [], []  # rows feeding one token / several (attention groups)
-        for b in active:
-            n = n_list[b]
-            row_list += [b] * n
-            col_list += range(n)
-            pos_list += range(start_list[b], start_list[b] + n)
-            (singles if n == 1 else multis).append(b)
-        N = len(row_list)
-        row_of = torch.tensor(row_list, device=dev)  # [N]
-        col = torch.tensor(col_list, device=dev)  # [N]
-        pos = torch.tensor(pos_list, device=dev)  # [N]
-        offsets, acc = {}, 0
-        for b in active:
-            offsets[b] = acc
-            acc += n_list[b]
-        # attention groups: rows feeding one token, rows feeding several. A group holding most
-        # rows attends over all B rows of the cache (a view: no gather copy of the keys); the
-        # other rows get dummy queries that see only keys <= their column, and are dropped.
-        groups = []  # (cache rows or None for all, packed index or None, q row, q col, R, S_g, P_g, mask)
-        for grp in (singles, multis):
-            if not grp:
-                continue
-            P_g = max(end_list[b] for b in grp)
-            S_g = max(n_list[b] for b in grp)
-            # one token per row: attending over all rows costs about what gathering the group's
-            # keys does; several tokens per row: only when nearly every row is in the group
-            full = 2 * len(grp) > B if grp is singles else 8 * len(grp) >= 7 * B
-            R = B if full else len(grp)
-            q_start = [0] * R
-            idx_l, row_l, col_l = [], [], []
-            for r, b in enumerate(grp):
-                n, rq = n_list[b], (b if full else r)
-                q_start[rq] = start_list[b]
-                idx_l += range(offsets[b], offsets[b] + n)
-                row_l += [rq] * n
-                col_l += range(n)
-            q_pos = torch.tensor(q_start, device=dev)[:, None] + torch.arange(S_g, device=dev)  # [R, S]
-            mask = (torch.arange(P_g, device=dev) <= q_pos[:, :, None])[:, None]  # [R, 1, S, P]
-            idx = None if len(idx_l) == N else torch.tensor(idx_l, device=dev)
-            # with one token per row, rows in the group's order, the queries need no scatter
-            direct = S_g == 1 and not full
-            groups.append((None if full else torch.tensor(grp, device=dev), idx,
-                           None if direct else torch.tensor(row_l, device=dev),
-                           None if direct else torch.tensor(col_l, device=dev), R, S_g, P_g, mask))
-        x = self.embed(ids[row_of, col], pos)  # [N, C]
-        C = x.shape[-1]
+        cache.reserve(longest)
+        packing = Packing.build(counts, start, ids.device)
+        x = self.embed(ids[packing.rows, packing.cols], packing.pos)  # [N, C]
         for layer, block in enumerate(self.blocks):
-            attn = block.attn
-            nh, hs = attn.n_head, attn.hs
-            q, k, v = attn.qkv(block.ln1(x)).split(C, dim=-1)  # 3 x [N, C]
-            cache.k[layer, row_of, :, pos] = k.view(N, nh, hs)  # [N, nh, hs] into the cache
-            cache.v[layer, row_of, :, pos] = v.view(N, nh, hs)
-            y = q.new_empty(N, C) if len(groups) > 1 else None
-            for rows_t, idx, qr, qc, R, S_g, P_g, mask in groups:
-                if rows_t is None:
-                    kk, vv = cache.k[layer, :, :, :P_g], cache.v[layer, :, :, :P_g]  # [B, nh, P, hs] views
-                else:
-                    kk, vv = cache.k[layer, rows_t, :, :P_g], cache.v[layer, rows_t, :, :P_g]  # [R, nh, P, hs]
-                qg = q if idx is None else q[idx]  # [n_g, C]
-                if qr is None:  # one token per row, in order
-                    qp = qg.view(R, 1, nh, hs).transpose(1, 2)  # [R, nh, 1, hs]
-                else:
-                    qp = qg.new_zeros(R, S_g, C)
-                    qp[qr, qc] = qg
-                    qp = qp.view(R, S_g, nh, hs).transpose(1, 2)  # [R, nh, S, hs]
-                yg = F.scaled_dot_product_attention(qp, kk, vv, attn_mask=mask)  # [R, nh, S, hs]
-                yg = yg.transpose(1, 2).reshape(R, S_g, C)  # [R, S, C]
-                yg = yg.view(R, C) if qr is None else yg[qr, qc]  # [n_g, C]
-                if y is None:
-                    y = yg
-                else:
-                    y[slice(None) if idx is None else idx] = yg
-            x = x + attn.proj(y)
-            x = x + block.mlp(block.ln2(x))
-        cache.lengths = torch.tensor(end_list, device=dev)
+            x = block(x, cache, layer, packing)
+        cache.lengths = packing.ends
         h = self.ln_f(x)  # [N, C]
-        values[row_of, col] = self.value_head(h).squeeze(-1)
+        values[packing.rows, packing.cols] = self.value_head(h).squeeze(-1)
         if last_only:
-            last = torch.tensor([offsets[b] + n_list[b] - 1 for b in active], device=dev)  # [R]
-            logits[torch.tensor(active, device=dev)] = self.lm_head(h[last])  # [R, V]
+            logits[packing.active] = self.lm_head(h[packing.last])  # [R, V]
         else:
-            logits[row_of, col] = self.lm_head(h)  # [N, V]
+            logits[packing.rows, packing.cols] = self.lm_head(h)  # [N, V]
         return logits, values
 
 

@@ -19,6 +19,7 @@ from .tools import CALLS, parse_call
 __version__ = "0.1.0"
 
 _register(id="BugFix-v0", entry_point="bugfix_gym.env:BugFixEnv")
+_register(id="LookThenAnswer-v0", entry_point="bugfix_gym.look:LookThenAnswerEnv")
 
 
 def _preload_in_forkserver() -> None:
