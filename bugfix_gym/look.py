@@ -1,8 +1,8 @@
 """LookThenAnswer-v0: the smallest tool-use task, a second text environment that is not BugFix.
 
 A box holds one of a few colours. The agent can ``look`` (the observation says which colour)
-and ``answer <colour>``; a right answer ends the episode with reward 1. Answering without
-looking is right one time in ``len(colours)``. It exists to show that the token agents train
+and ``answer <colour>``, which ends the episode: reward 1 if it looked and named the colour,
+else 0 (an answer given without looking never counts, so guessing cannot compete with looking). It exists to show that the token agents train
 on *any* Gymnasium environment with text observations and text actions (it uses gymnasium's
 own ``Text`` spaces, without a shape), and as a fast known-answer check of a trainer.
 """
@@ -34,7 +34,7 @@ class LookThenAnswerEnv(gym.Env):
     ``reset``, the tool output after each step.
 
     ## Rewards
-    ``1.0`` for the right answer, else ``0.0``.
+    ``1.0`` for the right answer after a ``look``, else ``0.0``.
 
     ## Episode End
     Terminated on ``answer``; truncated after ``max_turns`` calls.
@@ -59,12 +59,12 @@ class LookThenAnswerEnv(gym.Env):
         self.action_space = spaces.Text(max_length=32, min_length=0, charset=string.printable)
         self.observation_space = spaces.Text(max_length=256, min_length=0, charset=string.printable)
         self.colour = colours[0]
-        self.turn = 0
+        self.turn, self.looked = 0, False
 
     @property
     def words(self) -> list[str]:
         """Every word the env can say or accept (a tokenizer vocabulary for it)."""
-        text = " ".join([self._prompt(), "the box holds", "invalid call : is not a call", *self.calls])
+        text = " ".join([self._prompt(), "the box holds", "right wrong invalid call : that is not a call", *self.calls])
         return list(dict.fromkeys(text.split()))
 
     def _prompt(self) -> str:
@@ -73,7 +73,7 @@ class LookThenAnswerEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
         self.colour = self.colours[int(self.np_random.integers(len(self.colours)))]
-        self.turn = 0
+        self.turn, self.looked = 0, False
         return self._prompt(), {"colour": self.colour, "looked": False}
 
     def step(self, action: str):
@@ -83,11 +83,11 @@ class LookThenAnswerEnv(gym.Env):
         words = action.split() if len(action) <= 32 else []
         reward, terminated = 0.0, False
         if words == ["look"]:
-            obs = f"the box holds {self.colour}"
+            obs, self.looked = f"the box holds {self.colour}", True
         elif len(words) == 2 and words[0] == "answer" and words[1] in self.colours:
-            terminated, reward = True, float(words[1] == self.colour)
+            terminated, reward = True, float(self.looked and words[1] == self.colour)
             obs = "right" if reward else "wrong"
         else:
             obs = "invalid call : that is not a call"
         truncated = not terminated and self.turn >= self.max_turns
-        return obs, reward, terminated, truncated, {"colour": self.colour, "turn": self.turn}
+        return obs, reward, terminated, truncated, {"colour": self.colour, "turn": self.turn, "looked": self.looked}
