@@ -80,7 +80,8 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, **init_kwa
 
     A local session is quiet (no dashboard, only errors in the log, not Ray's start-up
     notices), has ``num_cpus`` cores (all of them by default), and its workers import
-    from this process's own code folders (:func:`_user_code_paths`). ``init_kwargs`` go to ``ray.init`` and override these.
+    from this process's own code folders (:func:`_user_code_paths`). ``init_kwargs`` go
+    to ``ray.init`` and override these.
     """
     ray = _import_ray()
     if ray.is_initialized():
@@ -90,8 +91,8 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, **init_kwa
         kwargs["num_cpus"] = num_cpus if num_cpus is not None else (os.cpu_count() or 1)
         kwargs["job_config"] = ray.job_config.JobConfig(code_search_path=_user_code_paths())
     elif num_cpus is not None:
-        raise ValueError("num_cpus sizes a local Ray session; a cluster's nodes set theirs with "
-                         "`ray start --num-cpus N`, so pass num_cpus=None with address=")
+        raise ValueError("num_cpus is for a local Ray session; with address= each cluster node declares its "
+                         "cores itself (`ray start --num-cpus N`), so leave num_cpus=None")
     kwargs.update(init_kwargs)
     # "local" starts a new instance even if RAY_ADDRESS or an earlier `ray start` points elsewhere
     ray.init(address=address if address is not None else "local", **kwargs)
@@ -100,8 +101,9 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, **init_kwa
 class RayVecEnv(VecEnv):
     """SB3 ``VecEnv`` with each environment in its own Ray actor (process), on this machine or a cluster.
 
-    Ray is initialised on construction unless it already is: a new local session by default,
-    or the cluster at ``address``. ``close()`` ends the actors and leaves Ray running for
+    Ray is initialised on construction unless it already is (then ``address``, ``num_cpus``
+    and ``init_kwargs`` are unused): a new local session by default, or the cluster at
+    ``address``; see :func:`init_ray`. ``close()`` ends the actors and leaves Ray running for
     other users in the process (``ray.shutdown()`` ends it; so does the interpreter's exit).
     The environments' code must be importable on every node (install bugfix-gym there).
 

@@ -29,8 +29,10 @@ def ray():
     ray.shutdown()
 
 
-def make_discrete() -> gym.Env:
-    return DiscreteCalls(gym.make("BugFix-v0"), max_len=128)
+def discrete_env_fns(n: int) -> list:
+    """``n`` factories of the DiscreteCalls view. Local lambdas travel by value, so an actor
+    does not import this module (and with it SB3 and torch) to rebuild them."""
+    return [lambda: DiscreteCalls(gym.make("BugFix-v0"), max_len=128) for _ in range(n)]
 
 
 def legal_calls(rng: np.random.Generator, masks: np.ndarray) -> np.ndarray:
@@ -51,7 +53,7 @@ def test_same_trajectories_as_dummy_vec_env_with_auto_reset_seeds_and_options(ra
     from agents import RayVecEnv
 
     n_envs, n_steps = 3, 30
-    vecs = [DummyVecEnv([make_discrete] * n_envs), RayVecEnv([make_discrete] * n_envs)]
+    vecs = [DummyVecEnv(discrete_env_fns(n_envs)), RayVecEnv(discrete_env_fns(n_envs))]
     for vec in vecs:
         vec.seed(7)
         vec.set_options([{}, {"task": "sum_to"}, {}])
@@ -144,7 +146,7 @@ def test_without_ray_the_error_says_what_to_install(monkeypatch):
 
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now raises ImportError
     with pytest.raises(ImportError, match=r"pip install 'bugfix-gym\[ray\]'"):
-        RayVecEnv([make_discrete])
+        RayVecEnv(discrete_env_fns(1))
 
 
 def test_tool_latency_sleeps_on_valid_test_and_submit_calls_only(monkeypatch):
