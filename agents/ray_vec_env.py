@@ -168,8 +168,8 @@ class RayVecEnv(VecEnv):
         if self.waiting:
             self._ray.get(self._pending)
         self._ray.get([actor.close.remote() for actor in self.actors])
-        for actor in self.actors:
-            self._ray.kill(actor)
+        for actor in self.actors:  # queued behind close(): every later call raises RayActorError
+            actor.__ray_terminate__.remote()
 
     def get_images(self) -> Sequence[np.ndarray | None]:
         if self.render_mode != "rgb_array":

@@ -1,7 +1,7 @@
-"""Env steps/s of DummyVecEnv, SubprocVecEnv and RayVecEnv at 1-8 workers, with and without tool latency.
+"""Env steps/s and TokenPPO iteration time of DummyVecEnv, SubprocVecEnv and RayVecEnv at 1-8 workers.
 
     python benchmarks/scale_out.py                      # default: 1 2 4 8 workers, latency 0 and 20 ms
-    python benchmarks/scale_out.py --seconds 1 --workers 1 2 --latencies-ms 0 20
+    python benchmarks/scale_out.py --seconds 1 --workers 1 2 --latencies-ms 0 20 --tokenppo-iterations 0
 
 Every backend steps ``n`` copies of BugFix-v0's ``DiscreteCalls`` view (``n`` = workers;
 one process per env for ``SubprocVecEnv`` and ``RayVecEnv``, all in this process for
@@ -24,6 +24,10 @@ vector steps in which any env sleeps, the row "sleeping env/vec"), counted from 
 played in the longest run of that stream and worker count. The goal
 checked at the end: with latency, speed-up >= 0.7 x workers for every worker count up to
 this machine's cores, for SubprocVecEnv and RayVecEnv.
+
+The second table times ``TokenPPO.learn`` iterations on each backend (plain text BugFix-v0
+in SB3's ``Monitor``, the base agent's weights, the same latencies): the rollout (the
+sampler playing the policy until ``n_episodes`` episodes end) and the update, separately.
 """
 
 from __future__ import annotations
@@ -33,14 +37,19 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import gymnasium as gym
 import numpy as np
 import torch
+from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
 
 from bugfix_gym import CALLS
 from bugfix_gym.wrappers import DiscreteCalls
+
+if TYPE_CHECKING:
+    from agents import TokenPPO
 
 BACKENDS = ("DummyVecEnv", "SubprocVecEnv", "RayVecEnv")
 STREAMS = ("aligned", "independent")
@@ -53,8 +62,15 @@ def make_env() -> gym.Env:
     return DiscreteCalls(gym.make("bugfix_gym:BugFix-v0"))
 
 
-def build(backend: str, n_workers: int) -> VecEnv:
-    env_fns = [make_env] * n_workers
+def make_text_env() -> gym.Env:
+    """One plain (text) BugFix-v0 in SB3's ``Monitor``, as TokenPPO trains on it."""
+    from stable_baselines3.common.monitor import Monitor
+
+    return Monitor(gym.make("bugfix_gym:BugFix-v0"))
+
+
+def build(backend: str, n_workers: int, env_fn: Callable[[], gym.Env] = make_env) -> VecEnv:
+    env_fns = [env_fn] * n_workers
     if backend == "DummyVecEnv":
         return DummyVecEnv(env_fns)
     if backend == "SubprocVecEnv":
@@ -106,16 +122,69 @@ def measure(vec: VecEnv, stream: str, tool_latency_s: float, seconds: float) -> 
     return Cell(k * vec.num_envs / elapsed, vec.num_envs, k, env_sleeps / (k * vec.num_envs), vector_sleeps / k)
 
 
-def tokenppo_iteration_seconds(backend: str, n_workers: int, tool_latency_s: float) -> float:
-    """Wall-clock seconds of one ``TokenPPO.learn`` iteration (collect a rollout, then update) per backend.
+class IterationClock(BaseCallback):
+    """Marks the start and end of every rollout of ``learn`` (SB3's callback hooks)."""
 
-    It will build ``TokenPPO("TinyAgentPolicy", vec)`` on a vector env of ``n_workers``
-    plain BugFix-v0 envs (text observations and actions) from :func:`build`'s backend, with
-    ``tool_latency_s`` set as above, and time iterations after a warm-up one, reporting the
-    rollout (policy sampling plus env stepping) and the update separately. TokenPPO does
-    not step a ``VecEnv`` yet, so there is nothing to time; the lead fills this in once it does.
+    def __init__(self) -> None:
+        super().__init__()
+        self.starts: list[float] = []
+        self.ends: list[float] = []
+
+    def _on_rollout_start(self) -> None:
+        self.starts.append(time.perf_counter())
+
+    def _on_rollout_end(self) -> None:
+        self.ends.append(time.perf_counter())
+
+    def _on_step(self) -> bool:
+        return True
+
+
+def tokenppo_iteration_seconds(model: TokenPPO, tool_latency_s: float, n_iterations: int) -> tuple[float, float]:
+    """Mean wall-clock seconds of a ``TokenPPO.learn`` iteration on ``model.env``: (rollout, update).
+
+    ``tool_latency_s`` is set in the running envs first; one warm-up iteration is run and
+    not counted. The rollout is the sampler playing the policy in the vector env until
+    ``n_episodes`` episodes have finished (policy forward passes plus env steps); the update
+    is everything between the end of one rollout and the start of the next (PPO epochs).
     """
-    raise NotImplementedError("TokenPPO does not step a VecEnv yet: there is no TokenPPO iteration to time")
+    from agents.callbacks import StopAfterIterations
+
+    model.env.env_method("set_wrapper_attr", "tool_latency_s", tool_latency_s)
+    clock = IterationClock()
+    model.learn(total_timesteps=10**9, callback=[StopAfterIterations(1 + n_iterations), clock])
+    rollouts = [end - start for start, end in zip(clock.starts[1:], clock.ends[1:])]
+    updates = [start - end for end, start in zip(clock.ends[1:], clock.starts[2:])]
+    return float(np.mean(rollouts)), float(np.mean(updates))
+
+
+def tokenppo_table(backends: list[str], workers: list[int], latencies_ms: list[float], n_episodes: int,
+                   n_iterations: int) -> dict:
+    """``results[latency_ms][backend][n_workers] = (rollout_s, update_s)`` of TokenPPO on text BugFix-v0."""
+    from agents import TokenPPO
+
+    results: dict = {lat: {b: {} for b in backends} for lat in latencies_ms}
+    for backend in backends:
+        for n in workers:
+            vec = build(backend, n, make_text_env)
+            model = TokenPPO("TinyAgentPolicy", vec, n_episodes=n_episodes, seed=0, critic_warmup_steps=0)
+            for lat in latencies_ms:
+                results[lat][backend][n] = tokenppo_iteration_seconds(model, lat / 1000, n_iterations)
+            vec.close()
+            print(f"  measured TokenPPO on {backend} x {n}", flush=True)
+    return results
+
+
+def print_tokenppo_table(results: dict, n_episodes: int, n_iterations: int) -> None:
+    """Per latency, backends x workers: rollout + update seconds."""
+    print(f"\nTokenPPO iteration time, rollout + update in seconds (mean of {n_iterations} iterations after a "
+          f"warm-up one; {n_episodes} episodes per iteration, text BugFix-v0 in Monitor, base agent weights)")
+    for lat, rows in results.items():
+        workers = sorted(next(iter(rows.values())))
+        print(f"\ntool latency {lat:g} ms")
+        print(f"{'backend':16s}" + "".join(f"{f'{w} worker' + ('s' if w > 1 else ''):>20s}" for w in workers))
+        for backend, cells in rows.items():
+            print(f"{backend:16s}" + "".join(f"{f'{r:.2f} + {u:.2f}':>20s}" for r, u in cells.values()))
 
 
 def print_table(title: str, rows: dict[str, dict[int, Cell]], calls: dict[int, Cell] | None) -> None:
@@ -163,16 +232,21 @@ def check_goal(results: dict, backends: list[str], workers: list[int], cores: in
                 print(f"  {lat:g} ms, {stream:11s} {b:13s}: {detail}: {'met' if met else 'MISSED'}")
 
 
-def main(argv: list[str] | None = None) -> dict:
+def main(argv: list[str] | None = None) -> dict[str, dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8], help="worker counts (default 1 2 4 8)")
     parser.add_argument("--latencies-ms", type=float, nargs="+", default=[0.0, 20.0],
                         help="tool latency per test/submit call in ms (default 0 20)")
     parser.add_argument("--seconds", type=float, default=2.0, help="stepping time per cell (default 2)")
     parser.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
+    parser.add_argument("--tokenppo-iterations", type=int, default=3,
+                        help="timed TokenPPO iterations per cell after a warm-up one; 0 skips that table (default 3)")
+    parser.add_argument("--tokenppo-episodes", type=int, default=32, help="TokenPPO n_episodes (default 32)")
     args = parser.parse_args(argv)
     if min(args.workers) < 1 or args.seconds <= 0 or min(args.latencies_ms) < 0:
         parser.error("--workers must be >= 1, --seconds > 0 and --latencies-ms >= 0")
+    if args.tokenppo_iterations < 0 or args.tokenppo_episodes < 1:
+        parser.error("--tokenppo-iterations must be >= 0 and --tokenppo-episodes >= 1")
     torch.set_num_threads(1)
     cores = os.cpu_count() or 1
     workers = sorted(set(args.workers))
@@ -202,9 +276,12 @@ def main(argv: list[str] | None = None) -> dict:
             print_table(f"tool latency {lat:g} ms, {stream} calls", results[lat][stream], calls)
     check_goal(results, args.backends, workers, cores)
 
-    print("\nTokenPPO iteration time per backend (tokenppo_iteration_seconds): not measured, "
-          "TokenPPO does not step a VecEnv yet")
-    return results
+    ppo: dict = {}
+    if args.tokenppo_iterations > 0:
+        ppo = tokenppo_table(args.backends, workers, args.latencies_ms, args.tokenppo_episodes,
+                             args.tokenppo_iterations)
+        print_tokenppo_table(ppo, args.tokenppo_episodes, args.tokenppo_iterations)
+    return {"env_steps": results, "tokenppo": ppo}
 
 
 if __name__ == "__main__":
