@@ -21,6 +21,7 @@ _EXPORTS = {
     "TokenOnPolicyAlgorithm": "on_policy", "Reinforce": "reinforce", "policy_gradient_step": "reinforce",
     "TinyAgentPolicy": "policies", "TokenRolloutBuffer": "buffers", "TokenPPO": "ppo",
     "StopAfterIterations": "callbacks", "TextDummyVecEnv": "vec_env", "make_text_vec_env": "vec_env",
+    "RayVecEnv": "ray_vec_env",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -6,6 +6,7 @@ import math
 import warnings
 import numbers
 import re
+import time
 from typing import Any, Sequence
 
 import gymnasium as gym
@@ -83,7 +84,8 @@ class BugFixEnv(gym.Env):
 
     ## Arguments
     ``gym.make("BugFix-v0", split="train", tasks=None, max_turns=6, call_cost=0.0,
-    edit_penalty=0.0, render_mode=None, generated=None, hide_outputs=(), invalid_cost=0.0)``.
+    edit_penalty=0.0, render_mode=None, generated=None, hide_outputs=(), invalid_cost=0.0,
+    tool_latency_s=0.0)``.
 
     :param split: the book's task set, ``"train"``, ``"heldout"`` or ``"all"``
     :param tasks: a fixed list of :class:`Task` (e.g. from ``generate_tasks`` or
@@ -105,6 +107,8 @@ class BugFixEnv(gym.Env):
         unchanged
     :param invalid_cost: subtracted from the reward of every invalid call (finite, >= 0),
         so an invalid call is no longer a free "not yet"
+    :param tool_latency_s: seconds slept on every valid ``test`` and ``submit`` call (finite,
+        >= 0), a stand-in for running the tests in a container (to measure scale-out)
 
     ## Version History
     * v0: initial release.
@@ -114,7 +118,8 @@ class BugFixEnv(gym.Env):
 
     def __init__(self, split: str = "train", tasks: Sequence[Task] | None = None, max_turns: int = 6,
                  call_cost: float = 0.0, edit_penalty: float = 0.0, render_mode: str | None = None,
-                 generated: str | None = None, hide_outputs: Sequence[str] = (), invalid_cost: float = 0.0):
+                 generated: str | None = None, hide_outputs: Sequence[str] = (), invalid_cost: float = 0.0,
+                 tool_latency_s: float = 0.0):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             # SB3's make_vec_env asks for "rgb_array" by default; gymnasium itself only warns here too
             warnings.warn(f"BugFix-v0 renders as text only (render_mode {self.metadata['render_modes']} or None); "
@@ -131,6 +136,7 @@ class BugFixEnv(gym.Env):
         self.call_cost = _cost("call_cost", call_cost)
         self.edit_penalty = _cost("edit_penalty", edit_penalty)
         self.invalid_cost = _cost("invalid_cost", invalid_cost)
+        self.tool_latency_s = _cost("tool_latency_s", tool_latency_s)
         self.hide_outputs = _hideable(hide_outputs)
         self.render_mode = render_mode
         self.action_space = BufferedText(MAX_ACTION_CHARS, min_length=0, charset=CHARSET)
@@ -179,6 +185,8 @@ class BugFixEnv(gym.Env):
         else:
             obs = None
         self.valid = call is not None
+        if self.tool_latency_s and self.valid and call[0] in ("test", "submit"):
+            time.sleep(self.tool_latency_s)  # stands in for running the tests in a container
         if call is None:
             self.n_invalid += 1
             obs = obs or tools.why_invalid(action)

@@ -1,0 +1,81 @@
+"""EnvActor: one environment behind method calls, the process-side half of :class:`agents.RayVecEnv`.
+
+Kept apart from ``ray_vec_env`` so that an actor's process imports only gymnasium and
+bugfix-gym, not Stable-Baselines3 and torch (whose import would dominate an actor's
+start-up); it has no Ray import either, so it can be tested as a plain object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+from gymnasium import spaces
+
+import bugfix_gym  # noqa: F401  (registers BugFix-v0 in every actor's process, so env_fns may gym.make it)
+
+
+class EnvActor:
+    """One environment and the commands of SB3's ``SubprocVecEnv`` worker, as methods.
+
+    :param env_fn: returns a new environment; called once, in the actor's process
+    """
+
+    def __init__(self, env_fn: Callable[[], gym.Env]):
+        env = env_fn()
+        if not isinstance(env, gym.Env):  # an old-gym / shimmy env: SB3 converts it
+            from stable_baselines3.common.vec_env.patch_gym import _patch_env
+
+            env = _patch_env(env)
+        self.env = env
+        self.reset_info: dict[str, Any] = {}
+
+    def spaces(self) -> tuple[spaces.Space, spaces.Space]:
+        return self.env.observation_space, self.env.action_space
+
+    def step(self, action: Any) -> tuple[Any, float, bool, dict[str, Any], dict[str, Any]]:
+        """One step in SB3's ``VecEnv`` convention: ``done``, and a reset at the episode's end.
+
+        :return: observation (the next episode's first one after a reset), reward, done,
+            info (with ``terminal_observation`` and ``TimeLimit.truncated``), latest reset info
+        """
+        observation, reward, terminated, truncated, info = self.env.step(action)
+        done = terminated or truncated
+        info["TimeLimit.truncated"] = truncated and not terminated
+        if done:
+            info["terminal_observation"] = observation
+            observation, self.reset_info = self.env.reset()
+        return observation, reward, done, info, self.reset_info
+
+    def reset(self, seed: int | None, options: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        maybe_options = {"options": options} if options else {}
+        observation, self.reset_info = self.env.reset(seed=seed, **maybe_options)
+        return observation, self.reset_info
+
+    def render(self) -> Any:
+        return self.env.render()
+
+    def close(self) -> None:
+        self.env.close()
+
+    def env_method(self, name: str, args: tuple, kwargs: dict[str, Any]) -> Any:
+        return self.env.get_wrapper_attr(name)(*args, **kwargs)
+
+    def get_attr(self, name: str) -> Any:
+        return self.env.get_wrapper_attr(name)
+
+    def has_attr(self, name: str) -> bool:
+        try:
+            self.env.get_wrapper_attr(name)
+        except AttributeError:
+            return False
+        return True
+
+    def set_attr(self, name: str, value: Any) -> None:
+        setattr(self.env, name, value)
+
+    def is_wrapped(self, wrapper_class: type[gym.Wrapper]) -> bool:
+        from stable_baselines3.common.env_util import is_wrapped
+
+        return is_wrapped(self.env, wrapper_class)

@@ -1,0 +1,170 @@
+"""RayVecEnv steps like SB3's own vector envs; BugFix-v0's tool_latency_s sleeps where it should.
+
+One local Ray session (2 CPUs) is shared by the module's tests and shut down at the end.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.wrappers import OrderEnforcing
+from stable_baselines3.common.vec_env import DummyVecEnv
+
+import bugfix_gym.env
+from bugfix_gym import BugFixEnv
+from bugfix_gym.wrappers import DiscreteCalls
+
+
+@pytest.fixture(scope="module")
+def ray():
+    ray = pytest.importorskip("ray")
+    from agents.ray_vec_env import init_ray
+
+    init_ray(num_cpus=2)
+    yield ray
+    ray.shutdown()
+
+
+def discrete_env_fns(n: int) -> list:
+    """``n`` factories of the DiscreteCalls view. Local lambdas travel by value, so an actor
+    does not import this module (and with it SB3 and torch) to rebuild them."""
+    return [lambda: DiscreteCalls(gym.make("BugFix-v0"), max_len=128) for _ in range(n)]
+
+
+def legal_calls(rng: np.random.Generator, masks: np.ndarray) -> np.ndarray:
+    """One random legal call index per env, from each env's ``action_mask`` row."""
+    return np.array([rng.choice(np.flatnonzero(row)) for row in masks])
+
+
+def assert_same_obs(a, b) -> None:
+    if isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for key in a:
+            np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+    else:
+        np.testing.assert_array_equal(a, b)
+
+
+def test_same_trajectories_as_dummy_vec_env_with_auto_reset_seeds_and_options(ray):
+    from agents import RayVecEnv
+
+    n_envs, n_steps = 3, 30
+    vecs = [DummyVecEnv(discrete_env_fns(n_envs)), RayVecEnv(discrete_env_fns(n_envs))]
+    for vec in vecs:
+        vec.seed(7)
+        vec.set_options([{}, {"task": "sum_to"}, {}])
+    first = [vec.reset() for vec in vecs]
+    assert_same_obs(*first)
+    tasks = [[info["task"] for info in vec.reset_infos] for vec in vecs]
+    assert tasks[1] == tasks[0] and tasks[1][1] == "sum_to"
+
+    rng = np.random.default_rng(0)
+    obs, n_done, n_truncated = first[0], 0, 0
+    for _ in range(n_steps):
+        actions = legal_calls(rng, obs["action_mask"])
+        (obs, rews, dones, infos), (r_obs, r_rews, r_dones, r_infos) = [vec.step(actions) for vec in vecs]
+        assert_same_obs(obs, r_obs)
+        np.testing.assert_array_equal(rews, r_rews)
+        np.testing.assert_array_equal(dones, r_dones)
+        for info, r_info in zip(infos, r_infos):
+            assert r_info["task"] == info["task"] and r_info["actions"] == info["actions"]
+            assert r_info["TimeLimit.truncated"] == info["TimeLimit.truncated"]
+            assert ("terminal_observation" in r_info) == ("terminal_observation" in info)
+            if "terminal_observation" in info:
+                assert_same_obs(info["terminal_observation"], r_info["terminal_observation"])
+        assert [i["task"] for i in vecs[1].reset_infos] == [i["task"] for i in vecs[0].reset_infos]
+        n_done += int(dones.sum())
+        n_truncated += sum(info["TimeLimit.truncated"] for info in infos)
+    assert n_done >= 5 and 0 < n_truncated < n_done  # both ends (submit, turn budget) were reset through
+
+    # seeds and options were used once: a second reset draws new tasks in both, still alike
+    assert_same_obs(*[vec.reset() for vec in vecs])
+    for vec in vecs:
+        vec.close()
+
+
+def test_text_observations_and_string_actions_match_dummy_vec_env(ray):
+    from agents import RayVecEnv
+
+    make = functools.partial(gym.make, "BugFix-v0", max_turns=3)
+    vecs = [DummyVecEnv([make, make]), RayVecEnv([make, make])]
+    for vec in vecs:
+        vec.seed(3)
+    first = [vec.reset() for vec in vecs]
+    assert first[1].dtype == object and first[1].shape == (2,) and all(isinstance(o, str) for o in first[1])
+    assert first[1].tolist() == first[0].tolist()
+
+    script = [["read", "test"], ["edit fix_init", "not a call"], ["submit", "read"], ["test", "submit"]]
+    # env 0 submits on step 3; env 1 runs out of turns on step 3, then submits on its new episode's first turn
+    for actions in script:
+        (obs, rews, dones, infos), (r_obs, r_rews, r_dones, r_infos) = [vec.step(actions) for vec in vecs]
+        assert r_obs.dtype == object and r_obs.shape == (2,)
+        assert r_obs.tolist() == obs.tolist()
+        np.testing.assert_array_equal(r_rews, rews)
+        np.testing.assert_array_equal(r_dones, dones)
+        assert [i.get("terminal_observation") for i in r_infos] == [i.get("terminal_observation") for i in infos]
+    assert r_infos[1]["terminal_observation"].startswith("hidden tests")  # the episode's last tool output
+    assert r_obs[1].startswith("fix the function")  # already the next episode's prompt
+    for vec in vecs:
+        vec.close()
+
+
+def test_attributes_methods_and_wrapper_checks_reach_the_right_actor(ray):
+    from agents import RayVecEnv
+
+    vec = RayVecEnv([lambda: BugFixEnv(max_turns=3), lambda: gym.make("BugFix-v0", max_turns=5)])
+    assert vec.get_attr("max_turns") == [3, 5]
+    assert vec.get_attr("max_turns", indices=[1]) == [5]
+    assert vec.has_attr("call_mask") and not vec.has_attr("no_such_attribute")
+    assert vec.env_is_wrapped(OrderEnforcing) == [False, True]
+
+    vec.seed(0)
+    vec.reset()
+    vec.set_attr("call_cost", 0.25, indices=0)  # on the bare env, so the reward sees it
+    _, rews, _, _ = vec.step(["edit fix_init", "edit fix_init"])
+    np.testing.assert_array_equal(rews, [-0.25, 0.0])
+    replica = BugFixEnv(max_turns=3)  # env 0 as seeded by vec.seed(0), played in this process
+    replica.reset(seed=0)
+    replica.step("edit fix_init")
+    np.testing.assert_array_equal(vec.env_method("call_mask", indices=[0])[0], replica.call_mask())
+    assert vec.env_method("render_text", indices=1)[0].splitlines()[0] == "[turn 1/5]"
+
+    with pytest.raises(ValueError, match="one action per env"):
+        vec.step_async(["read"])
+    actor = vec.actors[0]
+    vec.close()
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(actor.spaces.remote())
+
+
+def test_without_ray_the_error_says_what_to_install(monkeypatch):
+    from agents.ray_vec_env import RayVecEnv
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now raises ImportError
+    with pytest.raises(ImportError, match=r"pip install 'bugfix-gym\[ray\]'"):
+        RayVecEnv(discrete_env_fns(1))
+
+
+def test_tool_latency_sleeps_on_valid_test_and_submit_calls_only(monkeypatch):
+    slept: list[float] = []
+    monkeypatch.setattr(bugfix_gym.env.time, "sleep", slept.append)
+    env = BugFixEnv(tool_latency_s=0.02)
+    env.reset(seed=0)
+    for call in ["read", "test", "tset", "edit fix_init", "revert", "submit"]:
+        env.step(call)
+    assert slept == [0.02, 0.02]
+    env.reset(seed=0)
+    env.step("test")
+    assert len(slept) == 3
+    assert BugFixEnv().tool_latency_s == 0.0
+
+
+@pytest.mark.parametrize("bad, error", [(-0.1, ValueError), (float("nan"), ValueError), (float("inf"), ValueError),
+                                        ("0.02", TypeError), (None, TypeError)])
+def test_tool_latency_must_be_a_finite_number_of_seconds(bad, error):
+    with pytest.raises(error, match="tool_latency_s must be a finite number >= 0"):
+        BugFixEnv(tool_latency_s=bad)
