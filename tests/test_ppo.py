@@ -215,16 +215,15 @@ class RewardTestCalls(gym.Wrapper):
 
 def test_tokenppo_learns_the_reward_of_the_wrapped_env(base):
     env = make_vec_env("BugFix-v0", n_envs=16, seed=0, wrapper_class=RewardTestCalls)
-    model = TokenPPO("TinyAgentPolicy", env, base_agent=base, n_episodes=32, seed=0, learning_rate=3e-3,
-                     critic_warmup_steps=10)
+    model = TokenPPO("TinyAgentPolicy", env, base_agent=base, n_episodes=32, seed=0, critic_warmup_steps=10)
 
     def tests_per_episode(trajs):
         return float(np.mean([sum(a.split() == ["test"] for a in t.info["actions"]) for t in trajs]))
 
     before = tests_per_episode(model.sample_episodes(n=64))
-    model.learn(1500)
+    model.learn(2000)
     after = tests_per_episode(model.sample_episodes(n=64))
-    assert after >= before + 1.0, (before, after)  # the wrapper's reward, not the env's, was learned
+    assert after >= before + 2.0, (before, after)  # the wrapper's reward, not the env's, was learned
 
 
 def test_subproc_vec_env_trains_like_dummy_vec_env(base):
