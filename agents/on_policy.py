@@ -75,6 +75,9 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         (random init, e.g. for another text env)
     :param temperature: sampling temperature of the rollouts
     :param max_call_tokens: the most tokens one call may have
+    :param async_envs: step each env as soon as its call is written (needs a vector env with
+        ``send`` / ``receive``, e.g. :class:`agents.RayVecEnv`); faster with slow tools, not
+        reproducible. Default: all envs in lockstep
     :param rollout_buffer_class: buffer class (default :class:`TokenRolloutBuffer`)
     :param rollout_buffer_kwargs: extra buffer arguments
     :param monitor_wrapper: wrap a plain env in SB3's ``Monitor``
@@ -95,7 +98,8 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
                  policy_kwargs: dict[str, Any] | None = None, verbose: int = 0, seed: int | None = None,
                  device: th.device | str = "cpu", _init_setup_model: bool = True, *,
                  base_agent: str | TinyAgent | pathlib.Path | None = "auto", temperature: float = 1.0,
-                 max_call_tokens: int = 8, rollout_buffer_class: type[TokenRolloutBuffer] | None = None,
+                 max_call_tokens: int = 8, async_envs: bool = False,
+                 rollout_buffer_class: type[TokenRolloutBuffer] | None = None,
                  rollout_buffer_kwargs: dict[str, Any] | None = None, monitor_wrapper: bool = True):
         _check_positive_int(n_episodes=n_episodes, max_call_tokens=max_call_tokens)
         _check_finite(learning_rate=learning_rate, gamma=gamma, gae_lambda=gae_lambda, ent_coef=ent_coef,
@@ -109,6 +113,7 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         self.n_episodes = int(n_episodes)
         self.temperature = float(temperature)
         self.max_call_tokens = int(max_call_tokens)
+        self.async_envs = bool(async_envs)
         self.base_agent = base_agent if isinstance(base_agent, str) or base_agent is None else "<given>"
         self._base_model: TinyAgent | None = None
         super().__init__(
@@ -181,7 +186,8 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
     def _make_sampler(self, env: VecEnv | None) -> EpisodeSampler | None:
         if env is None:
             return None
-        return EpisodeSampler(env, self.policy.tokenizer, self.policy.max_call_tokens, grammar=self.policy.grammar)
+        return EpisodeSampler(env, self.policy.tokenizer, self.policy.max_call_tokens, grammar=self.policy.grammar,
+                              asynchronous=self.async_envs)
 
     @staticmethod
     def _wrap_env(env: GymEnv, verbose: int = 0, monitor_wrapper: bool = True) -> VecEnv:
@@ -222,14 +228,12 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         assert self.sampler is not None and self.sampler.venv is env, "the sampler plays another env than self.env"
         rollout_buffer.reset()
         callback.on_rollout_start()
-        n_envs = env.num_envs
         budget = getattr(self, "_total_timesteps", 0) - self.num_timesteps
-        max_steps = max(1, math.ceil(budget / n_envs)) if budget > 0 else None
         keep_going = True
 
         def on_step(dones: np.ndarray, infos: list[dict], rewards: np.ndarray) -> bool:
             nonlocal keep_going
-            self.num_timesteps += n_envs
+            self.num_timesteps += len(dones)
             callback.update_locals({"dones": dones, "infos": infos, "rewards": rewards, "env": env})
             if not callback.on_step():
                 keep_going = False
@@ -240,7 +244,8 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         self.policy.set_training_mode(False)
         t0 = time.perf_counter()
         trajs = self.sampler.collect(self.policy.model, n_rollout_steps, generator=self.sample_generator,
-                                     temperature=self.temperature, max_steps=max_steps, on_step=on_step)
+                                     temperature=self.temperature, max_env_steps=budget if budget > 0 else None,
+                                     on_step=on_step)
         sample_s = time.perf_counter() - t0
         if not keep_going:
             return False

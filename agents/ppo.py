@@ -87,6 +87,8 @@ class TokenPPO(TokenOnPolicyAlgorithm):
     :param base_agent: initial weights (see :class:`~agents.on_policy.TokenOnPolicyAlgorithm`)
     :param temperature: sampling temperature of the rollouts
     :param max_call_tokens: the most tokens one call may have
+    :param async_envs: step each env as soon as its call is written (a vector env with ``send`` /
+        ``receive``, e.g. :class:`agents.RayVecEnv`); not reproducible
     :param forward_chunk: score minibatches in length-sorted chunks of this many trajectories, each
         trimmed to its own length (same loss, far less padding); None = one padded pass
     :param rollout_buffer_class: buffer class (default :class:`TokenRolloutBuffer`)
@@ -139,6 +141,7 @@ class TokenPPO(TokenOnPolicyAlgorithm):
         base_agent: str | TinyAgent | None = "auto",
         temperature: float = 1.0,
         max_call_tokens: int = 8,
+        async_envs: bool = False,
         forward_chunk: int | None = 4,
         rollout_buffer_class: type[TokenRolloutBuffer] | None = None,
         rollout_buffer_kwargs: dict[str, Any] | None = None,
@@ -174,7 +177,7 @@ class TokenPPO(TokenOnPolicyAlgorithm):
                          stats_window_size=stats_window_size, tensorboard_log=tensorboard_log,
                          policy_kwargs=policy_kwargs, verbose=verbose, seed=seed, device=device,
                          _init_setup_model=_init_setup_model, base_agent=base_agent, temperature=temperature,
-                         max_call_tokens=max_call_tokens, rollout_buffer_class=rollout_buffer_class,
+                         max_call_tokens=max_call_tokens, async_envs=async_envs, rollout_buffer_class=rollout_buffer_class,
                          rollout_buffer_kwargs=rollout_buffer_kwargs, monitor_wrapper=monitor_wrapper)
 
     def _setup_model(self) -> None:

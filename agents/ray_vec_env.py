@@ -131,6 +131,7 @@ class RayVecEnv(VecEnv):
         actor_class = _remote_actor_class().options(**(actor_options or {}))
         self.actors = [actor_class.remote(env_fn) for env_fn in env_fns]
         self._pending: list[Any] = []
+        self._in_flight: dict[int, Any] = {}  # env index -> step reference (asynchronous stepping)
         self.waiting = False
         self.closed = False
         observation_space, action_space = self._ray.get(self.actors[0].spaces.remote())
@@ -150,7 +151,45 @@ class RayVecEnv(VecEnv):
         self.reset_infos = list(reset_infos)
         return stack_obs(obs, self.observation_space), np.stack(rews), np.stack(dones), list(infos)
 
+    # ------------------------------------------------------------------ asynchronous stepping (beyond SB3)
+    def send(self, indices: Sequence[int], actions: Sequence[Any]) -> None:
+        """Start a step of the envs ``indices`` only (one action each); :meth:`receive` returns the results.
+
+        Each env steps as soon as its action arrives, so a slow tool call in one env does not hold
+        the others back (``step_async`` / ``step_wait`` wait for every env at each step). Do not
+        mix the two ways within one episode of an env.
+        """
+        if self.waiting:
+            raise RuntimeError("send() while a step_async() is in flight; call step_wait() first")
+        for i, action in zip(indices, actions):
+            if i in self._in_flight:
+                raise RuntimeError(f"env {i} is still stepping; receive() its result first")
+            self._in_flight[i] = self.actors[i].step.remote(action)
+
+    def receive(self, timeout: float | None = None) -> tuple[list[int], VecEnvObs, np.ndarray, np.ndarray, list[dict]]:
+        """Wait until at least one sent step has finished, and return every finished one.
+
+        :return: ``(indices, observations, rewards, dones, infos)`` of those envs, in ``VecEnv``
+            conventions (auto-reset, ``terminal_observation``); empty when nothing is in flight
+        """
+        if not self._in_flight:
+            return [], stack_obs([], self.observation_space), np.zeros(0), np.zeros(0, dtype=bool), []
+        refs = list(self._in_flight.values())
+        self._ray.wait(refs, num_returns=1, timeout=timeout)
+        done_refs, _ = self._ray.wait(refs, num_returns=len(refs), timeout=0)  # everything ready now
+        finished = set(done_refs)
+        indices = [i for i, ref in self._in_flight.items() if ref in finished]
+        results = self._ray.get([self._in_flight.pop(i) for i in indices])
+        obs, rews, dones, infos, reset_infos = zip(*results) if results else ((), (), (), (), ())
+        for i, info in zip(indices, reset_infos):
+            self.reset_infos[i] = info
+        return indices, stack_obs(list(obs), self.observation_space), np.array(rews), np.array(dones, dtype=bool), \
+            list(infos)
+
     def reset(self) -> VecEnvObs:
+        if self._in_flight:  # finish the steps still running before starting over
+            self._ray.get(list(self._in_flight.values()))
+            self._in_flight.clear()
         refs = [actor.reset.remote(self._seeds[i], self._options[i]) for i, actor in enumerate(self.actors)]
         obs, reset_infos = zip(*self._ray.get(refs))
         self.reset_infos = list(reset_infos)

@@ -234,10 +234,17 @@ class EpisodeSampler:
     :param max_call_tokens: the most tokens one call may have (``<eoc>`` included)
     :param grammar: constrain calls to a legal-call grammar (None: free text)
     :param filler: the call sent for an env whose episode is no longer recorded
+    :param asynchronous: step each env as soon as its call is written, through the vector env's
+        ``send`` / ``receive`` (:class:`agents.RayVecEnv` has them), instead of all envs in lockstep:
+        faster when tools are slow, not reproducible (the order of events depends on timing)
     """
 
     def __init__(self, venv: VecEnv, tokenizer: Tokenizer, max_call_tokens: int = 8,
-                 grammar: CallGrammar | None = None, filler: str = ""):
+                 grammar: CallGrammar | None = None, filler: str = "", asynchronous: bool = False):
+        if asynchronous and not (hasattr(venv, "send") and hasattr(venv, "receive")):
+            raise ValueError(f"asynchronous stepping needs a vector env with send() / receive() (e.g. "
+                             f"agents.RayVecEnv); {type(venv).__name__} steps all envs in lockstep only")
+        self.asynchronous = asynchronous
         self.venv = venv
         self.tok = tokenizer
         self.max_call_tokens = int(max_call_tokens)
@@ -275,88 +282,46 @@ class EpisodeSampler:
         return EpisodeRecord(encode_segment(self.tok, OWNER_PROMPT, str(prompt)))
 
     def collect(self, model: TinyAgent, n_episodes: int, *, generator: torch.Generator | None = None,
-                temperature: float = 1.0, deterministic: bool = False, max_steps: int | None = None,
+                temperature: float = 1.0, deterministic: bool = False, max_env_steps: int | None = None,
                 on_step: StepHook | None = None, recorded: Sequence[bool] | None = None) -> list[Trajectory]:
         """Step the envs until ``n_episodes`` episodes have finished; return them in finishing order.
 
         :param model: the policy (sampled in eval mode, no grad)
-        :param n_episodes: finished episodes to return
+        :param n_episodes: finished episodes to return (at least; several can finish at once)
         :param generator: seeds the sampling
         :param temperature: sampling temperature (1.0: the model's own distribution)
         :param deterministic: greedy decoding
-        :param max_steps: stop after this many vector-env steps even if fewer episodes finished
-        :param on_step: called after every vector-env step with ``(dones, infos, rewards)``;
-            returning False stops the collection after that step
+        :param max_env_steps: stop once this many env steps were taken, even if fewer episodes finished
+        :param on_step: called after every step with ``(dones, infos, rewards)`` of the envs that
+            stepped (all of them in lockstep); returning False stops the collection
         :param recorded: per env, whether its episodes count (default all); an env that is not
             recorded, and a recorded env after its first finished episode when ``recorded`` is
             given, plays ``filler`` calls (used to play one given task per env)
         """
         return [traj for _, traj in self._run(model, n_episodes, generator=generator, temperature=temperature,
-                                              deterministic=deterministic, max_steps=max_steps, on_step=on_step,
-                                              recorded=recorded)]
+                                              deterministic=deterministic, max_env_steps=max_env_steps,
+                                              on_step=on_step, recorded=recorded)]
 
     def _run(self, model: TinyAgent, n_episodes: int, *, generator: torch.Generator | None, temperature: float,
-             deterministic: bool, max_steps: int | None, on_step: StepHook | None,
+             deterministic: bool, max_env_steps: int | None, on_step: StepHook | None,
              recorded: Sequence[bool] | None) -> list[tuple[int, Trajectory]]:
         """:meth:`collect`, returning ``(env index, trajectory)`` pairs."""
         if self.episodes is None:
             self.restart()
-        assert self.episodes is not None
-        B = self.venv.num_envs
-        max_len = model.config.max_len
+        run = _Run(self, model, recorded, dict(temperature=temperature, deterministic=deterministic,
+                                               generator=generator))
         was_training = model.training
         model.eval()
-        one_each = recorded is not None
-        live = list(recorded) if recorded is not None else [True] * B
-        cache = model.new_cache(B)
-        feed = []
-        for b, ep in enumerate(self.episodes):  # a new cache: re-read the episodes in progress with the current weights
-            ep.values = []
-            feed.append(list(ep.ids) if live[b] and not ep.cut else [])
-        finished: list[tuple[int, Trajectory]] = []
-        steps = 0
         try:
-            while len(finished) < n_episodes and (max_steps is None or steps < max_steps):
-                writing = [live[b] and not self.episodes[b].cut for b in range(B)]
-                calls = write_calls(model, cache, feed, writing, self.tok.eoc_id,
-                                    max_call_tokens=self.max_call_tokens, grammar=self.grammar,
-                                    temperature=temperature, deterministic=deterministic, generator=generator)
-                actions = []
-                for b, ep in enumerate(self.episodes):
-                    ep.values += calls.fed_values[b]
-                    if writing[b]:
-                        ep.add_call(calls.tokens[b], calls.logp[b], calls.states[b])
-                        actions.append(self.tok.decode(calls.tokens[b]))
-                    else:
-                        actions.append(self.filler)
-                self.venv.step_async(actions)
-                obs, rewards, dones, infos = self.venv.step_wait()
-                steps += 1
-                texts = _texts(obs, B)
-                feed = [[] for _ in range(B)]
-                for b, ep in enumerate(self.episodes):
-                    if writing[b]:
-                        ep.add_reward(rewards[b])
-                    if dones[b]:
-                        if writing[b]:
-                            ep.add_tool(self._tool_ids(ep, _terminal_text(infos[b]), max_len))
-                        if live[b]:
-                            finished.append((b, ep.trajectory(infos[b])))
-                            live[b] = not one_each
-                        self.episodes[b] = new = self._new_episode(texts[b])
-                        cache.lengths[b] = 0  # the row starts over; stale keys are never read
-                        feed[b] = list(new.ids) if live[b] else []
-                    elif writing[b]:
-                        out = self._tool_ids(ep, texts[b], max_len)
-                        ep.add_tool(out)
-                        feed[b] = [ep.ids[len(ep.ids) - len(out) - 1]] + out if not ep.cut else []
-                if on_step is not None and on_step(dones, infos, rewards) is False:
-                    break
+            if self.asynchronous:
+                run.asynchronous(n_episodes, max_env_steps, on_step)
+            else:
+                run.lockstep(n_episodes, max_env_steps, on_step)
         finally:
             model.train(was_training)
-        if one_each:
+        if recorded is not None:
             self.episodes = None  # the parked envs' episodes were not recorded: start over next time
-        return finished
+        return run.finished
 
     def _tool_ids(self, ep: EpisodeRecord, text: str, max_len: int) -> list[int]:
         """The tool output's tokens, cut so that the next call still fits in the context
@@ -382,10 +347,112 @@ class EpisodeSampler:
             self.venv.set_options(None)
             recorded = [b < len(chunk) for b in range(B)]
             pairs = self._run(model, len(chunk), generator=generator, temperature=temperature,
-                              deterministic=deterministic, max_steps=None, on_step=None, recorded=recorded)
+                              deterministic=deterministic, max_env_steps=None, on_step=None, recorded=recorded)
             by_row = dict(pairs)  # each recorded env finishes exactly one episode
             out += [by_row[b] for b in range(len(chunk))]
         return out
+
+
+class _Run:
+    """One :meth:`EpisodeSampler.collect`: the KV cache, what each env feeds next, the finished episodes."""
+
+    def __init__(self, sampler: EpisodeSampler, model: TinyAgent, recorded: Sequence[bool] | None,
+                 decoding: dict[str, Any]):
+        assert sampler.episodes is not None
+        self.s, self.model, self.decoding = sampler, model, decoding
+        self.B = sampler.venv.num_envs
+        self.one_each = recorded is not None
+        self.live = list(recorded) if recorded is not None else [True] * self.B
+        self.cache = model.new_cache(self.B)
+        self.finished: list[tuple[int, Trajectory]] = []
+        self.feed: list[list[int]] = []
+        for b, ep in enumerate(sampler.episodes):  # a new cache: re-read the episodes in progress
+            ep.values = []  # with the current weights
+            self.feed.append(list(ep.ids) if self.live[b] and not ep.cut else [])
+
+    def write(self, rows: Sequence[int]) -> tuple[list[str], list[bool]]:
+        """Write the calls of ``rows`` (one model pass per token, those rows only): their actions, and
+        whether each was written by the policy (recorded) or is a filler."""
+        eps = self.s.episodes
+        assert eps is not None
+        writing = [False] * self.B
+        for b in rows:
+            writing[b] = self.live[b] and not eps[b].cut
+        feed = [self.feed[b] if b in rows else [] for b in range(self.B)]
+        calls = write_calls(self.model, self.cache, feed, writing, self.s.tok.eoc_id,
+                            max_call_tokens=self.s.max_call_tokens, grammar=self.s.grammar, **self.decoding)
+        actions = []
+        for b in rows:
+            eps[b].values += calls.fed_values[b]
+            self.feed[b] = []
+            if writing[b]:
+                eps[b].add_call(calls.tokens[b], calls.logp[b], calls.states[b])
+                actions.append(self.s.tok.decode(calls.tokens[b]))
+            else:
+                actions.append(self.s.filler)
+        return actions, [writing[b] for b in rows]
+
+    def absorb(self, b: int, obs: Any, reward: float, done: bool, info: dict, written: bool) -> None:
+        """One env step's result for env ``b``: reward, tool output, and a new episode after a finished one."""
+        eps = self.s.episodes
+        assert eps is not None
+        ep, max_len = eps[b], self.model.config.max_len
+        if written:
+            ep.add_reward(reward)
+        if done:
+            if written:
+                ep.add_tool(self.s._tool_ids(ep, _terminal_text(info), max_len))
+            if self.live[b]:
+                self.finished.append((b, ep.trajectory(info)))
+                self.live[b] = not self.one_each
+            eps[b] = new = self.s._new_episode(str(obs))
+            self.cache.lengths[b] = 0  # the row starts over; stale keys are never read
+            self.feed[b] = list(new.ids) if self.live[b] else []
+        elif written:
+            out = self.s._tool_ids(ep, str(obs), max_len)
+            ep.add_tool(out)
+            # the call's last token (not fed yet) and the tool output, in one prefill
+            self.feed[b] = [ep.ids[len(ep.ids) - len(out) - 1]] + out if not ep.cut else []
+
+    def lockstep(self, n_episodes: int, max_env_steps: int | None, on_step: StepHook | None) -> None:
+        """Every env steps at once (SB3's ``step_async`` / ``step_wait``), deterministic for a seed."""
+        venv, steps = self.s.venv, 0
+        everyone = list(range(self.B))
+        while len(self.finished) < n_episodes and (max_env_steps is None or steps < max_env_steps):
+            actions, written = self.write(everyone)
+            venv.step_async(actions)
+            obs, rewards, dones, infos = venv.step_wait()
+            steps += self.B
+            texts = _texts(obs, self.B)
+            for b in everyone:
+                self.absorb(b, texts[b], float(rewards[b]), bool(dones[b]), infos[b], written[b])
+            if on_step is not None and on_step(dones, infos, rewards) is False:
+                break
+
+    def asynchronous(self, n_episodes: int, max_env_steps: int | None, on_step: StepHook | None) -> None:
+        """Each env steps as soon as its call is written (``venv.send`` / ``venv.receive``), so envs with
+        slow tools do not hold the others back; the order of events depends on timing."""
+        venv, sent = self.s.venv, 0
+        busy: dict[int, bool] = {}  # env -> whether its call was written by the policy
+        idle = list(range(self.B))
+        stop = False
+        while True:
+            can_send = not stop and len(self.finished) < n_episodes and (max_env_steps is None or sent < max_env_steps)
+            if can_send and idle:
+                actions, written = self.write(idle)
+                venv.send(idle, actions)
+                busy.update(zip(idle, written))
+                sent += len(idle)
+                idle = []
+            if not busy:
+                break
+            rows, obs, rewards, dones, infos = venv.receive()
+            texts = _texts(obs, len(rows))
+            for k, b in enumerate(rows):
+                self.absorb(b, texts[k], float(rewards[k]), bool(dones[k]), infos[k], busy.pop(b))
+            idle += rows
+            if on_step is not None and on_step(dones, infos, rewards) is False:
+                stop = True
 
 
 def _texts(obs: Any, n: int) -> list[str]:

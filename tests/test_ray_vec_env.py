@@ -168,3 +168,34 @@ def test_tool_latency_sleeps_on_valid_test_and_submit_calls_only(monkeypatch):
 def test_tool_latency_must_be_a_finite_number_of_seconds(bad, error):
     with pytest.raises(error, match="tool_latency_s must be a finite number >= 0"):
         BugFixEnv(tool_latency_s=bad)
+
+
+def test_asynchronous_sampling_gives_whole_on_policy_episodes_and_trains(ray, shared_base_agent, tok):
+    """send / receive: each env steps as soon as its call is written. The episodes are still whole,
+    their tokens still the policy's own (sample_logp = the trainer's recomputation), and TokenPPO
+    trains on them."""
+    import torch
+
+    from agents import RayVecEnv, TokenPPO
+    from agents.model import score_tokens
+    from agents.rollout import EpisodeSampler, collate
+
+    venv = RayVecEnv([lambda: BugFixEnv(tool_latency_s=0.005) for _ in range(3)])
+    try:
+        trajs = EpisodeSampler(venv, tok, asynchronous=True).collect(shared_base_agent, 8,
+                                                                     generator=torch.Generator().manual_seed(0))
+        assert len(trajs) >= 8
+        for tr in trajs:
+            assert tr.owner[0] == 1 and tr.owner[-1] == 3 and tr.info["stop"] in ("submit", "budget")
+        batch = collate(trajs)
+        with torch.no_grad():
+            logp, _, _ = score_tokens(shared_base_agent, batch["ids"])
+        assert ((logp - batch["sample_logp"]) * batch["policy_mask"]).abs().max() < 1e-5
+        model = TokenPPO("TinyAgentPolicy", venv, base_agent=shared_base_agent, n_episodes=6, n_minibatches=2,
+                         async_envs=True, seed=0, critic_warmup_steps=2)
+        model.learn(30)
+        assert model.num_timesteps >= 30 and model._iteration >= 1
+    finally:
+        venv.close()
+    with pytest.raises(ValueError, match="send"):
+        EpisodeSampler(DummyVecEnv([lambda: BugFixEnv()]), tok, asynchronous=True)

@@ -229,7 +229,8 @@ def test_collect_returns_whole_episodes_across_batches_and_every_finished_episod
 def test_max_steps_and_on_step_stop_the_collection(shared_base_agent, tok):
     sampler = EpisodeSampler(_monitored(3), tok)
     calls = []
-    out = sampler.collect(shared_base_agent, 100, max_steps=2, on_step=lambda d, i, r: calls.append(len(d)) or True)
+    out = sampler.collect(shared_base_agent, 100, max_env_steps=6,
+                          on_step=lambda d, i, r: calls.append(len(d)) or True)
     assert calls == [3, 3] and len(out) <= 6
     stopped = sampler.collect(shared_base_agent, 100, on_step=lambda d, i, r: False)
     assert len(stopped) <= 3
