@@ -51,7 +51,7 @@ from bugfix_gym.wrappers import DiscreteCalls
 if TYPE_CHECKING:
     from agents import TokenPPO
 
-BACKENDS = ("DummyVecEnv", "SubprocVecEnv", "RayVecEnv")
+BACKENDS = ("DummyVecEnv", "SubprocVecEnv", "RayVecEnv", "RayVecEnv-async")  # async: send / receive
 STREAMS = ("aligned", "independent")
 SCRIPT = [CALLS.index(c) for c in ("read", "test", "edit fix_comparison", "edit fix_init", "revert", "submit")]
 LATENCY_CALLS = [CALLS.index("test"), CALLS.index("submit")]  # the calls that sleep tool_latency_s
@@ -77,7 +77,7 @@ def build(backend: str, n_workers: int, env_fn: Callable[[], gym.Env] = make_env
         return SubprocVecEnv(env_fns)
     from agents import RayVecEnv
 
-    return RayVecEnv(env_fns)
+    return RayVecEnv(env_fns)  # also for "RayVecEnv-async": the same envs, stepped with send / receive
 
 
 def action_stream(stream: str, n_envs: int, seed: int = 0) -> Callable[[dict, int], np.ndarray]:
@@ -101,6 +101,37 @@ class Cell:
     def lockstep_bound(self) -> float:
         """Speed-up over one env if sleeping were the only cost (a vector step lasts one sleep if any env sleeps)."""
         return self.n_envs * self.env_sleep_frac / self.vector_sleep_frac if self.vector_sleep_frac else float("nan")
+
+
+def measure_async(vec: VecEnv, stream: str, tool_latency_s: float, seconds: float) -> Cell:
+    """Like :func:`measure`, but every env steps as soon as its previous step is back (``send`` /
+    ``receive``): each env plays its own stream (its own script position, or its own random calls)."""
+    vec.env_method("set_wrapper_attr", "tool_latency_s", tool_latency_s)
+    vec.seed(0)
+    obs = vec.reset()
+    n = vec.num_envs
+    streams = [action_stream(stream, 1, seed=i) for i in range(n)]
+    masks = {i: obs["action_mask"][i: i + 1] for i in range(n)}
+    position = [0] * n
+
+    def send(rows: list[int]) -> int:
+        acts = [int(streams[i]({"action_mask": masks[i]}, position[i])[0]) for i in rows]
+        for i in rows:
+            position[i] += 1
+        vec.send(rows, acts)
+        return sum(a in LATENCY_CALLS for a in acts)
+
+    send(list(range(n)))
+    steps, sleeps = 0, 0
+    start = time.perf_counter()
+    while (elapsed := time.perf_counter() - start) < seconds:
+        rows, obs, *_ = vec.receive()
+        for k, i in enumerate(rows):
+            masks[i] = obs["action_mask"][k: k + 1]
+        steps += len(rows)
+        sleeps += send(rows)
+    vec.receive()  # let the last steps finish
+    return Cell(steps / elapsed, n, steps, sleeps / max(steps, 1), float("nan"))
 
 
 def measure(vec: VecEnv, stream: str, tool_latency_s: float, seconds: float) -> Cell:
@@ -167,7 +198,8 @@ def tokenppo_table(backends: list[str], workers: list[int], latencies_ms: list[f
     for backend in backends:
         for n in workers:
             vec = build(backend, n, make_text_env)
-            model = TokenPPO("TinyAgentPolicy", vec, n_episodes=n_episodes, seed=0, critic_warmup_steps=0)
+            model = TokenPPO("TinyAgentPolicy", vec, n_episodes=n_episodes, seed=0, critic_warmup_steps=0,
+                             async_envs=backend.endswith("async"))
             for lat in latencies_ms:
                 results[lat][backend][n] = tokenppo_iteration_seconds(model, lat / 1000, n_iterations)
             vec.close()
@@ -210,7 +242,7 @@ def longest_runs(results: dict, stream: str) -> dict[int, Cell]:
     the best count of how the latency calls fall.
     """
     cells = [c for by_stream in results.values() for by_workers in by_stream[stream].values()
-             for c in by_workers.values()]
+             for c in by_workers.values() if c.vector_sleep_frac == c.vector_sleep_frac]  # lockstep cells only
     return {n: max((c for c in cells if c.n_envs == n), key=lambda c: c.n_vector_steps)
             for n in {c.n_envs for c in cells}}
 
@@ -218,7 +250,7 @@ def longest_runs(results: dict, stream: str) -> dict[int, Cell]:
 def check_goal(results: dict, backends: list[str], workers: list[int], cores: int) -> None:
     """With latency: speed-up >= 0.7 x workers for every worker count up to the cores, per parallel backend."""
     upto = [n for n in workers if 1 < n <= cores]
-    parallel = [b for b in ("SubprocVecEnv", "RayVecEnv") if b in backends]
+    parallel = [b for b in ("SubprocVecEnv", "RayVecEnv", "RayVecEnv-async") if b in backends]
     if 1 not in workers or not upto or not parallel:
         return
     print(f"\ngoal: with latency, speed-up over 1 worker >= 0.7 x workers up to {cores} workers (the cores here)")
@@ -250,7 +282,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
     torch.set_num_threads(1)
     cores = os.cpu_count() or 1
     workers = sorted(set(args.workers))
-    if "RayVecEnv" in args.backends:
+    if any(b.startswith("RayVecEnv") for b in args.backends):
         from agents.ray_vec_env import init_ray
 
         init_ray(num_cpus=cores)  # one local session for every RayVecEnv of the run
@@ -264,7 +296,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
             built = time.perf_counter() - start
             for lat in args.latencies_ms:
                 for stream in STREAMS:
-                    results[lat][stream][backend][n] = measure(vec, stream, lat / 1000, args.seconds)
+                    how = measure_async if backend.endswith("async") else measure
+                    results[lat][stream][backend][n] = how(vec, stream, lat / 1000, args.seconds)
             vec.close()
             print(f"  measured {backend} x {n} (built in {built:.1f} s)", flush=True)
 
