@@ -75,6 +75,10 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         (random init, e.g. for another text env)
     :param temperature: sampling temperature of the rollouts
     :param max_call_tokens: the most tokens one call may have
+    :param fresh_batches: on-policy batches (default): each iteration resets the envs and every env
+        records its next ``ceil(n_episodes / n_envs)`` episodes; False lets episodes run on into the
+        next batch (no wasted env step, but long episodes are trained on later and partly
+        off-policy: with REINFORCE that delay made runs collapse, see docs/ppo.md)
     :param async_envs: step each env as soon as its call is written (needs a vector env with
         ``send`` / ``receive``, e.g. :class:`agents.RayVecEnv`); faster with slow tools, not
         reproducible. Default: all envs in lockstep
@@ -89,7 +93,7 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
     rollout_buffer: TokenRolloutBuffer
     #: constructor arguments saved with the model (besides policy_kwargs); subclasses extend it
     saved_args: ClassVar[tuple[str, ...]] = ("learning_rate", "n_episodes", "gamma", "max_grad_norm", "temperature",
-                                             "max_call_tokens")
+                                             "max_call_tokens", "fresh_batches")
 
     def __init__(self, policy: str | type[TinyAgentPolicy], env: GymEnv | str | None,
                  learning_rate: float | Schedule = 1e-3, n_episodes: int = 64, gamma: float = 1.0,
@@ -98,7 +102,7 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
                  policy_kwargs: dict[str, Any] | None = None, verbose: int = 0, seed: int | None = None,
                  device: th.device | str = "cpu", _init_setup_model: bool = True, *,
                  base_agent: str | TinyAgent | pathlib.Path | None = "auto", temperature: float = 1.0,
-                 max_call_tokens: int = 8, async_envs: bool = False,
+                 max_call_tokens: int = 8, fresh_batches: bool = True, async_envs: bool = False,
                  rollout_buffer_class: type[TokenRolloutBuffer] | None = None,
                  rollout_buffer_kwargs: dict[str, Any] | None = None, monitor_wrapper: bool = True):
         _check_positive_int(n_episodes=n_episodes, max_call_tokens=max_call_tokens)
@@ -114,6 +118,7 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         self.temperature = float(temperature)
         self.max_call_tokens = int(max_call_tokens)
         self.async_envs = bool(async_envs)
+        self.fresh_batches = bool(fresh_batches)
         self.base_agent = base_agent if isinstance(base_agent, str) or base_agent is None else "<given>"
         self._base_model: TinyAgent | None = None
         super().__init__(
@@ -213,7 +218,7 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         if self.sampler is None:
             self.sampler = self._make_sampler(self.env)
         assert self.sampler is not None
-        if self._last_obs is not last_obs or self.sampler.episodes is None:  # SB3 reset the env
+        if self._last_obs is not last_obs and not self.fresh_batches:  # SB3 reset the env
             self.sampler.restart(self._last_obs)
         return out
 
@@ -231,19 +236,21 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         budget = getattr(self, "_total_timesteps", 0) - self.num_timesteps
         keep_going = True
 
-        def on_step(dones: np.ndarray, infos: list[dict], rewards: np.ndarray) -> bool:
+        def on_step(dones: np.ndarray, infos: list[dict], rewards: np.ndarray, recorded: np.ndarray) -> bool:
             nonlocal keep_going
             self.num_timesteps += len(dones)
             callback.update_locals({"dones": dones, "infos": infos, "rewards": rewards, "env": env})
             if not callback.on_step():
                 keep_going = False
                 return False
-            self._update_info_buffer(infos, dones)
+            # rollout/ep_rew_mean: the episodes of the batch (the Monitor files keep every episode)
+            self._update_info_buffer([i for i, r in zip(infos, recorded) if r], dones[recorded])
             return True
 
         self.policy.set_training_mode(False)
         t0 = time.perf_counter()
-        trajs = self.sampler.collect(self.policy.model, n_rollout_steps, generator=self.sample_generator,
+        trajs = self.sampler.collect(self.policy.model, n_rollout_steps, fresh=self.fresh_batches,
+                                     generator=self.sample_generator,
                                      temperature=self.temperature, max_env_steps=budget if budget > 0 else None,
                                      on_step=on_step)
         sample_s = time.perf_counter() - t0
@@ -303,8 +310,8 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         else:
             sampler = self._make_sampler(env)
             assert sampler is not None
-        return sampler.collect(model, n or self.n_episodes, generator=gen, temperature=temp,
-                               deterministic=deterministic)
+        return sampler.collect(model, n or self.n_episodes, fresh=self.fresh_batches, generator=gen,
+                               temperature=temp, deterministic=deterministic)
 
     def evaluate(self, tasks: list, episodes_per_task: int = 1, seed: int = 0,
                  env_kwargs: dict[str, Any] | None = None) -> dict[str, float]:

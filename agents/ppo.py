@@ -87,6 +87,7 @@ class TokenPPO(TokenOnPolicyAlgorithm):
     :param base_agent: initial weights (see :class:`~agents.on_policy.TokenOnPolicyAlgorithm`)
     :param temperature: sampling temperature of the rollouts
     :param max_call_tokens: the most tokens one call may have
+    :param fresh_batches: on-policy batches (see :class:`~agents.on_policy.TokenOnPolicyAlgorithm`)
     :param async_envs: step each env as soon as its call is written (a vector env with ``send`` /
         ``receive``, e.g. :class:`agents.RayVecEnv`); not reproducible
     :param forward_chunk: score minibatches in length-sorted chunks of this many trajectories, each
@@ -141,6 +142,7 @@ class TokenPPO(TokenOnPolicyAlgorithm):
         base_agent: str | TinyAgent | None = "auto",
         temperature: float = 1.0,
         max_call_tokens: int = 8,
+        fresh_batches: bool = True,
         async_envs: bool = False,
         forward_chunk: int | None = 4,
         rollout_buffer_class: type[TokenRolloutBuffer] | None = None,
@@ -177,7 +179,7 @@ class TokenPPO(TokenOnPolicyAlgorithm):
                          stats_window_size=stats_window_size, tensorboard_log=tensorboard_log,
                          policy_kwargs=policy_kwargs, verbose=verbose, seed=seed, device=device,
                          _init_setup_model=_init_setup_model, base_agent=base_agent, temperature=temperature,
-                         max_call_tokens=max_call_tokens, async_envs=async_envs, rollout_buffer_class=rollout_buffer_class,
+                         max_call_tokens=max_call_tokens, fresh_batches=fresh_batches, async_envs=async_envs, rollout_buffer_class=rollout_buffer_class,
                          rollout_buffer_kwargs=rollout_buffer_kwargs, monitor_wrapper=monitor_wrapper)
 
     def _setup_model(self) -> None:

@@ -91,6 +91,7 @@ class Reinforce(TokenOnPolicyAlgorithm):
     :param base_agent: initial weights (see :class:`~agents.on_policy.TokenOnPolicyAlgorithm`)
     :param temperature: sampling temperature
     :param max_call_tokens: the most tokens one call may have
+    :param fresh_batches: on-policy batches (see :class:`~agents.on_policy.TokenOnPolicyAlgorithm`)
     :param async_envs: step each env as soon as its call is written (see TokenPPO)
     :param monitor_wrapper: wrap a plain env in SB3's ``Monitor``
     :param _init_setup_model: build the networks now (``load`` passes False)
@@ -107,7 +108,7 @@ class Reinforce(TokenOnPolicyAlgorithm):
                  tensorboard_log: str | None = None, policy_kwargs: dict[str, Any] | None = None, verbose: int = 0,
                  seed: int | None = None, device: th.device | str = "cpu", _init_setup_model: bool = True, *,
                  base_agent: str | TinyAgent | None = "auto", temperature: float = 1.0, max_call_tokens: int = 8,
-                 async_envs: bool = False, monitor_wrapper: bool = True):
+                 fresh_batches: bool = True, async_envs: bool = False, monitor_wrapper: bool = True):
         if baseline not in BASELINES:
             raise ValueError(f"baseline must be one of {BASELINES}, got {baseline!r}")
         if loss_mode not in AGGREGATION_MODES:
@@ -130,7 +131,7 @@ class Reinforce(TokenOnPolicyAlgorithm):
                          max_grad_norm=max_grad_norm, stats_window_size=stats_window_size,
                          tensorboard_log=tensorboard_log, policy_kwargs=policy_kwargs, verbose=verbose, seed=seed,
                          device=device, _init_setup_model=_init_setup_model, base_agent=base_agent,
-                         temperature=temperature, max_call_tokens=max_call_tokens, async_envs=async_envs,
+                         temperature=temperature, max_call_tokens=max_call_tokens, fresh_batches=fresh_batches, async_envs=async_envs,
                          monitor_wrapper=monitor_wrapper)
 
     def _extra_state(self) -> dict[str, Any]:

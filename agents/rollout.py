@@ -213,17 +213,19 @@ def sample_tokens(probs: torch.Tensor, generator: torch.Generator | None = None)
 
 
 # ---------------------------------------------------------------------- the episode sampler
-StepHook = Callable[[np.ndarray, list, np.ndarray], bool]
+StepHook = Callable[[np.ndarray, list, np.ndarray, np.ndarray], bool]
 
 
 class EpisodeSampler:
     """Plays a TinyAgent in a ``VecEnv`` of text environments and returns whole episodes.
 
-    The sampler keeps each sub-environment's episode so far between calls to :meth:`collect`:
-    an episode that is still running when a batch is complete continues in the next one (with
-    the policy of that time), so every episode is used exactly once and whole. Each
-    :meth:`collect` starts a new KV cache and re-reads the episodes in progress with the
-    current weights.
+    By default every :meth:`collect` is an on-policy batch: the envs are reset and each env
+    records its next ``ceil(n_episodes / n_envs)`` episodes, sampled by the current policy.
+    With ``fresh=False`` the sampler keeps each sub-environment's episode so far between calls:
+    an episode still running when a batch is complete continues in the next one (with the
+    policy of that time), so no env step is wasted and every episode is used once and whole.
+    Each :meth:`collect` starts a new KV cache (and re-reads episodes in progress with the
+    current weights).
 
     An episode that would outgrow the model's context (``max_len``) has its tool outputs cut
     to fit; when not even the next call fits, the rest of the episode is played with
@@ -281,47 +283,51 @@ class EpisodeSampler:
     def _new_episode(self, prompt: Any) -> EpisodeRecord:
         return EpisodeRecord(encode_segment(self.tok, OWNER_PROMPT, str(prompt)))
 
-    def collect(self, model: TinyAgent, n_episodes: int, *, generator: torch.Generator | None = None,
-                temperature: float = 1.0, deterministic: bool = False, max_env_steps: int | None = None,
-                on_step: StepHook | None = None, recorded: Sequence[bool] | None = None) -> list[Trajectory]:
-        """Step the envs until ``n_episodes`` episodes have finished; return them in finishing order.
+    def collect(self, model: TinyAgent, n_episodes: int, *, fresh: bool = True,
+                generator: torch.Generator | None = None, temperature: float = 1.0, deterministic: bool = False,
+                max_env_steps: int | None = None, on_step: StepHook | None = None) -> list[Trajectory]:
+        """Play the envs until ``n_episodes`` (or more) episodes have finished; return them in finishing order.
 
         :param model: the policy (sampled in eval mode, no grad)
-        :param n_episodes: finished episodes to return (at least; several can finish at once)
+        :param n_episodes: how many episodes the batch needs (at least)
+        :param fresh: on-policy batches: the envs are reset and each records its next
+            ``ceil(n_episodes / n_envs)`` episodes, all sampled now; an env that has them keeps playing
+            the policy (lockstep needs an action from every env; asynchronous stepping lets it wait)
+            but those episodes are not recorded. False: episodes still running when the batch is full
+            continue in the next batch, played by the policy of that time (no env step is wasted,
+            but long episodes reach the trainer later and partly off-policy)
         :param generator: seeds the sampling
         :param temperature: sampling temperature (1.0: the model's own distribution)
         :param deterministic: greedy decoding
         :param max_env_steps: stop once this many env steps were taken, even if fewer episodes finished
-        :param on_step: called after every step with ``(dones, infos, rewards)`` of the envs that
-            stepped (all of them in lockstep); returning False stops the collection
-        :param recorded: per env, whether its episodes count (default all); an env that is not
-            recorded, and a recorded env after its first finished episode when ``recorded`` is
-            given, plays ``filler`` calls (used to play one given task per env)
+        :param on_step: called after every step with ``(dones, infos, rewards, recorded)`` of the envs
+            that stepped (all of them in lockstep); ``recorded[i]`` says that env ``i`` finished an
+            episode of the batch. Returning False stops the collection
         """
-        return [traj for _, traj in self._run(model, n_episodes, generator=generator, temperature=temperature,
-                                              deterministic=deterministic, max_env_steps=max_env_steps,
-                                              on_step=on_step, recorded=recorded)]
-
-    def _run(self, model: TinyAgent, n_episodes: int, *, generator: torch.Generator | None, temperature: float,
-             deterministic: bool, max_env_steps: int | None, on_step: StepHook | None,
-             recorded: Sequence[bool] | None) -> list[tuple[int, Trajectory]]:
-        """:meth:`collect`, returning ``(env index, trajectory)`` pairs."""
-        if self.episodes is None:
+        if fresh or self.episodes is None:
             self.restart()
-        run = _Run(self, model, recorded, dict(temperature=temperature, deterministic=deterministic,
-                                               generator=generator))
+        B = self.venv.num_envs
+        quota = [-(-n_episodes // B)] * B if fresh else None
+        run = self._run(model, quota, n_episodes, play_unrecorded=True, max_env_steps=max_env_steps,
+                        on_step=on_step, decoding=dict(generator=generator, temperature=temperature,
+                                                       deterministic=deterministic))
+        if fresh:
+            self.episodes = None  # the episodes in progress are not part of any batch: start over next time
+        return [traj for _, traj in run.finished]
+
+    def _run(self, model: TinyAgent, quota: list[int] | None, n_episodes: int, play_unrecorded: bool,
+             max_env_steps: int | None, on_step: StepHook | None, decoding: dict[str, Any]) -> "_Run":
+        run = _Run(self, model, quota, n_episodes, play_unrecorded, decoding)
         was_training = model.training
         model.eval()
         try:
             if self.asynchronous:
-                run.asynchronous(n_episodes, max_env_steps, on_step)
+                run.asynchronous(max_env_steps, on_step)
             else:
-                run.lockstep(n_episodes, max_env_steps, on_step)
+                run.lockstep(max_env_steps, on_step)
         finally:
             model.train(was_training)
-        if recorded is not None:
-            self.episodes = None  # the parked envs' episodes were not recorded: start over next time
-        return run.finished
+        return run
 
     def _tool_ids(self, ep: EpisodeRecord, text: str, max_len: int) -> list[int]:
         """The tool output's tokens, cut so that the next call still fits in the context
@@ -345,39 +351,59 @@ class EpisodeSampler:
             self.venv.set_options([{"task": t} for t in chunk] + [{}] * (B - len(chunk)))
             self.restart()
             self.venv.set_options(None)
-            recorded = [b < len(chunk) for b in range(B)]
-            pairs = self._run(model, len(chunk), generator=generator, temperature=temperature,
-                              deterministic=deterministic, max_env_steps=None, on_step=None, recorded=recorded)
-            by_row = dict(pairs)  # each recorded env finishes exactly one episode
+            run = self._run(model, [1] * len(chunk) + [0] * (B - len(chunk)), len(chunk), play_unrecorded=False,
+                            max_env_steps=None, on_step=None,
+                            decoding=dict(generator=generator, temperature=temperature, deterministic=deterministic))
+            by_row = dict(run.finished)  # each recorded env finishes exactly one episode
             out += [by_row[b] for b in range(len(chunk))]
+        self.episodes = None  # the waiting envs' episodes were not recorded: start over next time
         return out
 
 
 class _Run:
-    """One :meth:`EpisodeSampler.collect`: the KV cache, what each env feeds next, the finished episodes."""
+    """One collection: the KV cache, what each env feeds next, how many episodes each env still records,
+    and the finished episodes.
 
-    def __init__(self, sampler: EpisodeSampler, model: TinyAgent, recorded: Sequence[bool] | None,
-                 decoding: dict[str, Any]):
+    :param quota: per env, how many of its next episodes to record (None: all of them, until
+        ``n_episodes`` have finished)
+    :param play_unrecorded: an env past its quota keeps playing the policy (True) or sends the
+        sampler's ``filler`` call (False)
+    """
+
+    def __init__(self, sampler: EpisodeSampler, model: TinyAgent, quota: list[int] | None, n_episodes: int,
+                 play_unrecorded: bool, decoding: dict[str, Any]):
         assert sampler.episodes is not None
         self.s, self.model, self.decoding = sampler, model, decoding
         self.B = sampler.venv.num_envs
-        self.one_each = recorded is not None
-        self.live = list(recorded) if recorded is not None else [True] * self.B
+        self.quota = list(quota) if quota is not None else None
+        self.target = sum(quota) if quota is not None else n_episodes
+        self.play_unrecorded = play_unrecorded
         self.cache = model.new_cache(self.B)
         self.finished: list[tuple[int, Trajectory]] = []
         self.feed: list[list[int]] = []
         for b, ep in enumerate(sampler.episodes):  # a new cache: re-read the episodes in progress
             ep.values = []  # with the current weights
-            self.feed.append(list(ep.ids) if self.live[b] and not ep.cut else [])
+            self.feed.append(list(ep.ids) if self.plays(b) and not ep.cut else [])
+
+    def records(self, b: int) -> bool:
+        return self.quota is None or self.quota[b] > 0
+
+    def plays(self, b: int) -> bool:
+        """Whether env ``b``'s calls come from the policy (else the filler)."""
+        return self.play_unrecorded or self.records(b)
+
+    @property
+    def complete(self) -> bool:
+        return len(self.finished) >= self.target
 
     def write(self, rows: Sequence[int]) -> tuple[list[str], list[bool]]:
         """Write the calls of ``rows`` (one model pass per token, those rows only): their actions, and
-        whether each was written by the policy (recorded) or is a filler."""
+        whether each was written by the policy (else it is the filler)."""
         eps = self.s.episodes
         assert eps is not None
         writing = [False] * self.B
         for b in rows:
-            writing[b] = self.live[b] and not eps[b].cut
+            writing[b] = self.plays(b) and not eps[b].cut
         feed = [self.feed[b] if b in rows else [] for b in range(self.B)]
         calls = write_calls(self.model, self.cache, feed, writing, self.s.tok.eoc_id,
                             max_call_tokens=self.s.max_call_tokens, grammar=self.s.grammar, **self.decoding)
@@ -392,66 +418,75 @@ class _Run:
                 actions.append(self.s.filler)
         return actions, [writing[b] for b in rows]
 
-    def absorb(self, b: int, obs: Any, reward: float, done: bool, info: dict, written: bool) -> None:
-        """One env step's result for env ``b``: reward, tool output, and a new episode after a finished one."""
+    def absorb(self, b: int, obs: Any, reward: float, done: bool, info: dict, written: bool) -> bool:
+        """One env step's result for env ``b``: reward, tool output, and a new episode after a finished one.
+
+        :return: whether a recorded episode finished
+        """
         eps = self.s.episodes
         assert eps is not None
         ep, max_len = eps[b], self.model.config.max_len
         if written:
             ep.add_reward(reward)
-        if done:
+        if not done:
             if written:
-                ep.add_tool(self.s._tool_ids(ep, _terminal_text(info), max_len))
-            if self.live[b]:
-                self.finished.append((b, ep.trajectory(info)))
-                self.live[b] = not self.one_each
-            eps[b] = new = self.s._new_episode(str(obs))
-            self.cache.lengths[b] = 0  # the row starts over; stale keys are never read
-            self.feed[b] = list(new.ids) if self.live[b] else []
-        elif written:
-            out = self.s._tool_ids(ep, str(obs), max_len)
-            ep.add_tool(out)
-            # the call's last token (not fed yet) and the tool output, in one prefill
-            self.feed[b] = [ep.ids[len(ep.ids) - len(out) - 1]] + out if not ep.cut else []
+                out = self.s._tool_ids(ep, str(obs), max_len)
+                ep.add_tool(out)
+                # the call's last token (not fed yet) and the tool output, in one prefill
+                self.feed[b] = [ep.ids[len(ep.ids) - len(out) - 1]] + out if not ep.cut else []
+            return False
+        if written:
+            ep.add_tool(self.s._tool_ids(ep, _terminal_text(info), max_len))
+        recorded = self.records(b)
+        if recorded:
+            self.finished.append((b, ep.trajectory(info)))
+            if self.quota is not None:
+                self.quota[b] -= 1
+        eps[b] = new = self.s._new_episode(str(obs))
+        self.cache.lengths[b] = 0  # the row starts over; stale keys are never read
+        self.feed[b] = list(new.ids) if self.plays(b) else []
+        return recorded
 
-    def lockstep(self, n_episodes: int, max_env_steps: int | None, on_step: StepHook | None) -> None:
+    def lockstep(self, max_env_steps: int | None, on_step: StepHook | None) -> None:
         """Every env steps at once (SB3's ``step_async`` / ``step_wait``), deterministic for a seed."""
         venv, steps = self.s.venv, 0
         everyone = list(range(self.B))
-        while len(self.finished) < n_episodes and (max_env_steps is None or steps < max_env_steps):
+        while not self.complete and (max_env_steps is None or steps < max_env_steps):
             actions, written = self.write(everyone)
             venv.step_async(actions)
             obs, rewards, dones, infos = venv.step_wait()
             steps += self.B
             texts = _texts(obs, self.B)
-            for b in everyone:
-                self.absorb(b, texts[b], float(rewards[b]), bool(dones[b]), infos[b], written[b])
-            if on_step is not None and on_step(dones, infos, rewards) is False:
+            recorded = np.array([self.absorb(b, texts[b], float(rewards[b]), bool(dones[b]), infos[b], written[b])
+                                 for b in everyone])
+            if on_step is not None and on_step(dones, infos, rewards, recorded) is False:
                 break
 
-    def asynchronous(self, n_episodes: int, max_env_steps: int | None, on_step: StepHook | None) -> None:
+    def asynchronous(self, max_env_steps: int | None, on_step: StepHook | None) -> None:
         """Each env steps as soon as its call is written (``venv.send`` / ``venv.receive``), so envs with
-        slow tools do not hold the others back; the order of events depends on timing."""
+        slow tools do not hold the others back; an env past its quota waits. The order of events depends
+        on timing."""
         venv, sent = self.s.venv, 0
         busy: dict[int, bool] = {}  # env -> whether its call was written by the policy
         idle = list(range(self.B))
         stop = False
         while True:
-            can_send = not stop and len(self.finished) < n_episodes and (max_env_steps is None or sent < max_env_steps)
-            if can_send and idle:
-                actions, written = self.write(idle)
-                venv.send(idle, actions)
-                busy.update(zip(idle, written))
-                sent += len(idle)
-                idle = []
+            go = [b for b in idle if self.records(b)] if not stop and not self.complete and (
+                max_env_steps is None or sent < max_env_steps) else []
+            if go:
+                actions, written = self.write(go)
+                venv.send(go, actions)
+                busy.update(zip(go, written))
+                sent += len(go)
+                idle = [b for b in idle if b not in busy]
             if not busy:
                 break
             rows, obs, rewards, dones, infos = venv.receive()
             texts = _texts(obs, len(rows))
-            for k, b in enumerate(rows):
-                self.absorb(b, texts[k], float(rewards[k]), bool(dones[k]), infos[k], busy.pop(b))
+            recorded = np.array([self.absorb(b, texts[k], float(rewards[k]), bool(dones[k]), infos[k], busy.pop(b))
+                                 for k, b in enumerate(rows)])
             idle += rows
-            if on_step is not None and on_step(dones, infos, rewards) is False:
+            if on_step is not None and on_step(dones, infos, rewards, recorded) is False:
                 stop = True
 
 

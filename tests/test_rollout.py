@@ -205,15 +205,32 @@ def _monitored(n, seed=0, **kw):
     return venv
 
 
+def test_fresh_batches_record_each_envs_next_episodes_all_sampled_now(shared_base_agent, tok):
+    """The default, on-policy batches: 4 envs, a batch of 6 -> every env records its next 2 episodes."""
+    venv = _monitored(4, seed=1)
+    sampler = EpisodeSampler(venv, tok)
+    steps = []
+    batch = sampler.collect(shared_base_agent, 6, generator=torch.Generator().manual_seed(0),
+                            on_step=lambda d, i, r, rec: steps.append((d.copy(), rec.copy())) or True)
+    assert len(batch) == 8 and sampler.episodes is None  # the next batch starts over
+    recorded = np.sum([rec for _, rec in steps], axis=0)
+    assert recorded.tolist() == [2, 2, 2, 2]
+    dones = np.sum([d for d, _ in steps], axis=0)
+    assert (dones >= 2).all() and (dones > 2).any()  # envs done early kept playing, unrecorded
+    for tr in batch:
+        assert tr.owner[0] == 1 and tr.owner[-1] == 3
+        assert len(_calls(tr)) == tr.info["n_turns"] == tr.info["episode"]["l"]
+
+
 def test_collect_returns_whole_episodes_across_batches_and_every_finished_episode_once(shared_base_agent, tok):
-    """4 envs, batches of 6 episodes: episodes still running at the end of a batch finish in the next
-    one, whole (prompt to terminal output); together the batches are exactly the Monitor's episodes."""
+    """fresh=False: 4 envs, batches of 6 episodes: episodes still running at the end of a batch finish in the
+    next one, whole (prompt to terminal output); together the batches are exactly the Monitor's episodes."""
     venv = _monitored(4, seed=1)
     sampler = EpisodeSampler(venv, tok)
     gen = torch.Generator().manual_seed(0)
     seen = []
     for _ in range(3):
-        batch = sampler.collect(shared_base_agent, 6, generator=gen)
+        batch = sampler.collect(shared_base_agent, 6, fresh=False, generator=gen)
         assert len(batch) >= 6
         seen += batch
     monitored = sum(len(m.get_episode_rewards()) for m in venv.envs)
@@ -230,9 +247,9 @@ def test_max_steps_and_on_step_stop_the_collection(shared_base_agent, tok):
     sampler = EpisodeSampler(_monitored(3), tok)
     calls = []
     out = sampler.collect(shared_base_agent, 100, max_env_steps=6,
-                          on_step=lambda d, i, r: calls.append(len(d)) or True)
+                          on_step=lambda d, i, r, rec: calls.append(len(d)) or True)
     assert calls == [3, 3] and len(out) <= 6
-    stopped = sampler.collect(shared_base_agent, 100, on_step=lambda d, i, r: False)
+    stopped = sampler.collect(shared_base_agent, 100, on_step=lambda d, i, r, rec: False)
     assert len(stopped) <= 3
 
 
@@ -256,7 +273,8 @@ def test_subproc_and_dummy_vec_envs_give_the_same_trajectories(shared_base_agent
         venv = cls([lambda: bugfix_gym.BugFixEnv() for _ in range(3)])
         venv.seed(11)
         try:
-            return EpisodeSampler(venv, tok).collect(shared_base_agent, 8, generator=torch.Generator().manual_seed(4))
+            return EpisodeSampler(venv, tok).collect(shared_base_agent, 8, fresh=False,
+                                                     generator=torch.Generator().manual_seed(4))
         finally:
             venv.close()
 
