@@ -19,6 +19,9 @@ from .tools import CALLS, parse_call
 __version__ = "0.1.0"
 
 _register(id="BugFix-v0", entry_point="bugfix_gym.env:BugFixEnv")
+# the array views (bugfix_gym.wrappers), for libraries that build envs from an id (TorchRL GymEnv, SB3, RLlib)
+_register(id="BugFixCalls-v0", entry_point="bugfix_gym.wrappers:make_discrete_calls")
+_register(id="BugFixTokens-v0", entry_point="bugfix_gym.wrappers:make_token_observation")
 
 
 def __getattr__(name: str):

@@ -68,7 +68,9 @@ class BugFixEnv(gym.Env):
     ``gym.make("BugFix-v0", split="train", tasks=None, max_turns=6, call_cost=0.0,
     edit_penalty=0.0, render_mode=None)``. ``split`` is ``"train"``, ``"heldout"`` or
     ``"all"``; ``tasks`` (a list of :class:`Task`, e.g. from ``generate_tasks`` or
-    ``load_task_pack``) overrides it. ``render_mode="ansi"`` returns the transcript as text.
+    ``load_task_pack``) overrides it; anything else in it is a ``TypeError`` here, not at
+    ``reset``. ``render_mode="ansi"`` returns the transcript as text; a mode the env does not
+    have (SB3's default ``"rgb_array"``) warns and falls back to ``None``.
 
     ## Version History
     * v0: initial release.
@@ -79,10 +81,20 @@ class BugFixEnv(gym.Env):
     def __init__(self, split: str = "train", tasks: Sequence[Task] | None = None, max_turns: int = 6,
                  call_cost: float = 0.0, edit_penalty: float = 0.0, render_mode: str | None = None):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None, got {render_mode!r}")
+            # gymnasium only warns here too; SB3's make_vec_env asks for "rgb_array" by default
+            gym.logger.warn(f"BugFix-v0 renders as text only ({self.metadata['render_modes']}); "
+                            f"render_mode={render_mode!r} falls back to None")
+            render_mode = None
         if max_turns < 1:
             raise ValueError(f"max_turns must be at least 1, got {max_turns}")
-        self.tasks: list[Task] = list(tasks) if tasks is not None else make_tasks(split)
+        if isinstance(tasks, (str, Task)):
+            raise TypeError(f"tasks= takes a list of Task objects, got a {type(tasks).__name__}; use split= for a split")
+        tasks = list(tasks) if tasks is not None else None
+        for k, task in enumerate(tasks or ()):
+            if not isinstance(task, Task):
+                raise TypeError(f"tasks[{k}] is a {type(task).__name__}, not a bugfix_gym.Task; build tasks with "
+                                "make_tasks, generate_tasks or load_task_pack")
+        self.tasks: list[Task] = tasks if tasks is not None else make_tasks(split)
         if not self.tasks:
             raise ValueError("BugFixEnv needs at least one task")
         self.split = split if tasks is None else "custom"
