@@ -51,7 +51,7 @@ rllib: $(RLLIB_STAMP)
 	$(RLLIB_PY) examples/rllib_ppo.py
 
 test-rllib: $(RLLIB_STAMP)
-	$(RLLIB_PY) -m pytest tests/test_interop_rllib.py tests/test_wrappers.py
+	$(RLLIB_PY) -m pytest tests/test_interop_rllib.py
 
 clean:
 	rm -rf $(VENV) $(RLLIB_VENV) build *.egg-info
