@@ -75,6 +75,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     set_threads()
     torch.manual_seed(args.seed)
+    np.random.seed(args.seed)  # Tianshou shuffles minibatches with numpy's global generator
 
     envs = DummyVectorEnv([make_env for _ in range(N_ENVS)])  # SubprocVectorEnv works too, under the guard
     envs.seed(args.seed)
