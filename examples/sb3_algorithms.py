@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
     with Timer() as t:
         model.learn(steps)
     after = evaluate(act, masked=False)
-    report(f"sb3_{args.algo}", steps, t.seconds, before, after, seed=args.seed)
+    report(f"sb3_{args.algo}", model.num_timesteps, t.seconds, before, after, seed=args.seed)
 
 
 if __name__ == "__main__":  # make_vec_env with SubprocVecEnv, if you switch to it, needs this guard

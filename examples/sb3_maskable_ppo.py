@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> None:
     with Timer() as t:
         model.learn(args.timesteps)
     after = evaluate(act)
-    report("sb3_maskable_ppo", args.timesteps, t.seconds, before, after, seed=args.seed)
+    report("sb3_maskable_ppo", model.num_timesteps, t.seconds, before, after, seed=args.seed)
 
 
 if __name__ == "__main__":  # make_vec_env(..., vec_env_cls=SubprocVecEnv) needs this guard
