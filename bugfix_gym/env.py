@@ -88,7 +88,8 @@ class BugFixEnv(gym.Env):
         if max_turns < 1:
             raise ValueError(f"max_turns must be at least 1, got {max_turns}")
         if isinstance(tasks, (str, Task)):
-            raise TypeError(f"tasks= takes a list of Task objects, got a {type(tasks).__name__}; use split= for a split")
+            raise TypeError(f"tasks= takes a list of Task objects, got a {type(tasks).__name__}; "
+                            "use split= for a split")
         tasks = list(tasks) if tasks is not None else None
         for k, task in enumerate(tasks or ()):
             if not isinstance(task, Task):

@@ -142,14 +142,15 @@ def main(args: Args) -> None:
         # 3. epochs x minibatches of the clipped surrogate (Schulman et al. 2017, eq. 7)
         b_x, b_mask = obs_buf.reshape(T * N, -1), mask_buf.reshape(T * N, -1)
         b_act, b_logp, b_adv = actions.reshape(-1), old_logp.reshape(-1), adv.reshape(-1)
-        b_ret, b_val = returns.reshape(-1), values.reshape(-1)
+        b_ret = returns.reshape(-1)
         for epoch in range(args.update_epochs):
             for idx in torch.randperm(T * N).split(args.minibatch_size):
                 dist = agent.dist(b_x[idx], b_mask[idx])
                 logp = dist.log_prob(b_act[idx])
                 ratio = (logp - b_logp[idx]).exp()
                 mb_adv = (b_adv[idx] - b_adv[idx].mean()) / (b_adv[idx].std() + 1e-8)
-                pg_loss = torch.max(-mb_adv * ratio, -mb_adv * ratio.clamp(1 - args.clip_coef, 1 + args.clip_coef)).mean()
+                clipped = ratio.clamp(1 - args.clip_coef, 1 + args.clip_coef)
+                pg_loss = torch.max(-mb_adv * ratio, -mb_adv * clipped).mean()
                 v_loss = 0.5 * ((agent.value(b_x[idx]) - b_ret[idx]) ** 2).mean()
                 loss = pg_loss - args.ent_coef * dist.entropy().mean() + args.vf_coef * v_loss
                 optimizer.zero_grad()

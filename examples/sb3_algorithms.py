@@ -46,7 +46,8 @@ def build(algo: str, seed: int):
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--algo", choices=sorted(DEFAULT_STEPS), default="ppo")
-    parser.add_argument("--timesteps", type=int, default=None, help="env steps (default: PPO 20000, A2C 100000, DQN 40000)")
+    parser.add_argument("--timesteps", type=int, default=None,
+                        help="env steps (default: PPO 20000, A2C 100000, DQN 40000)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     set_threads()
