@@ -3,15 +3,20 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# RLlib pins an older gymnasium than .venv has: it gets a venv and constraints of its own
+RLLIB_VENV := .venv-rllib
+RLLIB_PY := $(RLLIB_VENV)/bin/python
+RLLIB_STAMP := $(RLLIB_VENV)/.installed
 
-.PHONY: test demo venv bench clean
+.PHONY: test demo venv bench clean interop-examples rllib rllib-venv test-rllib
 
 venv: $(STAMP)
 
+# [interop]: SB3-contrib, TorchRL and Tianshou, whose tests run in `make test` (docs/interop.md)
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e ".[test,ray]"
+	$(PY) -m pip install -q -c constraints.txt -e ".[test,ray,interop]"
 	touch $(STAMP)
 
 test: $(STAMP)
@@ -23,5 +28,30 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/env_throughput.py
 
+# every library example once, with its default settings (docs/interop.md has the figures)
+interop-examples: $(STAMP)
+	$(PY) examples/sb3_algorithms.py --algo ppo
+	$(PY) examples/sb3_algorithms.py --algo a2c
+	$(PY) examples/sb3_algorithms.py --algo dqn
+	$(PY) examples/sb3_maskable_ppo.py
+	$(PY) examples/torchrl_ppo.py
+	$(PY) examples/tianshou_ppo.py
+	$(PY) examples/cleanrl_ppo.py
+
+rllib-venv: $(RLLIB_STAMP)
+
+$(RLLIB_STAMP): pyproject.toml constraints-rllib.txt
+	test -x $(RLLIB_PY) || $(PYTHON) -m venv $(RLLIB_VENV)
+	$(RLLIB_PY) -m pip install -q --upgrade pip
+	$(RLLIB_PY) -m pip install -q -c constraints-rllib.txt -e ".[rllib]" pytest
+	touch $(RLLIB_STAMP)
+
+# RLlib PPO with action masking (examples/rllib_ppo.py), in .venv-rllib; not part of `make test`
+rllib: $(RLLIB_STAMP)
+	$(RLLIB_PY) examples/rllib_ppo.py
+
+test-rllib: $(RLLIB_STAMP)
+	$(RLLIB_PY) -m pytest tests/test_interop_rllib.py
+
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(RLLIB_VENV) build *.egg-info

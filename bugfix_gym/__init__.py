@@ -20,6 +20,9 @@ __version__ = "0.1.0"
 
 _register(id="BugFix-v0", entry_point="bugfix_gym.env:BugFixEnv")
 _register(id="LookThenAnswer-v0", entry_point="bugfix_gym.look:LookThenAnswerEnv")
+# the array views (bugfix_gym.wrappers), for libraries that build envs from an id (TorchRL GymEnv, SB3, RLlib)
+_register(id="BugFixCalls-v0", entry_point="bugfix_gym.wrappers:make_discrete_calls")
+_register(id="BugFixTokens-v0", entry_point="bugfix_gym.wrappers:make_token_observation")
 
 
 def _preload_in_forkserver() -> None:

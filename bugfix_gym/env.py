@@ -89,11 +89,13 @@ class BugFixEnv(gym.Env):
 
     :param split: the book's task set, ``"train"``, ``"heldout"`` or ``"all"``
     :param tasks: a fixed list of :class:`Task` (e.g. from ``generate_tasks`` or
-        ``load_task_pack``); overrides ``split``
+        ``load_task_pack``); overrides ``split``; anything else in it is a ``TypeError`` here, not at
+        ``reset``
     :param max_turns: the turn budget, an int >= 1
     :param call_cost: subtracted from the reward of every step (a finite number >= 0)
     :param edit_penalty: subtracted from the reward of every ``edit`` step (finite, >= 0)
-    :param render_mode: ``"ansi"`` returns the transcript as text, ``"human"`` prints it
+    :param render_mode: ``"ansi"`` returns the transcript as text, ``"human"`` prints it; a mode the
+        env does not have (SB3's default ``"rgb_array"``) warns and falls back to ``None``
     :param generated: a generator split (``"train"``, ``"heldout"`` or ``"test"``): every
         ``reset`` draws a fresh task from that split's templates (new identifiers and inputs,
         a defect kind drawn uniformly) with ``self.np_random`` only, so ``reset(seed=s)``
@@ -121,12 +123,20 @@ class BugFixEnv(gym.Env):
                  generated: str | None = None, hide_outputs: Sequence[str] = (), invalid_cost: float = 0.0,
                  tool_latency_s: float = 0.0):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            # SB3's make_vec_env asks for "rgb_array" by default; gymnasium itself only warns here too
-            warnings.warn(f"BugFix-v0 renders as text only (render_mode {self.metadata['render_modes']} or None); "
-                          f"got render_mode={render_mode!r}, rendering is off", stacklevel=2)
+            # gymnasium only warns here too; SB3's make_vec_env asks for "rgb_array" by default
+            gym.logger.warn(f"BugFix-v0 renders as text only ({self.metadata['render_modes']}); "
+                            f"render_mode={render_mode!r} falls back to None")
             render_mode = None
         self.max_turns = _turn_budget(max_turns)
-        self.tasks: list[Task] = list(tasks) if tasks is not None else make_tasks(split)
+        if isinstance(tasks, (str, Task)):
+            raise TypeError(f"tasks= takes a list of Task objects, got a {type(tasks).__name__}; "
+                            "use split= for a split")
+        tasks = list(tasks) if tasks is not None else None
+        for k, task in enumerate(tasks or ()):
+            if not isinstance(task, Task):
+                raise TypeError(f"tasks[{k}] is a {type(task).__name__}, not a bugfix_gym.Task; build tasks with "
+                                "make_tasks, generate_tasks or load_task_pack")
+        self.tasks: list[Task] = tasks if tasks is not None else make_tasks(split)
         if not self.tasks:
             raise ValueError("BugFixEnv needs at least one task")
         self.split = split if tasks is None else "custom"

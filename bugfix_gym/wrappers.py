@@ -1,4 +1,4 @@
-"""Numeric views of BugFix-v0 for libraries that need array spaces (SB3, TorchRL, RLlib, ...).
+"""Numeric views of BugFix-v0 for libraries that need array spaces (SB3, TorchRL, Tianshou, RLlib, ...).
 
 Gymnasium's ``Text`` space does not fit SB3's vector envs, so two wrappers turn the text
 episode into arrays:
@@ -8,9 +8,14 @@ episode into arrays:
   ``<eoc>`` (or ``<pad>``) into the call text. Observations are the whole episode so far
   as token ids with owner codes and an attention mask.
 * :class:`DiscreteCalls` - the agent picks one of the nine legal calls:
-  ``Discrete(9)`` over :data:`bugfix_gym.CALLS`, the same token observation plus an
-  ``action_mask`` key (TorchRL / RLlib convention) and an ``action_masks()`` method
-  (sb3-contrib ``MaskablePPO`` convention).
+  ``Discrete(9)`` over :data:`bugfix_gym.CALLS`, the same token observation plus a bool
+  call mask under the key each library reads (``layout=``), and an ``action_masks()``
+  method (sb3-contrib ``MaskablePPO`` convention).
+
+Both are registered: ``gym.make("BugFixCalls-v0", max_len=128, layout="tianshou",
+split="train")`` and ``gym.make("BugFixTokens-v0", max_len=128)`` build the view over a
+fresh ``BugFixEnv`` (view arguments first, the rest go to the env), so a library that
+takes an env id needs no glue.
 
 Observation (both views), ``Dict`` of ``Box`` arrays of length ``max_len``:
 
@@ -18,10 +23,23 @@ Observation (both views), ``Dict`` of ``Box`` arrays of length ``max_len``:
 * ``owner`` int8: who produced each token - 1 prompt, 2 policy, 3 tool, 0 pad;
 * ``attention_mask`` int8: 1 on real tokens, 0 on padding (``owner != 0``).
 
-Owner codes come from who produced each token, never from the ids: the policy segment of
-a turn is exactly the ids the agent gave (up to and including its ``<eoc>``) for
-:class:`TokenObservation`, and ``encode(call) + [<eoc>]`` for :class:`DiscreteCalls`; the
-token-level action mask of a trainer is ``owner == 2``.
+Every segment is encoded with :func:`bugfix_gym.encode_segment` (the prompt as owner 1, each
+tool output as owner 3), so the view holds exactly the ids of
+:func:`bugfix_gym.episode_tokens`, turn markers included. Owner codes come from who
+produced each token, never from the ids: the policy segment of a turn is exactly the ids
+the agent gave (up to and including its ``<eoc>``) for :class:`TokenObservation`, and
+``encode_segment(tokenizer, 2, call)`` for :class:`DiscreteCalls`; the token-level action
+mask of a trainer is ``owner == 2``.
+
+Info (both views): fixed keys and shapes, numbers only (no ``None``, no strings, nothing
+that grows), so that replay buffers (Tianshou), TorchRL's info reader and vector envs can
+stack it: :data:`VIEW_INFO_KEYS`. The text env's growing lists become counts and the
+latest entry (``n_edits``; ``last_call``, an index into ``CALLS``, -1 before the first
+call and after an invalid one); its strings become indices (``task_index`` into
+``env.unwrapped.tasks``, -1 for a task given by ``reset(options=...)`` from outside it;
+``stop_code`` into :data:`STOP_REASONS`). TorchRL's vector ``GymEnv`` cannot carry string
+infos, which is why these are numbers. The full history stays on ``env.unwrapped``
+(``actions``, ``ops``, ``transcript``, ``task``).
 
 Longer than ``max_len``: the prompt (at most ``max_len // 2`` tokens of it) is kept and the
 oldest tokens after it are dropped, so the policy always sees the task and the latest
@@ -31,19 +49,28 @@ episode with the default ``max_len=512``).
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Literal, Sequence
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from .env import OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL
+from .env import OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL, BugFixEnv
 from .tasks import make_tasks
 from .tokenizer import Tokenizer, build_tokenizer
 from .tokens import encode_segment
-from .tools import CALLS
+from .tools import CALL_INDEX, CALLS
 
 _DEFAULT_TOKENIZER: Tokenizer | None = None
+
+VIEW_INFO_KEYS = ("task_index", "turn", "n_turns", "n_edits", "n_invalid", "valid", "submitted", "hidden_pass",
+                  "stop_code", "last_call", "call_mask", "n_dropped_tokens")
+"""The ``info`` keys of both views: ints, bools and ``call_mask`` (bool[9]); see the module docstring."""
+STOP_REASONS: tuple[str, ...] = ("", "submit", "budget")
+"""``STOP_REASONS[info["stop_code"]]`` is the text env's ``info["stop"]`` (``""`` for ``None``)."""
+
+Layout = Literal["dict", "tianshou", "rllib"]
+LAYOUTS: tuple[str, ...] = ("dict", "tianshou", "rllib")
 
 
 def default_tokenizer(env: gym.Env) -> Tokenizer:
@@ -79,7 +106,7 @@ class TokenView:
         self._owner = np.zeros(2 * self.max_len, dtype=np.int8)
         self.n = 0
         self.n_prompt = 0
-        self._encoded: dict[str, np.ndarray] = {}  # tool outputs repeat a lot (sources, test reports)
+        self._encoded: dict[tuple[int, str], np.ndarray] = {}  # tool outputs repeat a lot (sources, test reports)
 
     def space(self) -> spaces.Dict:
         n, vocab = self.max_len, self.tokenizer.vocab_size
@@ -89,15 +116,16 @@ class TokenView:
             "attention_mask": spaces.Box(0, 1, shape=(n,), dtype=np.int8),
         })
 
-    def encode(self, text: str) -> np.ndarray:
-        """``tokenizer.encode(text)`` as an array, memoised (read-only, shared)."""
-        ids = self._encoded.get(text)
+    def encode(self, owner: int, text: str) -> np.ndarray:
+        """``encode_segment(tokenizer, owner, text)`` as an array, memoised (read-only, shared)."""
+        key = (owner, text)
+        ids = self._encoded.get(key)
         if ids is None:
             if len(self._encoded) >= 4096:
                 self._encoded.clear()
-            ids = np.asarray(self.tokenizer.encode(text), dtype=np.int64)
+            ids = np.asarray(encode_segment(self.tokenizer, owner, text), dtype=np.int64)
             ids.flags.writeable = False
-            self._encoded[text] = ids
+            self._encoded[key] = ids
         return ids
 
     @property
@@ -155,26 +183,43 @@ class _TokenViewWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
                             f"{env.observation_space}; apply only one of TokenObservation / DiscreteCalls")
         self.tokenizer = tokenizer if tokenizer is not None else default_tokenizer(env)
         self.view = TokenView(self.tokenizer, max_len)
+        self._task_index: dict[str, int] = {}
+        for k, task in enumerate(getattr(env.unwrapped, "tasks", ())):
+            self._task_index.setdefault(task.uid, k)
 
     def _observe(self, info: dict[str, Any]) -> dict[str, np.ndarray]:
         """Fresh observation arrays; subclasses add keys from the env's ``info``."""
         return self.view.arrays()
 
     def _info(self, info: dict[str, Any]) -> dict[str, Any]:
-        info = dict(info)
-        info["n_dropped_tokens"] = self.view.n_dropped
-        return info
+        """The text env's ``info`` as numbers of fixed shape (:data:`VIEW_INFO_KEYS`)."""
+        actions = info["actions"]
+        last = " ".join(actions[-1].split()) if actions and info["valid"] else ""
+        return {
+            "task_index": self._task_index.get(self.env.unwrapped.task.uid, -1),
+            "turn": info["turn"],
+            "n_turns": info["n_turns"],
+            "n_edits": len(info["ops"]),
+            "n_invalid": info["n_invalid"],
+            "valid": info["valid"],
+            "submitted": info["submitted"],
+            "hidden_pass": info["hidden_pass"],
+            "stop_code": STOP_REASONS.index(info["stop"] or ""),
+            "last_call": CALL_INDEX.get(last, -1),
+            "call_mask": np.array(info["call_mask"], dtype=bool),
+            "n_dropped_tokens": self.view.n_dropped,
+        }
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         text, info = self.env.reset(seed=seed, options=options)
-        self.view.reset(self.view.encode(text))
+        self.view.reset(self.view.encode(OWNER_PROMPT, text))
         return self._observe(info), self._info(info)
 
     def _step_text(self, call_text: str, policy_ids: Sequence[int]):
         """Play ``call_text`` in the text env; record ``policy_ids`` (owner 2) and the tool output (owner 3)."""
         text, reward, terminated, truncated, info = self.env.step(call_text)
         self.view.add(OWNER_POLICY, policy_ids)
-        self.view.add(OWNER_TOOL, self.view.encode(text))
+        self.view.add(OWNER_TOOL, self.view.encode(OWNER_TOOL, text))
         return self._observe(info), reward, terminated, truncated, self._info(info)
 
 
@@ -239,29 +284,59 @@ class DiscreteCalls(_TokenViewWrapper):
     it: an invalid call that costs the turn.
 
     ## Observation Space
-    The token view of :class:`TokenObservation` plus ``action_mask``:
-    ``Box(0, 1, (9,), int8)``, 1 where the call is legal now (``info["call_mask"]``). The
-    same mask is returned by :meth:`action_masks` (sb3-contrib ``MaskablePPO``).
+    The call mask is ``Box(0, 1, (9,), bool)``, True where the call is legal now (the text
+    env's ``info["call_mask"]``); :meth:`action_masks` returns it too (sb3-contrib
+    ``MaskablePPO``). ``layout`` puts it and the tokens under the keys a library reads:
+
+    * ``"dict"`` (default; SB3, sb3-contrib, TorchRL's ``ActionMask`` transform):
+      the token view of :class:`TokenObservation` (``ids``, ``owner``,
+      ``attention_mask``) plus ``action_mask``;
+    * ``"tianshou"``: ``{"obs": tokens, "mask": call mask}`` (Tianshou reads
+      ``batch.obs.mask``; its DQN masks with it);
+    * ``"rllib"``: ``{"observations": tokens, "action_mask": call mask}`` (RLlib's
+      action-masking RLModule).
+
+    ``tokens`` is one flat ``Box(float32, [2 * max_len])``: the ``ids`` then the ``owner``
+    codes, so that a library's default MLP encoder reads it as it is (SB3's
+    ``MultiInputPolicy`` flattens the ``"dict"`` layout the same way).
 
     :param env: a BugFix-v0 env
     :param tokenizer: defaults to :func:`default_tokenizer`
     :param max_len: padded observation length
+    :param layout: ``"dict"``, ``"tianshou"`` or ``"rllib"``
     """
 
-    def __init__(self, env: gym.Env, tokenizer: Tokenizer | None = None, max_len: int = 512):
-        gym.utils.RecordConstructorArgs.__init__(self, tokenizer=tokenizer, max_len=max_len)
+    def __init__(self, env: gym.Env, tokenizer: Tokenizer | None = None, max_len: int = 512,
+                 layout: Layout = "dict"):
+        gym.utils.RecordConstructorArgs.__init__(self, tokenizer=tokenizer, max_len=max_len, layout=layout)
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
         super().__init__(env, tokenizer, max_len)
+        self.layout = layout
         self.action_space = spaces.Discrete(len(CALLS))
-        space = self.view.space()
-        space.spaces["action_mask"] = spaces.Box(0, 1, shape=(len(CALLS),), dtype=np.int8)
+        mask_space = spaces.Box(0, 1, shape=(len(CALLS),), dtype=np.bool_)
+        if layout == "dict":
+            space = self.view.space()
+            space.spaces["action_mask"] = mask_space
+        else:
+            n, vocab = self.view.max_len, self.tokenizer.vocab_size
+            high = np.concatenate([np.full(n, vocab - 1), np.full(n, OWNER_TOOL)]).astype(np.float32)
+            tokens = spaces.Box(np.zeros(2 * n, dtype=np.float32), high, dtype=np.float32)
+            obs_key, mask_key = ("obs", "mask") if layout == "tianshou" else ("observations", "action_mask")
+            space = spaces.Dict({obs_key: tokens, mask_key: mask_space})
         self.observation_space = space
         self._mask = np.zeros(len(CALLS), dtype=bool)
 
     def _observe(self, info: dict[str, Any]) -> dict[str, np.ndarray]:
         self._mask = np.array(info["call_mask"], dtype=bool)
-        obs = self.view.arrays()
-        obs["action_mask"] = self._mask.astype(np.int8)
-        return obs
+        arrays = self.view.arrays()
+        if self.layout == "dict":
+            arrays["action_mask"] = self._mask.copy()
+            return arrays
+        tokens = np.concatenate([arrays["ids"], arrays["owner"]]).astype(np.float32)  # [2 * max_len]
+        if self.layout == "tianshou":
+            return {"obs": tokens, "mask": self._mask.copy()}
+        return {"observations": tokens, "action_mask": self._mask.copy()}
 
     def action_masks(self) -> np.ndarray:
         """bool[9]: which calls are legal now (sb3-contrib convention)."""
@@ -276,3 +351,15 @@ class DiscreteCalls(_TokenViewWrapper):
             raise ValueError(f"DiscreteCalls actions are call indices 0..{len(CALLS) - 1}, got {index}")
         call = CALLS[index]
         return self._step_text(call, encode_segment(self.tokenizer, OWNER_POLICY, call))
+
+
+def make_discrete_calls(tokenizer: Tokenizer | None = None, max_len: int = 512, layout: Layout = "dict",
+                        **env_kwargs: Any) -> DiscreteCalls:
+    """``DiscreteCalls(BugFixEnv(**env_kwargs), ...)``: the entry point of ``BugFixCalls-v0``."""
+    return DiscreteCalls(BugFixEnv(**env_kwargs), tokenizer, max_len, layout)
+
+
+def make_token_observation(tokenizer: Tokenizer | None = None, max_len: int = 512, max_call_tokens: int = 8,
+                           **env_kwargs: Any) -> TokenObservation:
+    """``TokenObservation(BugFixEnv(**env_kwargs), ...)``: the entry point of ``BugFixTokens-v0``."""
+    return TokenObservation(BugFixEnv(**env_kwargs), tokenizer, max_len, max_call_tokens)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
-from bugfix_gym import CALLS, BugFixEnv, build_tokenizer, episode_tokens, generate_tasks, get_task
+from bugfix_gym import CALLS, BugFixEnv, build_tokenizer, encode_segment, episode_tokens, generate_tasks, get_task
 from bugfix_gym.wrappers import DiscreteCalls, TokenObservation, TokenView
 
 TOK = build_tokenizer()
@@ -49,11 +49,12 @@ def test_token_observation_decodes_ids_up_to_eoc_and_records_exactly_the_given_i
     junk = _ids("read test")
     action = np.array(_ids("edit swap_minmax") + [TOK.eoc_id] + junk + [TOK.eoc_id] * 3, dtype=np.int64)
     obs, reward, term, trunc, info = env.step(action)
-    assert info["actions"] == ["edit swap_minmax"] and info["ops"] == ["swap_minmax"]
+    assert info["last_call"] == CALLS.index("edit swap_minmax") and info["n_edits"] == 1
+    assert env.unwrapped.actions == ["edit swap_minmax"] and env.unwrapped.ops == ["swap_minmax"]
     policy = obs["ids"][obs["owner"] == 2].tolist()
     assert policy == _ids("edit swap_minmax") + [TOK.eoc_id]  # what the agent gave, up to and including <eoc>
     tool = obs["ids"][obs["owner"] == 3].tolist()
-    assert tool == _ids(env.unwrapped.transcript[-1][1])
+    assert tool == encode_segment(TOK, 3, env.unwrapped.transcript[-1][1])
     owner = obs["owner"][: int(obs["attention_mask"].sum())].tolist()
     assert owner == [1] * n_prompt + [2] * len(policy) + [3] * len(tool)
 
@@ -62,13 +63,14 @@ def test_token_observation_pad_and_missing_terminators():
     env = TokenObservation(BugFixEnv(), TOK, max_call_tokens=4)
     env.reset(options={"task": "clamp"})
     obs, *_, info = env.step(np.array([*_ids("read"), TOK.pad_id, *_ids("test"), TOK.eoc_id]))
-    assert info["actions"] == ["read"] and info["valid"]
+    assert info["last_call"] == CALLS.index("read") and info["valid"]
     assert obs["ids"][obs["owner"] == 2].tolist() == [*_ids("read"), TOK.pad_id]  # pad as given, owner 2
     obs, *_, info = env.step(np.array(_ids("read read read read")))  # no terminator: all four ids are the call
-    assert info["actions"][-1] == "read read read read" and not info["valid"]
+    assert info["last_call"] == -1 and not info["valid"]
+    assert env.unwrapped.actions[-1] == "read read read read"
     assert obs["ids"][obs["owner"] == 2].tolist()[-4:] == _ids("read read read read")
     obs, *_, info = env.step(np.array([TOK.unk_id, TOK.eoc_id, 0, 0]))
-    assert info["actions"][-1] == "<unk>" and info["n_invalid"] == 2
+    assert info["last_call"] == -1 and env.unwrapped.actions[-1] == "<unk>" and info["n_invalid"] == 2
 
 
 def test_token_observation_rejects_non_integer_and_out_of_vocabulary_actions():
@@ -81,7 +83,7 @@ def test_token_observation_rejects_non_integer_and_out_of_vocabulary_actions():
         with pytest.raises(ValueError, match=f"0..{TOK.vocab_size - 1}"):
             env.step(np.array(bad))
     obs, *_, info = env.step([TOK.ids["read"], TOK.eoc_id])  # a plain list of ints is fine
-    assert info["actions"] == ["read"] and env.observation_space.contains(obs)
+    assert info["last_call"] == 0 and env.observation_space.contains(obs)
 
 
 def test_owner_codes_come_from_the_producer_not_the_token_id():
@@ -109,8 +111,8 @@ def test_action_mask_and_action_masks_follow_the_legal_calls():
     env = DiscreteCalls(BugFixEnv(), TOK)
     obs, info = env.reset(options={"task": "clamp"})
     revert = CALLS.index("revert")
-    assert obs["action_mask"].dtype == np.int8 and obs["action_mask"][revert] == 0 and obs["action_mask"].sum() == 8
-    assert env.action_masks().tolist() == obs["action_mask"].astype(bool).tolist() == info["call_mask"].tolist()
+    assert obs["action_mask"].dtype == bool and not obs["action_mask"][revert] and obs["action_mask"].sum() == 8
+    assert env.action_masks().tolist() == obs["action_mask"].tolist() == info["call_mask"].tolist()
     obs, *_ = env.step(CALLS.index("edit swap_minmax"))
     assert obs["action_mask"].all() and env.action_masks().all()
     obs, *_, info = env.step(revert)
@@ -129,7 +131,7 @@ def test_discrete_calls_rejects_non_integer_and_out_of_range_actions():
     with pytest.raises(ValueError, match="0..8"):
         env.step(9)
     obs, *_, info = env.step(np.int64(0))
-    assert info["actions"] == ["read"]
+    assert info["last_call"] == 0 and env.unwrapped.actions == ["read"]
 
 
 def test_observations_are_fresh_arrays_each_step():
