@@ -9,8 +9,8 @@ Each repeat times, in turn, on the same tasks and seed:
 * **sampling**: policy + tool tokens per second of :meth:`agents.rollout.EpisodeSampler.play_tasks`
   (one episode of each of ``--batch`` train tasks, lockstep in a ``DummyVecEnv`` of BugFix-v0, KV
   cache, env steps included);
-* **full forward**: tokens per second of one no-grad forward over the same episodes, collated
-  (non-pad tokens counted): what scoring the batch costs, the ceiling for sampling;
+* **full forward**: tokens per second of a no-grad forward over the same episodes, collated
+  (non-pad tokens counted; median of 3 passes): what scoring the batch costs, the ceiling for sampling;
 * **no cache**: the same sampler with :class:`PrefixRerunAgent`, a TinyAgent whose ``extend``
   re-runs every row's whole prefix for each sampled token (the naive decoder).
 
@@ -91,12 +91,15 @@ def time_sampling(sampler: EpisodeSampler, model: TinyAgent, tasks: Sequence[str
 
 
 @torch.no_grad()
-def time_forward(model: TinyAgent, ids: torch.Tensor) -> float:
-    """Seconds of one full no-grad forward over ``ids`` [B, T] (after one untimed warm-up)."""
+def time_forward(model: TinyAgent, ids: torch.Tensor, passes: int = 3) -> float:
+    """Median seconds of a full no-grad forward over ``ids`` [B, T] (``passes`` timed, after one warm-up)."""
     model(ids)
-    start = time.perf_counter()
-    model(ids)
-    return time.perf_counter() - start
+    times = []
+    for _ in range(passes):
+        start = time.perf_counter()
+        model(ids)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
