@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import Any, Sequence
 
 import torch
 
 import bugfix_gym as bg
 from agents.base_agent import cached_base_agent, make_base_agent
 from agents.model import TinyAgent
-from agents.rollout import rollout_stats, sample_episodes
+from agents.rollout import Trajectory, rollout_stats, sample_episodes
 
 BOOK = {
     "untrained, train": dict(reward=0.000, pass_rate=0.000, valid_calls=0.000, submit_rate=0.000, turns=6.000,
@@ -38,7 +39,8 @@ BOOK_EPISODES = [
 KEYS = ("reward", "pass_rate", "valid_calls", "submit_rate", "turns", "policy_tokens")
 
 
-def sample(model, tok, tasks, n_per_task: int, seed: int, **kw):
+def sample(model: TinyAgent, tok: bg.Tokenizer, tasks: Sequence, n_per_task: int, seed: int, **kw: Any
+           ) -> list[Trajectory]:
     """n_per_task episodes of each task, sampled at temperature 1 in lockstep, in task order."""
     return sample_episodes(model, tok, tasks, n_per_task, seed, **kw)
 

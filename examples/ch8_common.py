@@ -28,6 +28,7 @@ from stable_baselines3.common.vec_env import VecEnv
 
 import bugfix_gym  # noqa: F401  (registers BugFix-v0)
 from agents.base_agent import cached_base_agent
+from agents.buffers import TokenRolloutBuffer, TokenRolloutBufferSamples
 from agents.losses import kl_estimate, masked_mean
 from agents.model import TinyAgent, score_tokens
 from agents.ppo import TokenPPO
@@ -95,12 +96,13 @@ class RecordingPPO(TokenPPO):
     """TokenPPO that keeps every minibatch's statistics (in order) and the last buffer it trained
     on, for the per-minibatch and per-token tables of §8.6."""
 
-    def train_on_buffer(self, buffer):
+    def train_on_buffer(self, buffer: TokenRolloutBuffer) -> list[dict[str, float]]:
         self.last_buffer = buffer
         self.minibatch_stats: list[dict] = []
         return super().train_on_buffer(buffer)
 
-    def _minibatch_loss(self, sample, clip_low, clip_high):
+    def _minibatch_loss(self, sample: TokenRolloutBufferSamples, clip_low: float, clip_high: float
+                        ) -> tuple[torch.Tensor, dict[str, float]]:
         loss, stats = super()._minibatch_loss(sample, clip_low, clip_high)
         self.minibatch_stats.append(dict(stats))
         return loss, stats

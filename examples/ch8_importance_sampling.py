@@ -33,6 +33,7 @@ from matplotlib.figure import Figure
 from stable_baselines3.common.callbacks import BaseCallback
 
 from agents.callbacks import StopAfterIterations
+from agents.model import TinyAgent
 from agents.rollout import Trajectory, collate, evaluate
 from ch6_common import BookReinforce
 from ch8_common import (FIGURES, base_agent, batch_logp, book_vs_ours, old_batch, pass_rate, sample, set_threads,
@@ -71,9 +72,13 @@ class AfterUpdates(BaseCallback):
 
 
 class Reweighting:
-    """The old batch, frozen under pi_old, and what the moved policy's weights say about it."""
+    """The old batch, frozen under pi_old, and what the moved policy's weights say about it.
 
-    def __init__(self, old: list[Trajectory], base):
+    :param old: the old batch (sampled by ``base``)
+    :param base: pi_old, the base agent
+    """
+
+    def __init__(self, old: list[Trajectory], base: TinyAgent):
         self.old = old
         self.batch = collate(old, tok.pad_id)
         self.mask = self.batch["policy_mask"]  # [N, T-1]
@@ -83,7 +88,7 @@ class Reweighting:
         self.rows: dict[int, dict[str, Any]] = {}
         self.log_w: dict[int, np.ndarray] = {}
 
-    def measure(self, k: int, model) -> dict[str, Any]:
+    def measure(self, k: int, model: TinyAgent) -> dict[str, Any]:
         """Weights of the old batch under ``model`` (k updates), and the pass rate of new samples."""
         mask, R, old = self.mask, self.R, self.old
         log_ratio = (batch_logp(model, self.batch) - self.old_logp) * mask  # [N, T-1] log rho on policy tokens
@@ -104,7 +109,8 @@ class Reweighting:
         return row
 
 
-def train_and_measure(rw: Reweighting, base, lr: float, seed: int, start: float) -> None:
+def train_and_measure(rw: Reweighting, base: TinyAgent, lr: float, seed: int, start: float) -> None:
+    """k REINFORCE updates from ``base`` in one ``learn`` call; ``rw`` measures after each k in KS."""
     baseline_init = evaluate(base, tok, train_tasks, 16, seed)["pass_rate"]
     trainer = BookReinforce("TinyAgentPolicy", train_env(64, seed), base_agent=copy.deepcopy(base),
                             policy_kwargs=dict(tokenizer=tok), n_episodes=64, learning_rate=lr, seed=seed,

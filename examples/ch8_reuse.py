@@ -24,6 +24,7 @@ import time
 import numpy as np
 import torch
 
+from agents.buffers import TokenRolloutBufferSamples
 from agents.model import score_tokens
 from agents.rollout import Trajectory, collate
 from ch8_common import (LR, RecordingPPO, base_agent, batch_logp, book_vs_ours, k3_kl, minibatch_size, old_batch,
@@ -34,7 +35,8 @@ class OldLogpInsideLoop(RecordingPPO):
     """THE BUG (do not copy): pi_old's log-probs recomputed inside the update loop, with the
     current weights, for every minibatch."""
 
-    def _minibatch_loss(self, sample, clip_low, clip_high):
+    def _minibatch_loss(self, sample: TokenRolloutBufferSamples, clip_low: float, clip_high: float
+                        ) -> tuple[torch.Tensor, dict[str, float]]:
         with torch.no_grad():  # the trainer's own scoring call (TokenPPO._score), so the rounding is the same
             current, _, _ = score_tokens(self.policy.model, sample.ids, sample.policy_mask, lengths=sample.lengths,
                                          chunk=self.forward_chunk, grammar=self.policy.grammar,

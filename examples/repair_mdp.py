@@ -80,7 +80,8 @@ def policy_evaluation(P: torch.Tensor, R: torch.Tensor, policy: torch.Tensor, ga
     return torch.cat([V, torch.zeros(1, dtype=P.dtype)])
 
 
-def sample_repair(P, R, policy, n, generator, max_steps=50):
+def sample_repair(P: torch.Tensor, R: torch.Tensor, policy: torch.Tensor, n: int, generator: torch.Generator,
+                  max_steps: int = 50) -> tuple[torch.Tensor, torch.Tensor]:
     """Run n repair-MDP episodes in parallel -> visit counts [n, S, A] and returns [n] (book §6.1)."""
     S, A = R.shape
     state = torch.zeros(n, dtype=torch.long)  # every episode starts 'unread'
