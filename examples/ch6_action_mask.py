@@ -4,7 +4,7 @@ Samples base-agent episodes, takes the REINFORCE surrogate ``-(1/B) sum_n R_n su
 (eq. 6.2, returns as weights, no baseline), and reads gradients off with autograd:
 
 * logits: a position has a *direct* gradient iff it predicts a policy token of a successful
-  episode (the action mask times R != 0); nothing outside the action mask;
+  episode (the policy mask times R != 0); nothing outside the policy mask;
 * embeddings: prompt and tool positions still get an *indirect* gradient through attention,
   because later policy tokens read them.
 
@@ -13,24 +13,24 @@ Run: ``python examples/ch6_action_mask.py``
 
 from __future__ import annotations
 
+import argparse
+
 import torch
 import torch.nn.functional as F
 
-import bugfix_gym as bg
-from agents.base_agent import make_base_agent
-from agents.rollout import collate, rollout_batch
+from agents.rollout import collate
+from ch6_common import base_agent, sample, set_threads, tok, train_tasks
 
 BOOK_DIRECT = (70, 70, 0)  # positions with a logit gradient, policy tokens of successes, outside the mask
 BOOK_EMB = {"prompt": (480, 1.87e-4), "policy": (954, 1.49e-4), "tool": (1149, 3.18e-5)}
 
 
-def main() -> None:
-    torch.set_num_threads(1)  # a tiny model: one thread is as fast, and polite on a shared machine
-    tok = bg.build_tokenizer(bg.make_tasks("all"))
-    base = make_base_agent(tok)
-    tasks = [t for t in bg.make_tasks("train") for _ in range(4)]  # 80 episodes
-    trajs = rollout_batch(base, [bg.BugFixEnv() for _ in tasks], tasks, tok, generator=torch.Generator().manual_seed(0))
-    batch = collate(trajs, tok.pad_id)  # ids [B, T], action_mask [B, T-1], rewards [B]
+def main(argv: list[str] | None = None) -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
+    set_threads()
+    base = base_agent()
+    trajs = sample(base, train_tasks, 4, seed=0)  # 80 episodes, in task order
+    batch = collate(trajs, tok.pad_id)  # ids [B, T], policy_mask [B, T-1], rewards [B]
     B = batch["ids"].shape[0]
     print(f"{B} base-agent episodes, {int(batch['rewards'].sum())} successful\n")
 
@@ -45,7 +45,7 @@ def main() -> None:
     hook.remove()
     logits.retain_grad()
     logp = F.log_softmax(logits[:, :-1], -1).gather(-1, batch["ids"][:, 1:, None]).squeeze(-1)  # [B, T-1]
-    mask, R = batch["action_mask"], batch["rewards"]
+    mask, R = batch["policy_mask"], batch["rewards"]
     loss = -(R[:, None] * mask * logp).sum() / B  # eq. (6.2): returns weight each episode's policy tokens
     loss.backward()
 
@@ -56,9 +56,9 @@ def main() -> None:
     print(f"{'':<44}{'ours':>8}{'book':>8}")
     print(f"{'positions with a direct (logit) gradient':<44}{n_direct:>8}{BOOK_DIRECT[0]:>8}")
     print(f"{'policy tokens of successful episodes':<44}{n_success_policy:>8}{BOOK_DIRECT[1]:>8}")
-    print(f"{'direct gradient outside the action mask':<44}{outside:>8}{BOOK_DIRECT[2]:>8}")
+    print(f"{'direct gradient outside the policy mask':<44}{outside:>8}{BOOK_DIRECT[2]:>8}")
     same = torch.equal(direct, (mask * R[:, None]) != 0)
-    print(f"direct-gradient positions == action mask x (R != 0), position for position: {same}\n")
+    print(f"direct-gradient positions == policy mask x (R != 0), position for position: {same}\n")
 
     owner = batch["owner"]  # [B, T], 0 = pad
     emb_grad = embedded["h"].grad.norm(dim=-1)  # [B, T]

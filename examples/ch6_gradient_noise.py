@@ -4,31 +4,43 @@ The 240 base-agent probe episodes (12 per train task) give per-episode contribut
 (R_n - mean R) * grad log p(tau_n) over all TinyAgent parameters; 20 random disjoint pairs of
 batches of 8, 32 and 120 episodes are compared by cosine similarity.
 
-Run: ``.venv/bin/python examples/ch6_gradient_noise.py``
+Run: ``python examples/ch6_gradient_noise.py``
 """
+from __future__ import annotations
+
+import argparse
 import time
 
 import torch
 import torch.nn.functional as F
 
-from ch6_common import base_agent, episode_scores, probe
+from ch6_common import base_agent, episode_scores, probe, set_threads
 
-start = time.perf_counter()
-base = base_agent()
-trajs = probe(base, seed=3)
-scores = episode_scores(base, trajs)  # [N, n_params]
-rewards = torch.tensor([t.reward for t in trajs])  # [N]
-centered = (rewards - rewards.mean())[:, None] * scores  # [N, n_params]
-gen = torch.Generator().manual_seed(0)
-book = {8: -0.092, 32: 0.165, 120: 0.418}
-print(f"{'batch size':<12}{'mean cosine (ours)':>20}{'std':>7}{'book':>8}")
-for size in [8, 32, 120]:
-    cos = []
-    for _ in range(20):  # 20 random disjoint pairs
-        order = torch.randperm(len(centered), generator=gen)
-        first, second = centered[order[:size]].mean(0), centered[order[size:2 * size]].mean(0)
-        cos.append(F.cosine_similarity(first, second, dim=0).item())
-    cos = torch.tensor(cos)
-    print(f"{size:<12}{cos.mean().item():>20.3f}{cos.std().item():>7.3f}{book[size]:>8.3f}")
-print(f"(probe mean reward {rewards.mean():.3f}; book 0.188)")
-print(f"\nwall time {time.perf_counter() - start:.1f} s")
+BOOK = {8: -0.092, 32: 0.165, 120: 0.418}
+
+
+def main(argv: list[str] | None = None) -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
+    set_threads()
+    start = time.perf_counter()
+    base = base_agent()
+    trajs = probe(base, seed=3)
+    scores = episode_scores(base, trajs)  # [N, n_params]
+    rewards = torch.tensor([t.reward for t in trajs])  # [N]
+    centered = (rewards - rewards.mean())[:, None] * scores  # [N, n_params]
+    gen = torch.Generator().manual_seed(0)
+    print(f"{'batch size':<12}{'mean cosine (ours)':>20}{'std':>7}{'book':>8}")
+    for size in [8, 32, 120]:
+        cos = []
+        for _ in range(20):  # 20 random disjoint pairs
+            order = torch.randperm(len(centered), generator=gen)
+            first, second = centered[order[:size]].mean(0), centered[order[size:2 * size]].mean(0)
+            cos.append(F.cosine_similarity(first, second, dim=0).item())
+        cos_t = torch.tensor(cos)
+        print(f"{size:<12}{cos_t.mean().item():>20.3f}{cos_t.std().item():>7.3f}{BOOK[size]:>8.3f}")
+    print(f"(probe mean reward {rewards.mean():.3f}; book 0.188)")
+    print(f"\nwall time {time.perf_counter() - start:.1f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,110 +1,173 @@
 """Book §6.7: REINFORCE on TinyAgent from the base agent, 80 steps x 64 episodes, then what it learned.
 
-The book's recipe through ``agents.reinforce.Reinforce``: episodes from random train tasks
-(seeded generator), advantage R - b with an EMA baseline started at the base agent's
-measured train pass rate, ``token_mean`` aggregation, Adam 2e-3, grad-norm clip 1.0,
-held-out pass rate every 10 steps (8 episodes per held-out task). Prints the book's table
-with ours beside it, saves the learning curve to ``docs/reinforce_curve.png``, then the
-before/after table on both splits and the behaviour analysis (read rate, edits per
-episode, first edit right, most common call sequences).
+The book's recipe through ``agents.reinforce.Reinforce`` on ``make_vec_env("BugFix-v0", n_envs=64)``
+over the train tasks (each env draws its tasks with its own seeded generator): 64 episodes per step,
+advantage R - b with an EMA baseline started at the base agent's measured train pass rate (16
+episodes per task), ``token_mean`` aggregation, Adam 2e-3, grad-norm clip 1.0, held-out pass rate
+every 10 steps (8 episodes per held-out task, :class:`ch6_common.HeldOutEval`).
 
-Run: ``.venv/bin/python examples/ch6_reinforce.py`` (options: ``--steps``, ``--seed``, ``--lr``,
-``--mode``, ``--png``).
+Batches: ``--batches fresh`` (default, the book's) plays one new episode per env per step
+(:class:`ch6_common.BookReinforce`); ``--batches span`` is the engine's default, where at least 64
+episodes finish per step and an unfinished episode continues into the next step.
+
+Prints the book's table with ours beside it, saves the learning curve (default
+``runs/figures/reinforce_curve.png``) and the trained model (``runs/examples/reinforce_ch6.zip``),
+then the before/after table on both splits and the behaviour analysis (read rate, edits per
+episode, first edit right, most common call sequences). Our numbers and the runs behind them:
+docs/chapter6.md.
+
+Run: ``python examples/ch6_reinforce.py`` (``--quick``: 10 steps; ``--steps``, ``--seed``, ``--lr``,
+``--mode``, ``--base-steps``, ``--batches``; ``--png docs/reinforce_curve.png`` to update the
+documented figure).
 """
+from __future__ import annotations
+
 import argparse
 import copy
 import time
 from collections import Counter
 from pathlib import Path
 
-import matplotlib
+from matplotlib.figure import Figure
+from stable_baselines3.common.env_util import make_vec_env
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from agents.reinforce import Reinforce  # noqa: E402
-from agents.rollout import rollout_stats  # noqa: E402
-from bugfix_gym import parse_call  # noqa: E402
-from ch6_common import FIX_OP, ROOT, base_agent, heldout_tasks, sample, short, tok, train_tasks  # noqa: E402
-
-parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-parser.add_argument("--steps", type=int, default=80)
-parser.add_argument("--episodes", type=int, default=64)
-parser.add_argument("--seed", type=int, default=0)
-parser.add_argument("--lr", type=float, default=2e-3)
-parser.add_argument("--mode", default="token_mean")
-parser.add_argument("--base-seed", type=int, default=0)
-parser.add_argument("--base-steps", type=int, default=None,
-                    help="behaviour-cloning steps of the base agent (default: the project's, 800)")
-parser.add_argument("--png", default=str(ROOT / "docs" / "reinforce_curve.png"))
-parser.add_argument("--save", default=str(ROOT / "runs" / "reinforce_ch6.pt"), help="checkpoint path ('' = none)")
-args = parser.parse_args()
+from agents.callbacks import StopAfterIterations
+from agents.model import TinyAgent
+from agents.reinforce import Reinforce
+from agents.rollout import evaluate
+from bugfix_gym import parse_call
+from ch6_common import (FIX_OP, RUNS, BookReinforce, HeldOutEval, base_agent, heldout_tasks, sample, set_threads,
+                        short, tok, train_tasks)
 
 BOOK_STEPS = {0: (0.156, 0.263), 10: (0.328, 0.200), 20: (0.469, 0.375), 30: (0.531, 0.375), 40: (0.719, 0.525),
               50: (0.781, 0.537), 60: (0.828, 0.475), 70: (0.844, 0.537), 80: (None, 0.450)}
-
-base = base_agent(args.base_seed, args.base_steps)
-agent = Reinforce(copy.deepcopy(base), tok, train_tasks=train_tasks, eval_tasks=heldout_tasks,
-                  episodes_per_step=args.episodes, lr=args.lr, mode=args.mode, seed=args.seed)
-start = time.perf_counter()
-agent.learn(args.steps)
-wall = time.perf_counter() - start
-print(f"EMA baseline started at the base agent's measured train pass rate {agent.baseline_init_value:.3f} "
-      f"(book 0.119)")
-evals = dict(agent.evals)
-print(f"\n{'step':>4} | {'batch reward':>12} {'held-out':>9} {'loss':>8} {'grad norm':>9} | {'book reward':>11} "
-      f"{'held-out':>9}")
-for step in range(0, args.steps + 1, 10):
-    rec = agent.history[step] if step < len(agent.history) else None
-    br, bh = BOOK_STEPS.get(step, (None, None))
-    cols = (f"{rec['reward']:>12.3f} {evals.get(step, float('nan')):>9.3f} {rec['loss']:>+8.4f} "
-            f"{rec['grad_norm']:>9.2f}" if rec else f"{'':>12} {evals.get(step, float('nan')):>9.3f} {'':>8} {'':>9}")
-    book = f"{br:>11.3f} {bh:>9.3f}" if br is not None else f"{'':>11} {bh:>9.3f}" if bh is not None else ""
-    print(f"{step:>4} | {cols} | {book}")
-skipped = sum(h["skipped"] for h in agent.history)
-clipped = sum(h["grad_norm"] > 1.0 for h in agent.history)
-print(f"\nwall time: {wall:.1f} s for {args.steps} steps x {args.episodes} episodes, of which held-out evaluation "
-      f"{agent.eval_time:.1f} s (book: ~7 s on its host) | skipped steps {skipped} | steps with grad norm > 1: "
-      f"{clipped}")
-
-# learning curve
-fig, ax = plt.subplots(figsize=(7, 4))
-ax.plot([h["step"] for h in agent.history], [h["reward"] for h in agent.history], lw=1, label="batch reward (train)")
-ax.plot(list(evals), list(evals.values()), "o-", label="held-out pass rate (8 / task)")
-ax.axhline(agent.baseline_init_value, color="grey", ls=":", label="base agent, train")
-ax.set_xlabel("REINFORCE step (64 episodes each)")
-ax.set_ylabel("pass rate")
-ax.set_ylim(0, 1)
-ax.set_title("REINFORCE from the base agent (book §6.7, fig. 6.3)")
-ax.legend(loc="upper left")
-fig.tight_layout()
-Path(args.png).parent.mkdir(exist_ok=True)
-fig.savefig(args.png, dpi=120)
-print(f"learning curve saved to {args.png}")
-if args.save:
-    agent.save(args.save)
-    print(f"trainer saved to {args.save} (Reinforce.load)")
-
-# before / after, 16 episodes per task, both splits
 BOOK_TABLE = {("base", "train"): 0.144, ("REINFORCE", "train"): 0.775, ("base", "held-out"): 0.125,
               ("REINFORCE", "held-out"): 0.456}
-print(f"\n{'':<22}{'pass':>7}{'valid':>7}{'submit':>8}{'turns':>7}{'tokens':>8} | {'book pass':>9}")
-for name, tasks in [("train", train_tasks), ("held-out", heldout_tasks)]:
-    for who, model in [("base", base), ("REINFORCE", agent.model)]:
-        s = rollout_stats(sample(model, tasks, 16, seed=7))
-        print(f"{who + ', ' + name:<22}{s['pass_rate']:>7.3f}{s['valid_calls']:>7.3f}{s['submit_rate']:>8.3f}"
-              f"{s['turns']:>7.2f}{s['action_tokens']:>8.2f} | {BOOK_TABLE[(who, name)]:>9.3f}")
-
-# behaviour analysis (seed 8, 16 per task)
 BOOK_BEHAVIOUR = {"train": (0.00, 2.18, 0.50), "held-out": (0.00, 3.48, 0.23)}
-print()
-for name, tasks in [("train", train_tasks), ("held-out", heldout_tasks)]:
-    trajs = sample(agent.model, tasks, 16, seed=8)
-    reads = sum(any(parse_call(a) == ("read", None) for a in t.info["actions"]) for t in trajs) / len(trajs)
-    edits = sum(len(t.info["ops"]) for t in trajs) / len(trajs)
-    first_right = sum(bool(t.info["ops"]) and t.info["ops"][0] == FIX_OP[t.task] for t in trajs) / len(trajs)
-    br, be, bf = BOOK_BEHAVIOUR[name]
-    print(f"{name}: read {reads:.2f} | edits per episode {edits:.2f} | first edit is the right op {first_right:.2f}"
-          f"   (book: read {br:.2f} | edits {be:.2f} | first right {bf:.2f})")
-    for calls, count in Counter(" -> ".join(map(short, t.info["actions"])) for t in trajs).most_common(3):
-        print(f"  {count:3d} x {calls}")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=80, help="REINFORCE steps (book: 80)")
+    parser.add_argument("--quick", action="store_true", help="10 steps (a smoke run, not the book's table)")
+    parser.add_argument("--episodes", type=int, default=64, help="episodes per step and envs (book: 64)")
+    parser.add_argument("--batches", choices=("fresh", "span"), default="fresh",
+                        help="fresh: one new episode per env per step (the book's); span: the engine's default, "
+                             "unfinished episodes continue into the next step")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--lr", type=float, default=2e-3)
+    parser.add_argument("--mode", default="token_mean", help="loss aggregation mode")
+    parser.add_argument("--base-seed", type=int, default=0)
+    parser.add_argument("--base-steps", type=int, default=None,
+                        help="behaviour-cloning steps of the base agent (default: the project's, 800)")
+    parser.add_argument("--png", type=Path, default=RUNS / "figures" / "reinforce_curve.png",
+                        help="learning-curve figure (default runs/figures/reinforce_curve.png)")
+    parser.add_argument("--save", default=str(RUNS / "examples" / "reinforce_ch6.zip"),
+                        help="trained model file ('' = none)")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.steps = 10
+    if args.steps < 1 or args.episodes < 1:
+        parser.error("--steps and --episodes must be positive")
+    return args
+
+
+def train(args: argparse.Namespace, base: TinyAgent) -> tuple[Reinforce, HeldOutEval, float, float]:
+    """The book's run; returns the trainer, its held-out evaluations, the EMA's start and the wall time."""
+    baseline_init = evaluate(base, tok, train_tasks, 16, args.seed)["pass_rate"]  # measured, as the book does
+    env = make_vec_env("BugFix-v0", n_envs=args.episodes, seed=args.seed,
+                       env_kwargs=dict(tasks=train_tasks, render_mode=None))  # None: SB3 would ask for rgb_array
+    cls = BookReinforce if args.batches == "fresh" else Reinforce
+    model = cls("TinyAgentPolicy", env, base_agent=copy.deepcopy(base), policy_kwargs=dict(tokenizer=tok),
+                n_episodes=args.episodes, learning_rate=args.lr, loss_mode=args.mode, seed=args.seed,
+                baseline_init=baseline_init)
+    heldout = HeldOutEval(heldout_tasks, every=10)
+    start = time.perf_counter()
+    model.learn(10**9, callback=[StopAfterIterations(args.steps), heldout])
+    return model, heldout, baseline_init, time.perf_counter() - start
+
+
+def print_steps(model: Reinforce, heldout: HeldOutEval, steps: int) -> None:
+    """The book's table: batch reward, held-out pass rate, loss and gradient norm every 10 steps."""
+    diag = model.diagnostics
+    print(f"\n{'step':>4} | {'batch reward':>12} {'held-out':>9} {'loss':>8} {'grad norm':>9} | {'book reward':>11} "
+          f"{'held-out':>9}")
+    for step in range(0, steps + 1, 10):
+        rec = diag[step] if step < len(diag) else None
+        h = heldout.pass_rate.get(step, float("nan"))
+        br, bh = BOOK_STEPS.get(step, (None, None))
+        cols = (f"{rec['reward']:>12.3f} {h:>9.3f} {rec['loss']:>+8.4f} {rec['grad_norm']:>9.2f}" if rec
+                else f"{'':>12} {h:>9.3f} {'':>8} {'':>9}")
+        book = f"{br:>11.3f} {bh:>9.3f}" if br is not None else f"{'':>11} {bh:>9.3f}" if bh is not None else ""
+        print(f"{step:>4} | {cols} | {book}")
+
+
+def save_curve(model: Reinforce, heldout: HeldOutEval, baseline_init: float, png: Path) -> None:
+    fig = Figure(figsize=(7, 4))
+    ax = fig.subplots()
+    ax.plot([d["iteration"] - 1 for d in model.diagnostics], [d["reward"] for d in model.diagnostics], lw=1,
+            label="batch reward (train)")
+    ax.plot(list(heldout.pass_rate), list(heldout.pass_rate.values()), "o-", label="held-out pass rate (8 / task)")
+    ax.axhline(baseline_init, color="grey", ls=":", label="base agent, train")
+    ax.set_xlabel("REINFORCE step")
+    ax.set_ylabel("pass rate")
+    ax.set_ylim(0, 1)
+    ax.set_title("REINFORCE from the base agent (book §6.7, fig. 6.3)")
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=120)
+    print(f"learning curve saved to {png}")
+
+
+def before_after(base: TinyAgent, trained: TinyAgent) -> None:
+    """Base agent vs the trained policy, 16 episodes per task, both splits (seed 7)."""
+    print(f"\n{'':<22}{'pass':>7}{'valid':>7}{'submit':>8}{'turns':>7}{'tokens':>8} | {'book pass':>9}")
+    for name, tasks in [("train", train_tasks), ("held-out", heldout_tasks)]:
+        for who, model in [("base", base), ("REINFORCE", trained)]:
+            s = evaluate(model, tok, tasks, 16, seed=7)
+            print(f"{who + ', ' + name:<22}{s['pass_rate']:>7.3f}{s['valid_calls']:>7.3f}{s['submit_rate']:>8.3f}"
+                  f"{s['turns']:>7.2f}{s['policy_tokens']:>8.2f} | {BOOK_TABLE[(who, name)]:>9.3f}")
+
+
+def behaviour(trained: TinyAgent) -> None:
+    """What the trained policy does (seed 8, 16 episodes per task): reads, edits, first edit right."""
+    print()
+    for name, tasks in [("train", train_tasks), ("held-out", heldout_tasks)]:
+        trajs = sample(trained, tasks, 16, seed=8)
+        reads = sum(any(parse_call(a) == ("read", None) for a in t.info["actions"]) for t in trajs) / len(trajs)
+        edits = sum(len(t.info["ops"]) for t in trajs) / len(trajs)
+        first_right = sum(bool(t.info["ops"]) and t.info["ops"][0] == FIX_OP[t.task] for t in trajs) / len(trajs)
+        br, be, bf = BOOK_BEHAVIOUR[name]
+        print(f"{name}: read {reads:.2f} | edits per episode {edits:.2f} | first edit is the right op "
+              f"{first_right:.2f}   (book: read {br:.2f} | edits {be:.2f} | first right {bf:.2f})")
+        for calls, count in Counter(" -> ".join(map(short, t.info["actions"])) for t in trajs).most_common(3):
+            print(f"  {count:3d} x {calls}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    set_threads()
+    base = base_agent(args.base_seed, args.base_steps)
+    model, heldout, baseline_init, wall = train(args, base)
+    print(f"EMA baseline started at the base agent's measured train pass rate {baseline_init:.3f} (book 0.119)")
+    print_steps(model, heldout, args.steps)
+    diag = model.diagnostics
+    skipped = sum(d["skipped"] for d in diag)
+    clipped = sum(d["grad_norm"] > 1.0 for d in diag)
+    episodes = sum(d["rollout"]["episodes"] for d in diag) / len(diag)
+    print(f"\nwall time: {wall:.1f} s for {len(diag)} steps ({args.batches} batches, {episodes:.1f} episodes per step "
+          f"on average), of which held-out evaluation {heldout.seconds:.1f} s (book: ~7 s on its host) | skipped "
+          f"steps {skipped} | steps with grad norm > 1: {clipped}")
+    save_curve(model, heldout, baseline_init, args.png)
+    if args.save:
+        Path(args.save).parent.mkdir(parents=True, exist_ok=True)
+        model.save(args.save)
+        print(f"model saved to {args.save} ({type(model).__name__}.load)")
+    trained = model.policy.model
+    before_after(base, trained)
+    behaviour(trained)
+
+
+if __name__ == "__main__":
+    main()

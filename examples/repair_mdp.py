@@ -25,8 +25,14 @@ Actions: 0 read, 1 edit, 2 test, 3 submit. Transitions:
 With gamma = 1 the expected return J is exact by solving ``(I - P_pi) V = r_pi`` over the six
 transient states; any softmax policy submits with positive probability, so every episode
 ends. ``policy_evaluation`` is differentiable, so autograd gives the exact gradient of J.
+
+Imported by ``ch6_score_function.py`` and ``ch6_baselines.py``. Run on its own, it prints the
+exact J of three policies next to the mean return of sampled episodes (a self-check):
+``python examples/repair_mdp.py [--episodes N]``.
 """
 from __future__ import annotations
+
+import argparse
 
 import torch
 
@@ -74,7 +80,8 @@ def policy_evaluation(P: torch.Tensor, R: torch.Tensor, policy: torch.Tensor, ga
     return torch.cat([V, torch.zeros(1, dtype=P.dtype)])
 
 
-def sample_repair(P, R, policy, n, generator, max_steps=50):
+def sample_repair(P: torch.Tensor, R: torch.Tensor, policy: torch.Tensor, n: int, generator: torch.Generator,
+                  max_steps: int = 50) -> tuple[torch.Tensor, torch.Tensor]:
     """Run n repair-MDP episodes in parallel -> visit counts [n, S, A] and returns [n] (book §6.1)."""
     S, A = R.shape
     state = torch.zeros(n, dtype=torch.long)  # every episode starts 'unread'
@@ -91,3 +98,37 @@ def sample_repair(P, R, policy, n, generator, max_steps=50):
         state = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
         alive &= state != S - 1
     return visits, returns
+
+
+def deterministic_policy(actions: dict[int, int], dtype=torch.float64) -> torch.Tensor:
+    """``{state: action}`` -> policy [S, A] (states not listed: uniform)."""
+    policy = torch.full((7, 4), 0.25, dtype=dtype)
+    for s, a in actions.items():
+        policy[s] = 0.0
+        policy[s, a] = 1.0
+    return policy
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--episodes", type=int, default=20_000, help="Monte-Carlo episodes per policy")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    P, R = make_repair_mdp()
+    policies = {
+        "uniform": deterministic_policy({}),
+        "blind: edit, submit": deterministic_policy({0: EDIT, 2: SUBMIT, 3: SUBMIT}),
+        "read, edit, test, submit": deterministic_policy({0: READ, 1: EDIT, 2: TEST, 3: TEST, 4: EDIT, 5: SUBMIT}),
+    }
+    gen = torch.Generator().manual_seed(0)
+    print(f"exact J vs the mean return of {args.episodes:,} sampled episodes")
+    print(f"{'policy':<26}{'exact J':>9}{'MC mean':>9}{'std err':>9}")
+    for name, policy in policies.items():
+        J = policy_evaluation(P, R, policy)[0].item()
+        _, returns = sample_repair(P, R, policy, args.episodes, gen)
+        se = returns.std().item() / args.episodes ** 0.5
+        print(f"{name:<26}{J:>9.4f}{returns.mean().item():>9.4f}{se:>9.4f}")
+
+
+if __name__ == "__main__":
+    main()
