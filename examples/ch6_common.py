@@ -1,6 +1,6 @@
 """Shared set-up of the chapter-6 examples: tokenizer, task splits, the (cached) base agent,
 seeded sampling, the per-episode score gradients used by §6.4, §6.5 and §6.8, and for the §6.7
-REINFORCE run the book's batches (:class:`BookReinforce`) and a held-out evaluation callback.
+REINFORCE run a held-out evaluation callback.
 
 The base agent is ``make_base_agent(tok, seed=0)`` with the project's default recipe, built
 once and cached by :func:`agents.base_agent.cached_base_agent` (keyed by a hash of the recipe),
@@ -17,12 +17,10 @@ from typing import Any, Sequence
 
 import torch
 from stable_baselines3.common.callbacks import BaseCallback
-from stable_baselines3.common.vec_env import VecEnv
 
 from agents.base_agent import cached_base_agent
 from agents.model import TinyAgent, sequence_log_probs
-from agents.reinforce import Reinforce
-from agents.rollout import EpisodeSampler, Trajectory, sample_episodes
+from agents.rollout import Trajectory, sample_episodes
 from bugfix_gym import build_tokenizer, make_tasks, parse_call
 
 tok = build_tokenizer(make_tasks("all"))
@@ -110,25 +108,3 @@ class HeldOutEval(BaseCallback):
 
     def _on_step(self) -> bool:
         return True
-
-
-class FreshBatchSampler(EpisodeSampler):
-    """The book's batches: every :meth:`collect` starts each env afresh and keeps its first episode
-    only, so a batch is exactly one new episode per env, all sampled by the current policy. (The
-    engine's own sampler lets an unfinished episode continue into the next batch.) Envs whose episode
-    is over play ``filler`` calls until the last one finishes; those calls are not recorded.
-    """
-
-    def collect(self, model: TinyAgent, n_episodes: int, **kwargs: Any) -> list[Trajectory]:
-        kwargs["recorded"] = [True] * self.venv.num_envs
-        return super().collect(model, min(n_episodes, self.venv.num_envs), **kwargs)
-
-
-class BookReinforce(Reinforce):
-    """:class:`agents.reinforce.Reinforce` on the book's batches (:class:`FreshBatchSampler`): give it
-    ``n_envs == n_episodes`` envs (book: 64)."""
-
-    def _make_sampler(self, env: VecEnv | None) -> EpisodeSampler | None:
-        if env is None:
-            return None
-        return FreshBatchSampler(env, self.policy.tokenizer, self.policy.max_call_tokens, grammar=self.policy.grammar)

@@ -6,9 +6,9 @@ advantage R - b with an EMA baseline started at the base agent's measured train 
 episodes per task), ``token_mean`` aggregation, Adam 2e-3, grad-norm clip 1.0, held-out pass rate
 every 10 steps (8 episodes per held-out task, :class:`ch6_common.HeldOutEval`).
 
-Batches: ``--batches fresh`` (default, the book's) plays one new episode per env per step
-(:class:`ch6_common.BookReinforce`); ``--batches span`` is the engine's default, where at least 64
-episodes finish per step and an unfinished episode continues into the next step.
+Batches: ``--batches fresh`` (default, the book's and the engine's) plays one new episode per env
+per step, all under the current policy; ``--batches span`` (``fresh_batches=False``) lets an
+unfinished episode continue into the next step (docs/chapter6.md has what that does here).
 
 Prints the book's table with ours beside it, saves the learning curve (default
 ``runs/figures/reinforce_curve.png``) and the trained model (``runs/examples/reinforce_ch6.zip``),
@@ -36,7 +36,7 @@ from agents.model import TinyAgent
 from agents.reinforce import Reinforce
 from agents.rollout import evaluate
 from bugfix_gym import parse_call
-from ch6_common import (FIX_OP, RUNS, BookReinforce, HeldOutEval, base_agent, heldout_tasks, sample, set_threads,
+from ch6_common import (FIX_OP, RUNS, HeldOutEval, base_agent, heldout_tasks, sample, set_threads,
                         short, tok, train_tasks)
 
 BOOK_STEPS = {0: (0.156, 0.263), 10: (0.328, 0.200), 20: (0.469, 0.375), 30: (0.531, 0.375), 40: (0.719, 0.525),
@@ -77,10 +77,9 @@ def train(args: argparse.Namespace, base: TinyAgent) -> tuple[Reinforce, HeldOut
     baseline_init = evaluate(base, tok, train_tasks, 16, args.seed)["pass_rate"]  # measured, as the book does
     env = make_vec_env("BugFix-v0", n_envs=args.episodes, seed=args.seed,
                        env_kwargs=dict(tasks=train_tasks, render_mode=None))  # None: SB3 would ask for rgb_array
-    cls = BookReinforce if args.batches == "fresh" else Reinforce
-    model = cls("TinyAgentPolicy", env, base_agent=copy.deepcopy(base), policy_kwargs=dict(tokenizer=tok),
-                n_episodes=args.episodes, learning_rate=args.lr, loss_mode=args.mode, seed=args.seed,
-                baseline_init=baseline_init)
+    model = Reinforce("TinyAgentPolicy", env, base_agent=copy.deepcopy(base), policy_kwargs=dict(tokenizer=tok),
+                      n_episodes=args.episodes, learning_rate=args.lr, loss_mode=args.mode, seed=args.seed,
+                      baseline_init=baseline_init, fresh_batches=args.batches == "fresh")
     heldout = HeldOutEval(heldout_tasks, every=10)
     start = time.perf_counter()
     model.learn(10**9, callback=[StopAfterIterations(args.steps), heldout])

@@ -2,7 +2,7 @@
 surrogate is right near pi_old and drifts away from the measured improvement as the policy moves.
 
 The old batch is 320 base-agent episodes (16 per train task, seed 0). A copy of the base agent
-takes k REINFORCE steps (the §6.7 trainer, ``ch6_common.BookReinforce``: ``agents.reinforce.Reinforce``
+takes k REINFORCE steps (the §6.7 trainer, ``agents.reinforce.Reinforce``
 on 64 train envs, one fresh episode per env per step, Adam ``--lr`` 2e-3, EMA baseline started at
 the base agent's measured train pass rate, token_mean, seed 1). After k = 0, 1, 3, 10, 30 updates (a callback
 measures at the start of the next rollout) we reweight the old batch to the moved policy with
@@ -34,8 +34,8 @@ from stable_baselines3.common.callbacks import BaseCallback
 
 from agents.callbacks import StopAfterIterations
 from agents.model import TinyAgent
+from agents.reinforce import Reinforce
 from agents.rollout import Trajectory, collate, evaluate
-from ch6_common import BookReinforce
 from ch8_common import (FIGURES, base_agent, batch_logp, book_vs_ours, old_batch, pass_rate, sample, set_threads,
                         tok, train_env, train_tasks)
 
@@ -112,9 +112,9 @@ class Reweighting:
 def train_and_measure(rw: Reweighting, base: TinyAgent, lr: float, seed: int, start: float) -> None:
     """k REINFORCE updates from ``base`` in one ``learn`` call; ``rw`` measures after each k in KS."""
     baseline_init = evaluate(base, tok, train_tasks, 16, seed)["pass_rate"]
-    trainer = BookReinforce("TinyAgentPolicy", train_env(64, seed), base_agent=copy.deepcopy(base),
-                            policy_kwargs=dict(tokenizer=tok), n_episodes=64, learning_rate=lr, seed=seed,
-                            baseline_init=baseline_init)
+    trainer = Reinforce("TinyAgentPolicy", train_env(64, seed), base_agent=copy.deepcopy(base),
+                        policy_kwargs=dict(tokenizer=tok), n_episodes=64, learning_rate=lr, seed=seed,
+                        baseline_init=baseline_init)
     print(f"REINFORCE: lr {lr:g}, seed {seed}, 64 fresh episodes per step, EMA baseline from {baseline_init:.3f}")
 
     def at(k: int) -> None:
