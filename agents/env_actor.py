@@ -11,7 +11,6 @@ from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
-from gymnasium import spaces
 
 import bugfix_gym  # noqa: F401  (registers BugFix-v0 in every actor's process, so env_fns may gym.make it)
 
@@ -31,7 +30,7 @@ class EnvActor:
         self.env = env
         self.reset_info: dict[str, Any] = {}
 
-    def spaces(self) -> tuple[spaces.Space, spaces.Space]:
+    def spaces(self) -> tuple[gym.spaces.Space, gym.spaces.Space]:
         return self.env.observation_space, self.env.action_space
 
     def step(self, action: Any) -> tuple[Any, float, bool, dict[str, Any], dict[str, Any]]:

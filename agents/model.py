@@ -204,7 +204,8 @@ class CausalSelfAttention(nn.Module):
             if g.rows is None:
                 keys, vals = cache.k[layer, :, :, :g.n_keys], cache.v[layer, :, :, :g.n_keys]  # [B, nh, P, hs] views
             else:
-                keys, vals = cache.k[layer, g.rows, :, :g.n_keys], cache.v[layer, g.rows, :, :g.n_keys]  # [R, nh, P, hs]
+                keys = cache.k[layer, g.rows, :, :g.n_keys]  # [R, nh, P, hs]
+                vals = cache.v[layer, g.rows, :, :g.n_keys]  # [R, nh, P, hs]
             qg = q if g.index is None else q[g.index]  # [n_g, C]
             if g.q_row is None:  # one token per row, in order
                 qp = qg.view(g.n_rows, 1, nh, hs).transpose(1, 2)  # [R, nh, 1, hs]

@@ -99,7 +99,8 @@ class TokenPPO(TokenOnPolicyAlgorithm):
     """
 
     saved_args: ClassVar[tuple[str, ...]] = TokenOnPolicyAlgorithm.saved_args + (
-        "gae_lambda", "ent_coef", "vf_coef", "batch_size", "n_epochs", "clip_range", "clip_range_vf", "normalize_advantage", "target_kl", "n_minibatches",
+        "gae_lambda", "ent_coef", "vf_coef", "batch_size", "n_epochs", "clip_range", "clip_range_vf",
+        "normalize_advantage", "target_kl", "n_minibatches",
         "clip_range_high", "dual_clip", "kl_coef", "kl_estimator", "loss_mode", "loss_norm_const", "target_kl_mode",
         "recompute_old_logp", "critic_warmup_steps", "critic_warmup_lr", "forward_chunk")
 
@@ -179,7 +180,8 @@ class TokenPPO(TokenOnPolicyAlgorithm):
                          stats_window_size=stats_window_size, tensorboard_log=tensorboard_log,
                          policy_kwargs=policy_kwargs, verbose=verbose, seed=seed, device=device,
                          _init_setup_model=_init_setup_model, base_agent=base_agent, temperature=temperature,
-                         max_call_tokens=max_call_tokens, fresh_batches=fresh_batches, async_envs=async_envs, rollout_buffer_class=rollout_buffer_class,
+                         max_call_tokens=max_call_tokens, fresh_batches=fresh_batches, async_envs=async_envs,
+                         rollout_buffer_class=rollout_buffer_class,
                          rollout_buffer_kwargs=rollout_buffer_kwargs, monitor_wrapper=monitor_wrapper)
 
     def _setup_model(self) -> None:

@@ -131,7 +131,8 @@ class Reinforce(TokenOnPolicyAlgorithm):
                          max_grad_norm=max_grad_norm, stats_window_size=stats_window_size,
                          tensorboard_log=tensorboard_log, policy_kwargs=policy_kwargs, verbose=verbose, seed=seed,
                          device=device, _init_setup_model=_init_setup_model, base_agent=base_agent,
-                         temperature=temperature, max_call_tokens=max_call_tokens, fresh_batches=fresh_batches, async_envs=async_envs,
+                         temperature=temperature, max_call_tokens=max_call_tokens, fresh_batches=fresh_batches,
+                         async_envs=async_envs,
                          monitor_wrapper=monitor_wrapper)
 
     def _extra_state(self) -> dict[str, Any]:

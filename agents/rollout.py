@@ -263,7 +263,8 @@ class EpisodeSampler:
         """The episodes in progress as plain data (to stop and resume a training run)."""
         if self.episodes is None:
             return None
-        return [{k: getattr(ep, k) for k in ("ids", "owner", "logp", "rewards", "states", "cut")} for ep in self.episodes]
+        keys = ("ids", "owner", "logp", "rewards", "states", "cut")
+        return [{k: getattr(ep, k) for k in keys} for ep in self.episodes]
 
     def set_state(self, state: list[dict[str, Any]] | None) -> None:
         """Restore what :meth:`get_state` returned (critic values are recomputed at the next collect)."""

@@ -53,6 +53,7 @@ def __getattr__(name: str):
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
+
 __all__ = [
     "BugFixEnv", "CALLS", "CHARSET", "DEFECTS", "FIX_OPS", "OWNER_PAD", "OWNER_POLICY", "OWNER_PROMPT",
     "OWNER_TOOL", "Task", "TaskPackError", "Tokenizer", "action_mask", "apply_op", "build_tokenizer",

@@ -2,7 +2,8 @@
 
 A box holds one of a few colours. The agent can ``look`` (the observation says which colour)
 and ``answer <colour>``, which ends the episode: reward 1 if it looked and named the colour,
-else 0 (an answer given without looking never counts, so guessing cannot compete with looking). It exists to show that the token agents train
+else 0 (an answer given without looking never counts, so guessing cannot compete with looking).
+It exists to show that the token agents train
 on *any* Gymnasium environment with text observations and text actions (it uses gymnasium's
 own ``Text`` spaces, without a shape), and as a fast known-answer check of a trainer.
 """

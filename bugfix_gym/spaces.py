@@ -25,7 +25,8 @@ class BufferedText(spaces.Text):
     :param seed: seeds :meth:`sample`
     """
 
-    def __init__(self, max_length: int, *, min_length: int = 1, charset: frozenset[str] | str = spaces.text.alphanumeric,
+    def __init__(self, max_length: int, *, min_length: int = 1,
+                 charset: frozenset[str] | str = spaces.text.alphanumeric,
                  seed: int | np.random.Generator | None = None):
         super().__init__(max_length, min_length=min_length, charset=charset, seed=seed)
         self._shape = ()

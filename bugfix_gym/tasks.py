@@ -12,7 +12,7 @@ import copy
 import re
 import textwrap
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from .execution import Case, compile_function
 from .ops import DEFECTS, FIX_OPS, apply_op, inject_defect

@@ -122,7 +122,8 @@ def main(argv: list[str] | None = None) -> None:
     model = cached_base_agent(tok)  # the behaviour-cloned base agent
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, eps=1e-5)
     env = make_vec_env("BugFix-v0", n_envs=args.n_envs, seed=args.seed)
-    sampler, gen, rng = EpisodeSampler(env, tok), torch.Generator().manual_seed(args.seed), np.random.default_rng(args.seed)
+    sampler = EpisodeSampler(env, tok)
+    gen, rng = torch.Generator().manual_seed(args.seed), np.random.default_rng(args.seed)
     start = time.perf_counter()
     for it in range(1, args.iterations + 1):
         trajs = sampler.collect(model, args.n_episodes, generator=gen)  # whole episodes, KV cache, no grad

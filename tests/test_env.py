@@ -181,7 +181,7 @@ def test_tools_report_source_tests_and_changes():
     env.reset(options={"task": task})
     assert env.step("read")[0] == task.source
     obs = env.step("test")[0]
-    assert obs.startswith(f"visible tests : ") and f"/ {len(task.visible)} passed" in obs
+    assert obs.startswith("visible tests : ") and f"/ {len(task.visible)} passed" in obs
     assert env.step("edit swap_minmax")[0].startswith("changed line 2 : return max(lo, min(x, hi))")
     assert env.step("edit add_zero_guard")[0] == "no change"
     assert env.step("test")[0] == f"visible tests : {len(task.visible)} / {len(task.visible)} passed"
@@ -247,7 +247,8 @@ def test_package_exports_match_the_contract():
                  "OWNER_PROMPT", "OWNER_POLICY", "OWNER_TOOL", "generate_tasks", "load_task_pack"):
         assert hasattr(bugfix_gym, name), name
     assert len(CALLS) == 9 and len(set(CALLS)) == 9
-    assert (bugfix_gym.OWNER_PAD, bugfix_gym.OWNER_PROMPT, bugfix_gym.OWNER_POLICY, bugfix_gym.OWNER_TOOL) == (0, 1, 2, 3)
+    owners = (bugfix_gym.OWNER_PAD, bugfix_gym.OWNER_PROMPT, bugfix_gym.OWNER_POLICY, bugfix_gym.OWNER_TOOL)
+    assert owners == (0, 1, 2, 3)
 
 
 def test_throughput_benchmark_runs_and_reports_a_ratio(capsys):
@@ -444,8 +445,8 @@ def test_hide_outputs_blanks_only_the_named_tools_and_changes_nothing_else():
 
 def test_invalid_cost_is_charged_on_each_invalid_step_only():
     env = BugFixEnv(call_cost=0.1, invalid_cost=0.5)
-    got = [r for _, r, *_ in _play_calls(env, ["dance", "revert", "read" + " " * 400, "read", "edit swap_minmax",
-                                                "submit"])]
+    calls = ["dance", "revert", "read" + " " * 400, "read", "edit swap_minmax", "submit"]
+    got = [r for _, r, *_ in _play_calls(env, calls)]
     assert got == pytest.approx([-0.6, -0.6, -0.6, -0.1, -0.1, 0.9])
     plain = [r for _, r, *_ in _play_calls(BugFixEnv(), ["dance", "read", "edit swap_minmax", "submit"])]
     assert plain == [0.0, 0.0, 0.0, 1.0]  # off by default: an invalid call costs only its turn

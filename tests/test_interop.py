@@ -349,4 +349,3 @@ def test_tianshou_dqn_masks_with_obs_mask_and_ppo_updates():
     after = list(actor.parameters()) + list(critic.parameters())
     assert any(not torch.equal(a, b) for a, b in zip(before, after))
     envs.close()
-

@@ -102,7 +102,8 @@ def test_run_cases_turns_every_problem_into_a_failed_test():
     assert (report.passed, report.total) == (1, 3)
     assert report.first_failure == "f(0) expected 0 raised ZeroDivisionError"
     assert run_cases("def f(x:\n", "f", [((1,), 1)]).first_failure == "the code does not load : SyntaxError"
-    assert run_cases("def g(x):\n    return x\n", "f", [((1,), 1)]).first_failure == "the code does not load : NameError"
+    report = run_cases("def g(x):\n    return x\n", "f", [((1,), 1)])
+    assert report.first_failure == "the code does not load : NameError"
     deep = run_cases("def f(n):\n    return f(n + 1)\n", "f", [((0,), 0)])
     assert deep.first_failure == "f(0) expected 0 raised RecursionError"
     leave = run_cases("def f(n):\n    raise SystemExit(3)\n", "f", [((0,), 0)])
@@ -140,7 +141,8 @@ def test_results_are_cached_by_source_text():
 
 def test_ops_edit_the_right_characters_next_to_unicode_and_odd_line_separators():
     # ast columns count UTF-8 bytes and ast does not split lines at U+2028; edits must still land right.
-    src = 'def f(n):\n    label = "héé\u2028"; total = 1\n    for i in range(len(label), n):\n        total += i\n    return total\n'
+    src = ('def f(n):\n    label = "héé\u2028"; total = 1\n    for i in range(len(label), n):\n'
+           '        total += i\n    return total\n')
     assert apply_op(src, "fix_init") == src.replace("total = 1", "total = 0")
     assert apply_op(src, "fix_range_end") == src.replace("range(len(label), n)", "range(len(label), n + 1)")
     assert inject_defect(src, "fix_range_end") == src.replace("range(len(label), n)", "range(len(label), n - 1)")

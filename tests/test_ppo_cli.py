@@ -87,8 +87,8 @@ def _train_args(out, timesteps=96):
             "--eval-episodes", "1", "--out", str(out), "--no-progress", "--seed", "5"]
 
 
-def test_ctrl_c_saves_the_last_iteration_and_resume_gives_the_uninterrupted_result(tmp_path, small_eval,
-                                                                                  monkeypatch, capsys):
+def test_ctrl_c_saves_the_last_iteration_and_resume_gives_the_uninterrupted_result(
+        tmp_path, small_eval, monkeypatch, capsys):
     assert main(_train_args(tmp_path / "whole")) == 0
     whole = TokenPPO.load(tmp_path / "whole" / "tokenppo.zip")
 
