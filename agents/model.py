@@ -132,11 +132,10 @@ class Packing:
         multis = [b for b in active if n_new[b] > 1]
         groups = [cls._group(g, B, len(row_l), n_new, start, offsets, device, one=g is singles)
                   for g in (singles, multis) if g]
-        return cls(rows=torch.tensor(row_l, device=device), cols=torch.tensor(col_l, device=device),
-                   pos=torch.tensor(pos_l, device=device),
-                   ends=torch.tensor([a + n for a, n in zip(start, n_new)], device=device),
-                   last=torch.tensor([offsets[b] + n_new[b] - 1 for b in active], device=device),
-                   active=torch.tensor(active, device=device), groups=groups)
+        rows, cols, pos, ends, last, act = _long_tensors(
+            device, row_l, col_l, pos_l, [a + n for a, n in zip(start, n_new)],
+            [offsets[b] + n_new[b] - 1 for b in active], active)
+        return cls(rows=rows, cols=cols, pos=pos, ends=ends, last=last, active=act, groups=groups)
 
     @staticmethod
     def _group(grp: list[int], B: int, N: int, n_new: list[int], start: list[int], offsets: dict[int, int],
@@ -157,14 +156,20 @@ class Packing:
             q_row += [rq] * n_new[b]
             q_col += range(n_new[b])
         n_keys = max(start[b] + n_new[b] for b in grp)
-        q_pos = torch.tensor(q_start, device=device)[:, None] + torch.arange(width, device=device)  # [R, S]
-        mask = (torch.arange(n_keys, device=device) <= q_pos[:, :, None])[:, None]  # [R, 1, S, P]
         direct = one and not full  # one token per row, rows in order: the queries are the packed tokens
-        return _Group(rows=None if full else torch.tensor(grp, device=device),
-                      index=None if len(index) == N else torch.tensor(index, device=device),
-                      q_row=None if direct else torch.tensor(q_row, device=device),
-                      q_col=None if direct else torch.tensor(q_col, device=device),
+        starts, rows, idx, qr, qc = _long_tensors(device, q_start, grp, index, q_row, q_col)
+        keys = torch.arange(max(n_keys, width), device=device)
+        q_pos = starts[:, None] + keys[:width]  # [R, S]
+        mask = (keys[:n_keys] <= q_pos[:, :, None])[:, None]  # [R, 1, S, P]
+        return _Group(rows=None if full else rows, index=None if len(index) == N else idx,
+                      q_row=None if direct else qr, q_col=None if direct else qc,
                       n_rows=R, width=width, n_keys=n_keys, mask=mask)
+
+
+def _long_tensors(device: torch.device, *lists: list[int]) -> tuple[torch.Tensor, ...]:
+    """Several int lists -> long tensors, made with one ``torch.tensor`` call (each is a view)."""
+    flat = torch.tensor([x for lst in lists for x in lst], dtype=torch.long, device=device)
+    return tuple(torch.split(flat, [len(lst) for lst in lists]))
 
 
 class CausalSelfAttention(nn.Module):

@@ -34,7 +34,8 @@ BASELINES = ("ema", "batch_mean", "none")
 
 def policy_gradient_step(model: TinyAgent, optimizer: th.optim.Optimizer, batch: dict[str, th.Tensor],
                          advantages: th.Tensor, mode: str = "token_mean", norm_const: float | None = None,
-                         max_grad_norm: float = 1.0, skip_zero: bool = True, grammar: Any = None) -> dict[str, Any]:
+                         max_grad_norm: float = 1.0, skip_zero: bool = True, grammar: Any = None,
+                         chunk: int | None = None) -> dict[str, Any]:
     """One REINFORCE update on a collated batch (book §6.7).
 
     :param model: the policy (trained in place)
@@ -47,6 +48,8 @@ def policy_gradient_step(model: TinyAgent, optimizer: th.optim.Optimizer, batch:
     :param skip_zero: when every advantage on a policy token is zero, return without touching the
         optimizer (a zero-gradient Adam step still moves the weights by its momentum)
     :param grammar: the call grammar the tokens were sampled under (scores the masked distribution)
+    :param chunk: score in length-sorted chunks of this many trajectories (same gradient, far less
+        padding; :func:`agents.model.score_tokens`); None = one padded pass
     :return: ``dict(loss, grad_norm, skipped)``; ``grad_norm`` is measured before clipping
     """
     mask = batch["policy_mask"]  # [B, T-1]
@@ -55,7 +58,8 @@ def policy_gradient_step(model: TinyAgent, optimizer: th.optim.Optimizer, batch:
         per_token = adv[:, None].expand_as(mask) if adv.dim() == 1 else adv  # [B, T-1]
         if not bool((per_token * mask != 0).any()):
             return dict(loss=0.0, grad_norm=0.0, skipped=True)
-    logp, _, _ = score_tokens(model, batch["ids"], mask, grammar=grammar,
+    lengths = (batch["owner"] > 0).sum(1) if "owner" in batch else None  # [B]
+    logp, _, _ = score_tokens(model, batch["ids"], mask, lengths=lengths, chunk=chunk, grammar=grammar,
                               grammar_state=batch.get("grammar_state"))  # [B, T-1], with grad, 0 off the mask
     loss = reinforce_loss(logp, adv, mask, mode, norm_const)
     optimizer.zero_grad()
@@ -81,6 +85,8 @@ class Reinforce(TokenOnPolicyAlgorithm):
     :param ema_decay: EMA weight of the old value (book: 0.9)
     :param use_reward_to_go: per-token advantages ``G_t - b`` (book §6.5) instead of ``R - b``
     :param skip_zero: skip the optimizer step when every advantage is zero
+    :param forward_chunk: score the batch in length-sorted chunks of this many trajectories (same
+        gradient, far less padding); None = one padded pass
     :param stats_window_size: episodes averaged by ``rollout/ep_rew_mean``; default ``n_episodes``
     :param tensorboard_log: TensorBoard log folder (None = off)
     :param policy_kwargs: extra :class:`TinyAgentPolicy` arguments; Adam keeps torch's own ``eps``
@@ -98,13 +104,15 @@ class Reinforce(TokenOnPolicyAlgorithm):
     """
 
     saved_args: ClassVar[tuple[str, ...]] = TokenOnPolicyAlgorithm.saved_args + (
-        "loss_mode", "loss_norm_const", "baseline", "baseline_init", "ema_decay", "use_reward_to_go", "skip_zero")
+        "loss_mode", "loss_norm_const", "baseline", "baseline_init", "ema_decay", "use_reward_to_go", "skip_zero",
+        "forward_chunk")
 
     def __init__(self, policy: str | type[TinyAgentPolicy], env: GymEnv | str | None,
                  learning_rate: float | Schedule = 2e-3, n_episodes: int = 64, gamma: float = 1.0,
                  max_grad_norm: float = 1.0, loss_mode: str = "token_mean", loss_norm_const: float | None = None,
                  baseline: str = "ema", baseline_init: float | None = None, ema_decay: float = 0.9,
-                 use_reward_to_go: bool = False, skip_zero: bool = True, stats_window_size: int | None = None,
+                 use_reward_to_go: bool = False, skip_zero: bool = True, forward_chunk: int | None = 8,
+                 stats_window_size: int | None = None,
                  tensorboard_log: str | None = None, policy_kwargs: dict[str, Any] | None = None, verbose: int = 0,
                  seed: int | None = None, device: th.device | str = "cpu", _init_setup_model: bool = True, *,
                  base_agent: str | TinyAgent | None = "auto", temperature: float = 1.0, max_call_tokens: int = 8,
@@ -124,6 +132,7 @@ class Reinforce(TokenOnPolicyAlgorithm):
         self.ema_decay = ema_decay
         self.use_reward_to_go = use_reward_to_go
         self.skip_zero = skip_zero
+        self.forward_chunk = forward_chunk
         self.ema: EMABaseline | None = None if baseline_init is None else EMABaseline(baseline_init, ema_decay)
         policy_kwargs = dict(policy_kwargs or {})
         policy_kwargs.setdefault("optimizer_kwargs", {})  # torch's Adam eps, as the book's trainer
@@ -167,7 +176,8 @@ class Reinforce(TokenOnPolicyAlgorithm):
         else:
             advantages = rewards - b  # [B], broadcast over each trajectory's policy tokens
         stats = policy_gradient_step(self.policy.model, self.policy.optimizer, batch, advantages, self.loss_mode,
-                                     self.loss_norm_const, self.max_grad_norm, self.skip_zero, self.policy.grammar)
+                                     self.loss_norm_const, self.max_grad_norm, self.skip_zero, self.policy.grammar,
+                                     self.forward_chunk)
         if self.ema is not None and self.baseline == "ema":
             self.ema.update(rewards)
         self._n_updates += 0 if stats["skipped"] else 1

@@ -253,6 +253,7 @@ class EpisodeSampler:
         self.grammar = grammar
         self.filler = filler
         self.episodes: list[EpisodeRecord] | None = None
+        self._cache: KVCache | None = None
 
     def restart(self, observations: Sequence[Any] | None = None) -> None:
         """Start every sub-environment's episode from ``observations`` (default: ``venv.reset()``)."""
@@ -281,6 +282,16 @@ class EpisodeSampler:
             ep.cut = bool(data["cut"])
             self.episodes.append(ep)
 
+    def _cache_for(self, model: TinyAgent) -> KVCache:
+        """An empty KV cache for the envs, reusing the last one's memory when it fits: every row starts
+        at length 0 and the stale keys and values beyond a row's length are never attended to."""
+        cache = self._cache
+        if cache is None or cache.k.shape[:3] != (model.config.n_layer, self.venv.num_envs, model.config.n_head) \
+                or cache.k.dtype != model.tok_emb.weight.dtype or cache.max_len != model.config.max_len:
+            cache = self._cache = model.new_cache(self.venv.num_envs)
+        cache.lengths.zero_()
+        return cache
+
     def _new_episode(self, prompt: Any) -> EpisodeRecord:
         return EpisodeRecord(encode_segment(self.tok, OWNER_PROMPT, str(prompt)))
 
@@ -292,11 +303,13 @@ class EpisodeSampler:
         :param model: the policy (sampled in eval mode, no grad)
         :param n_episodes: how many episodes the batch needs (at least)
         :param fresh: on-policy batches: the envs are reset and each records its next
-            ``ceil(n_episodes / n_envs)`` episodes, all sampled now; an env that has them keeps playing
-            the policy (lockstep needs an action from every env; asynchronous stepping lets it wait)
-            but those episodes are not recorded. False: episodes still running when the batch is full
-            continue in the next batch, played by the policy of that time (no env step is wasted,
-            but long episodes reach the trainer later and partly off-policy)
+            ``ceil(n_episodes / n_envs)`` episodes, all sampled now. In lockstep an env that has them
+            waits with the ``filler`` call (for BugFix-v0 an empty, invalid call; its unfinished
+            episode is dropped at the next reset, so with one episode per env per batch none of these
+            ever finishes); with asynchronous stepping it simply is not stepped. False: episodes still
+            running when the batch is full continue in the next batch, played by the policy of that
+            time (no env step is wasted, but long episodes reach the trainer later and partly
+            off-policy)
         :param generator: seeds the sampling
         :param temperature: sampling temperature (1.0: the model's own distribution)
         :param deterministic: greedy decoding
@@ -309,7 +322,7 @@ class EpisodeSampler:
             self.restart()
         B = self.venv.num_envs
         quota = [-(-n_episodes // B)] * B if fresh else None
-        run = self._run(model, quota, n_episodes, play_unrecorded=True, max_env_steps=max_env_steps,
+        run = self._run(model, quota, n_episodes, play_unrecorded=False, max_env_steps=max_env_steps,
                         on_step=on_step, decoding=dict(generator=generator, temperature=temperature,
                                                        deterministic=deterministic))
         if fresh:
@@ -379,7 +392,7 @@ class _Run:
         self.quota = list(quota) if quota is not None else None
         self.target = sum(quota) if quota is not None else n_episodes
         self.play_unrecorded = play_unrecorded
-        self.cache = model.new_cache(self.B)
+        self.cache = sampler._cache_for(model)
         self.finished: list[tuple[int, Trajectory]] = []
         self.feed: list[list[int]] = []
         for b, ep in enumerate(sampler.episodes):  # a new cache: re-read the episodes in progress

@@ -206,20 +206,22 @@ def _monitored(n, seed=0, **kw):
 
 
 def test_fresh_batches_record_each_envs_next_episodes_all_sampled_now(shared_base_agent, tok):
-    """The default, on-policy batches: 4 envs, a batch of 6 -> every env records its next 2 episodes."""
+    """The default, on-policy batches: every env records its next ceil(n / n_envs) episodes."""
     venv = _monitored(4, seed=1)
     sampler = EpisodeSampler(venv, tok)
     steps = []
     batch = sampler.collect(shared_base_agent, 6, generator=torch.Generator().manual_seed(0),
-                            on_step=lambda d, i, r, rec: steps.append((d.copy(), rec.copy())) or True)
-    assert len(batch) == 8 and sampler.episodes is None  # the next batch starts over
-    recorded = np.sum([rec for _, rec in steps], axis=0)
-    assert recorded.tolist() == [2, 2, 2, 2]
-    dones = np.sum([d for d, _ in steps], axis=0)
-    assert (dones >= 2).all() and (dones > 2).any()  # envs done early kept playing, unrecorded
+                            on_step=lambda d, i, r, rec: steps.append(rec.copy()) or True)
+    assert len(batch) == 8 and sampler.episodes is None  # 2 per env; the next batch starts over
+    assert np.sum(steps, axis=0).tolist() == [2, 2, 2, 2]
     for tr in batch:
         assert tr.owner[0] == 1 and tr.owner[-1] == 3
         assert len(_calls(tr)) == tr.info["n_turns"] == tr.info["episode"]["l"]
+    # one episode per env per batch: an env that is done waits with the filler (an invalid call) for at
+    # most 5 steps, so its unrecorded episode never finishes and Monitor sees only the batch's episodes
+    for _ in range(3):
+        sampler.collect(shared_base_agent, 4, generator=torch.Generator().manual_seed(1))
+    assert sum(len(m.get_episode_rewards()) for m in venv.envs) == 8 + 3 * 4
 
 
 def test_collect_returns_whole_episodes_across_batches_and_every_finished_episode_once(shared_base_agent, tok):
