@@ -101,7 +101,7 @@ class TokenRolloutBuffer(BaseBuffer):
         self.returns: th.Tensor | None = None
         self.generator_ready = False
 
-    def add(self, trajectories: Trajectory | Sequence[Trajectory]) -> None:  # type: ignore[override]
+    def add(self, trajectories: Trajectory | Sequence[Trajectory]) -> None:
         """Store whole episodes (one :class:`~agents.rollout.Trajectory` or a list)."""
         if isinstance(trajectories, Trajectory):
             trajectories = [trajectories]
@@ -200,7 +200,7 @@ class TokenRolloutBuffer(BaseBuffer):
         for batch_inds in layout if layout is not None else self.minibatch_layout(batch_size):
             yield self._get_samples(batch_inds)
 
-    def _get_samples(self, batch_inds: np.ndarray,  # type: ignore[override]
+    def _get_samples(self, batch_inds: np.ndarray,
                      env: VecNormalize | None = None) -> TokenRolloutBufferSamples:
         idx = th.as_tensor(batch_inds, dtype=th.long)
         T = int(self.lengths[idx].max())  # trim the padding shared by this minibatch

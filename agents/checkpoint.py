@@ -134,7 +134,7 @@ def _json_policy_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     if cls is not None:
         if OPTIMIZERS.get(getattr(cls, "__name__", "")) is not cls:
             raise ValueError(f"cannot save optimizer_class {cls!r}: model files keep one of {sorted(OPTIMIZERS)}")
-        out["optimizer_class"] = cls.__name__
+        out["optimizer_class"] = getattr(cls, "__name__")
     return {k: _plain(v, f"policy_kwargs[{k!r}]") for k, v in out.items()}
 
 
@@ -303,7 +303,7 @@ def load(cls: type["TokenOnPolicyAlgorithm"], path: str | pathlib.Path | io.Buff
     try:
         model = cls("TinyAgentPolicy", env=None, base_agent=None, policy_kwargs=policy_kwargs, seed=data.get("seed"),
                     device=device, _init_setup_model=False, **args)
-        model.observation_space, model.action_space = obs_space, act_space
+        model.observation_space, model.action_space = obs_space, act_space  # type: ignore[assignment]
         model.n_envs = 1 if env is None else env.num_envs
         model._setup_model()
         model.policy.load_state_dict(mf.params["policy"])

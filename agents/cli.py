@@ -21,7 +21,7 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NoReturn, Sequence
 
 EVAL_KEYS = (("pass_rate", "pass rate"), ("valid_calls", "valid calls"), ("submit_rate", "submit rate"),
              ("read_rate", "read rate"), ("test_rate", "test rate"), ("edits_per_episode", "edits / episode"),
@@ -36,7 +36,7 @@ class UsageError(Exception):
 class _Parser(argparse.ArgumentParser):
     """argparse, but errors are one line (no usage dump) and exit with status 2."""
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         raise UsageError(f"{self.prog}: error: {message} (see --help)")
 
 

@@ -45,7 +45,7 @@ class EnvActor:
         if done:
             info["terminal_observation"] = observation
             observation, self.reset_info = self.env.reset()
-        return observation, reward, done, info, self.reset_info
+        return observation, float(reward), done, info, self.reset_info
 
     def reset(self, seed: int | None, options: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         maybe_options = {"options": options} if options else {}

@@ -277,6 +277,7 @@ class TinyAgent(nn.Module):
         self.value_head = nn.Linear(config.d_model, 1)
         self.apply(self._init_weights)
         for block in self.blocks:  # GPT-2: scale the residual projections by depth
+            assert isinstance(block, Block)
             for proj in (block.attn.proj, block.mlp.proj):
                 nn.init.normal_(proj.weight, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
         self.lm_head.weight = self.tok_emb.weight  # tied: the policy head reuses the embedding
@@ -287,8 +288,9 @@ class TinyAgent(nn.Module):
     def _init_weights(module: nn.Module) -> None:
         if isinstance(module, (nn.Linear, nn.Embedding)):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
-            if getattr(module, "bias", None) is not None:
-                nn.init.zeros_(module.bias)
+            bias = getattr(module, "bias", None)
+            if bias is not None:
+                nn.init.zeros_(bias)
 
     def num_params(self) -> int:
         """Number of distinct parameters (the tied head counted once)."""

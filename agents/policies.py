@@ -91,7 +91,8 @@ class TinyAgentPolicy(BasePolicy):
             raise ValueError(f"the longest legal call needs {self.grammar.max_call_tokens} tokens (with <eoc>), "
                              f"more than max_call_tokens={self.max_call_tokens}")
         self.model = TinyAgent(model_config)
-        self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
+        self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1),  # type: ignore[call-arg]
+                                              **self.optimizer_kwargs)
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
         data = super()._get_constructor_parameters()

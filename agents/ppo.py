@@ -158,7 +158,7 @@ class TokenPPO(TokenOnPolicyAlgorithm):
         self.batch_size = batch_size
         self.n_minibatches = n_minibatches
         self.n_epochs = n_epochs
-        self.clip_range = clip_range
+        self.clip_range: Any = clip_range  # a float until _setup_model makes it a schedule
         self.clip_range_high = clip_range_high
         self.clip_range_vf = clip_range_vf
         self.dual_clip = dual_clip
@@ -221,9 +221,12 @@ class TokenPPO(TokenOnPolicyAlgorithm):
         :param trajectories: episodes sampled by (a copy of) this policy
         :return: per-epoch statistics (also appended to :attr:`diagnostics`)
         """
-        buffer = self.rollout_buffer_class(len(trajectories), self.observation_space, self.action_space,
-                                           device=self.device, gamma=self.gamma, gae_lambda=self.gae_lambda,
-                                           **self.rollout_buffer_kwargs)
+        buffer = TokenRolloutBuffer(len(trajectories), self.observation_space, self.action_space, device=self.device,
+                                    gamma=self.gamma, gae_lambda=self.gae_lambda, **self.rollout_buffer_kwargs)
+        if self.rollout_buffer_class is not TokenRolloutBuffer:
+            buffer = self.rollout_buffer_class(len(trajectories), self.observation_space,  # type: ignore
+                                               self.action_space, device=self.device, gamma=self.gamma,
+                                               gae_lambda=self.gae_lambda, **self.rollout_buffer_kwargs)
         buffer.add(trajectories)
         if not hasattr(self, "_logger"):  # used outside learn(): a silent logger
             from stable_baselines3.common.logger import configure

@@ -52,10 +52,12 @@ def stack_obs(obs_list: Sequence[Any], space: spaces.Space) -> VecEnvObs:
     SB3's ``SubprocVecEnv`` stacking, plus ``Text`` spaces (whose observations are strings,
     which ``np.stack`` would turn into a fixed-width unicode array).
     """
-    if isinstance(space, spaces.Dict):
-        return {key: stack_obs([obs[key] for obs in obs_list], sub) for key, sub in space.spaces.items()}
+    if isinstance(space, spaces.Dict):  # SB3's VecEnvObs: one level of Dict / Tuple of arrays
+        return {key: stack_obs([obs[key] for obs in obs_list], sub)  # type: ignore[misc]
+                for key, sub in space.spaces.items()}
     if isinstance(space, spaces.Tuple):
-        return tuple(stack_obs([obs[i] for obs in obs_list], sub) for i, sub in enumerate(space.spaces))
+        return tuple(stack_obs([obs[i] for obs in obs_list], sub)  # type: ignore[misc]
+                     for i, sub in enumerate(space.spaces))
     if isinstance(space, spaces.Text):
         out = np.empty(len(obs_list), dtype=object)  # [n_envs]
         for i, obs in enumerate(obs_list):

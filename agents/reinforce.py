@@ -135,7 +135,7 @@ class Reinforce(TokenOnPolicyAlgorithm):
         self.forward_chunk = forward_chunk
         self.ema: EMABaseline | None = None if baseline_init is None else EMABaseline(baseline_init, ema_decay)
         policy_kwargs = dict(policy_kwargs or {})
-        policy_kwargs.setdefault("optimizer_kwargs", {"foreach": True})  # torch's Adam eps (1e-8), as the book's trainer
+        policy_kwargs.setdefault("optimizer_kwargs", {"foreach": True})  # torch Adam eps 1e-8, as the book
         super().__init__(policy, env, learning_rate=learning_rate, n_episodes=n_episodes, gamma=gamma,
                          max_grad_norm=max_grad_norm, stats_window_size=stats_window_size,
                          tensorboard_log=tensorboard_log, policy_kwargs=policy_kwargs, verbose=verbose, seed=seed,

@@ -173,9 +173,9 @@ def write_calls(model: TinyAgent, cache: KVCache, feed: list[list[int]], writing
         S = max(n_new)
         chunk = torch.tensor([p + [0] * (S - len(p)) for p in pending], dtype=torch.long, device=device)  # [B, S]
         logits, values = model.extend(chunk, torch.tensor(n_new, device=device), cache)  # [B, V], [B, S]
-        values = values.cpu().tolist()
+        fed = values.cpu().tolist()
         for b in range(B):
-            out.fed_values[b] += values[b][: n_new[b]]
+            out.fed_values[b] += fed[b][: n_new[b]]
         rows = [b for b in active if n_new[b]]  # a writing row always has something to feed
         pending = [[] for _ in range(B)]
         if not rows:
@@ -467,7 +467,7 @@ class _Run:
         everyone = list(range(self.B))
         while not self.complete and (max_env_steps is None or steps < max_env_steps):
             actions, written = self.write(everyone)
-            venv.step_async(actions)
+            venv.step_async(actions)  # type: ignore[arg-type]  # text actions: one string per env
             obs, rewards, dones, infos = venv.step_wait()
             steps += self.B
             texts = _texts(obs, self.B)
@@ -480,7 +480,8 @@ class _Run:
         """Each env steps as soon as its call is written (``venv.send`` / ``venv.receive``), so envs with
         slow tools do not hold the others back; an env past its quota waits. The order of events depends
         on timing."""
-        venv, sent = self.s.venv, 0
+        venv: Any = self.s.venv  # has send() / receive() (checked when the sampler was made)
+        sent = 0
         busy: dict[int, bool] = {}  # env -> whether its call was written by the policy
         idle = list(range(self.B))
         stop = False

@@ -18,7 +18,7 @@ import json
 import os
 import pathlib
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch as th
@@ -26,6 +26,9 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.monitor import Monitor
 
 from . import checkpoint
+
+if TYPE_CHECKING:
+    from .on_policy import TokenOnPolicyAlgorithm
 
 MODEL_FILE, RUN_FILE, RESUME_FILE = "tokenppo.zip", "run.json", "resume.json"
 
@@ -85,7 +88,7 @@ class Snapshots(BaseCallback):
     :meth:`save` writes it to a run folder: ``tokenppo.zip`` + ``resume.json``.
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self.last: dict[str, Any] | None = None
 
@@ -95,8 +98,12 @@ class Snapshots(BaseCallback):
     def _on_step(self) -> bool:
         return True
 
+    @property
+    def algo(self) -> "TokenOnPolicyAlgorithm":
+        return self.model  # type: ignore[return-value]  # the callback runs inside a token algorithm's learn()
+
     def take(self) -> None:
-        algo = self.model
+        algo = self.algo
         self.last = {
             "params": copy.deepcopy(algo.policy.state_dict()),
             "optimizer": copy.deepcopy(algo.policy.optimizer.state_dict()),
@@ -114,7 +121,7 @@ class Snapshots(BaseCallback):
         """Write the snapshot as the run's model and resume state; returns the model path."""
         if self.last is None:
             raise RuntimeError("no snapshot taken yet")
-        algo, snap = self.model, self.last
+        algo, snap = self.algo, self.last
         algo.policy.load_state_dict(snap["params"])  # training stops here: roll back to the snapshot
         algo.policy.optimizer.load_state_dict(snap["optimizer"])
         algo.num_timesteps, algo._n_updates, algo._iteration, algo.total_policy_tokens = snap["counters"]

@@ -13,6 +13,7 @@ token algorithms use it automatically for such an env.
 
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
 from collections.abc import Callable
 
@@ -39,7 +40,7 @@ class TextDummyVecEnv(DummyVecEnv):
         probe = [_patch_env(fn()) for fn in env_fns]
         if not is_unshaped_text(probe[0].observation_space):
             # shaped observations: SB3's DummyVecEnv as is (reuse the instances just built)
-            super().__init__([lambda e=e: e for e in probe])
+            super().__init__([functools.partial(_same, e) for e in probe])
             return
         if len({id(e.unwrapped) for e in probe}) != len(probe):
             raise ValueError("TextDummyVecEnv needs a new environment instance from every env_fn "
@@ -48,12 +49,16 @@ class TextDummyVecEnv(DummyVecEnv):
         env = self.envs[0]
         VecEnv.__init__(self, len(env_fns), env.observation_space, env.action_space)
         # the only change from DummyVecEnv: one object slot per env instead of a shaped array
-        self.keys = [None]
-        self.buf_obs = OrderedDict([(None, np.empty((self.num_envs,), dtype=object))])
+        self.keys = [None]  # type: ignore[list-item]  # SB3's key for an unstructured space
+        self.buf_obs = OrderedDict([(None, np.empty((self.num_envs,), dtype=object))])  # type: ignore[list-item]
         self.buf_dones = np.zeros((self.num_envs,), dtype=bool)
         self.buf_rews = np.zeros((self.num_envs,), dtype=np.float32)
         self.buf_infos = [{} for _ in range(self.num_envs)]
         self.metadata = env.metadata
+
+
+def _same(env: gym.Env) -> gym.Env:
+    return env
 
 
 def make_text_vec_env(env: str | gym.Env | Callable[[], gym.Env], n_envs: int = 1, monitor: bool = True,
