@@ -7,7 +7,7 @@ predicting ``ids[t+1]``; ``mask`` is the float 0/1 ``action_mask`` (1 on policy 
 One function per idea (book ch. 6 and 8):
 
 * :func:`aggregate_loss` turns per-token terms into a scalar; the *mode* sets the
-  weight of every policy token (SPEC §2 table, book §6.6).
+  weight of every policy token (book §6.6).
 * :func:`reinforce_loss` is the surrogate ``-A * log pi`` (book §6.6, eq. 6.2).
 * :func:`clipped_policy_loss` is PPO's clipped surrogate with clip-higher and dual
   clip (book §8.2, eq. 8.3), plus the diagnostics of §8.5.
@@ -45,7 +45,7 @@ def aggregate_loss(per_token: torch.Tensor, mask: torch.Tensor, mode: str = "tok
     """Reduce per-token terms ``[B, T]`` under ``mask`` to a scalar; ``mode`` sets each token's weight.
 
     With ``L_n`` the number of policy tokens of row ``n`` and ``B`` the number of rows
-    (SPEC §2 / book §6.6 table):
+    (book §6.6 table):
 
     ==========================  ==========================  =======================
     mode                        loss                        weight of one token

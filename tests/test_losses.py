@@ -33,7 +33,7 @@ def test_aggregation_weights_read_off_with_autograd_match_spec_table(mode):
     loss = aggregate_loss(per_token, mask, mode, norm_const=C)
     weight = torch.autograd.grad(loss, per_token)[0]  # dL / d(per-token term) [3, 24]
     L = lengths.float()
-    expected_row = {  # SPEC §2 table: weight of one policy token of row n
+    expected_row = {  # the book's §6.6 table: weight of one policy token of row n
         "token_mean": torch.full((3,), 1.0 / L.sum().item()),
         "seq_mean_token_sum": torch.full((3,), 1.0 / B),
         "seq_mean_token_mean": 1.0 / (B * L),
