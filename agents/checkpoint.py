@@ -211,6 +211,8 @@ def read(path: str | pathlib.Path | io.BufferedIOBase) -> ModelFile:
                              ) from None
     data = _parse_data(raw["data"], name)
     params = {key: _load_tensors(raw[entry], entry, name) for entry, key in PARAM_ENTRIES.items() if entry in raw}
+    if "pytorch_variables.pth" in raw:  # unused here, but checked like the others: nothing unpickles
+        _load_tensors(raw["pytorch_variables.pth"], "pytorch_variables.pth", name)
     return ModelFile(data, params)
 
 

@@ -1,0 +1,179 @@
+"""Model files never execute code: crafted zips (pickles, oversized entries, foreign formats) are one-line
+errors, and a fuzz over mutated model files never raises anything else."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import pickle
+import tracemalloc
+import zipfile
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import bugfix_gym  # noqa: F401
+from agents import checkpoint
+from agents.ppo import TokenPPO
+from agents.reinforce import Reinforce
+
+
+class Boom:
+    """Unpickling this object writes a marker file (a stand-in for any code a crafted file could run)."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+@pytest.fixture(scope="module")
+def good(tmp_path_factory, shared_base_agent) -> bytes:
+    model = TokenPPO("TinyAgentPolicy", gym.make("BugFix-v0"), base_agent=shared_base_agent, n_episodes=4, seed=0)
+    buf = io.BytesIO()
+    model.save(buf)
+    return buf.getvalue()
+
+
+def _entries(blob: bytes) -> dict[str, bytes]:
+    with zipfile.ZipFile(io.BytesIO(blob)) as z:
+        return {name: z.read(name) for name in z.namelist()}
+
+
+def _zip(entries: dict[str, bytes], path) -> None:
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        for name, data in entries.items():
+            z.writestr(name, data)
+
+
+def _one_line_error(path, cls=TokenPPO) -> str:
+    with pytest.raises(ValueError) as e:
+        cls.load(path)
+    assert "\n" not in str(e.value) and "Traceback" not in str(e.value)
+    return str(e.value)
+
+
+def test_a_serialized_entry_in_data_is_refused_and_never_run(good, tmp_path):
+    marker = tmp_path / "ran"
+    entries = _entries(good)
+    data = json.loads(entries["data"])
+    payload = base64.b64encode(pickle.dumps(Boom(str(marker)))).decode()
+    data["policy_class"] = {":type:": "<class 'type'>", ":serialized:": payload}  # SB3's own encoding
+    entries["data"] = json.dumps(data).encode()
+    _zip(entries, tmp_path / "evil.zip")
+    assert "refusing to unpickle" in _one_line_error(tmp_path / "evil.zip")
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("entry", ["policy.pth", "policy.optimizer.pth", "pytorch_variables.pth"])
+def test_a_pickled_object_in_a_tensor_entry_is_refused_and_never_run(good, tmp_path, entry):
+    marker = tmp_path / "ran"
+    entries = _entries(good)
+    buf = io.BytesIO()
+    torch.save({"weight": Boom(str(marker))}, buf)  # torch.save pickles the object
+    entries[entry] = buf.getvalue()
+    _zip(entries, tmp_path / "evil.zip")
+    assert "not a plain tensor file" in _one_line_error(tmp_path / "evil.zip")
+    assert not marker.exists()
+
+
+def test_an_oversized_entry_is_refused_before_it_is_read(good, tmp_path):
+    entries = _entries(good)
+    entries["data"] = b" " * (300 * 2**20)  # 300 MB of spaces: a ~300 KB file once deflated
+    _zip(entries, tmp_path / "big.zip")
+    assert (tmp_path / "big.zip").stat().st_size < 2 * 2**20
+    tracemalloc.start()
+    try:
+        message = _one_line_error(tmp_path / "big.zip")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert "allowed" in message and peak < 32 * 2**20
+
+
+def test_a_lying_size_header_cannot_make_the_reader_read_more(good, tmp_path):
+    """An entry whose header claims a small size but inflates to far more is cut at its limit."""
+    entries = _entries(good)
+    path = tmp_path / "lying.zip"
+    _zip(dict(entries, data=b"{" + b" " * (20 * 2**20) + b"}"), path)
+    blob = bytearray(path.read_bytes())
+    with zipfile.ZipFile(path) as z:
+        info = z.getinfo("data")
+    real = info.file_size.to_bytes(4, "little")
+    fake = (1000).to_bytes(4, "little")
+    blob = blob.replace(real, fake)  # local header and central directory both claim 1000 bytes
+    path.write_bytes(bytes(blob))
+    message = _one_line_error(path)
+    assert "model file" in message or "allowed" in message
+
+
+@pytest.mark.parametrize("content, match", [
+    (b"", "not a bugfix-gym model file"),
+    (b"PK\x03\x04garbage", "not a bugfix-gym model file"),
+    (np.random.default_rng(0).bytes(5000), "not a bugfix-gym model file"),
+])
+def test_foreign_bytes_are_one_line_errors(tmp_path, content, match):
+    path = tmp_path / "m.zip"
+    path.write_bytes(content)
+    assert match in _one_line_error(path)
+
+
+@pytest.mark.parametrize("mutate, match", [
+    (lambda e: {k: v for k, v in e.items() if k != "policy.pth"}, "needs 'data' and 'policy.pth'"),
+    (lambda e: dict(e, **{"evil.py": b"print(1)"}), "unexpected entry"),
+    (lambda e: dict(e, data=b"not json"), "not JSON"),
+    (lambda e: dict(e, data=b"[1, 2]"), "not a JSON object"),
+    (lambda e: dict(e, data=b"[" * 100000 + b"]" * 100000), "not JSON"),
+    (lambda e: dict(e, data=json.dumps(dict(json.loads(e["data"]), format="other/1")).encode()), "format"),
+    (lambda e: dict(e, data=json.dumps({k: v for k, v in json.loads(e["data"]).items() if k != "args"}).encode()),
+     "no 'args'"),
+    (lambda e: dict(e, data=json.dumps(dict(json.loads(e["data"]), args={"nope": 1})).encode()), "unknown argument"),
+    (lambda e: dict(e, **{"policy.pth": b"\x00" * 64}), "not a plain tensor file"),
+])
+def test_malformed_model_files_are_one_line_errors(good, tmp_path, mutate, match):
+    path = tmp_path / "m.zip"
+    _zip(mutate(_entries(good)), path)
+    assert match in _one_line_error(path)
+
+
+def test_an_algorithm_mismatch_names_the_right_class(good, tmp_path):
+    path = tmp_path / "ppo.zip"
+    path.write_bytes(good)
+    assert "load it with TokenPPO.load" in _one_line_error(path, Reinforce)
+
+
+def test_fuzzed_model_files_only_ever_fail_with_value_errors(good, tmp_path):
+    rng = np.random.default_rng(0)
+    loaded = 0
+    for trial in range(40):
+        blob = bytearray(good)
+        how = trial % 3
+        if how == 0:  # truncate
+            blob = blob[: int(rng.integers(1, len(blob)))]
+        elif how == 1:  # flip a few bytes
+            for i in rng.integers(0, len(blob), size=8):
+                blob[i] ^= 0xFF
+        else:  # overwrite a block with random bytes
+            at = int(rng.integers(0, len(blob) - 64))
+            blob[at: at + 64] = rng.bytes(64)
+        path = tmp_path / f"fuzz{trial}.zip"
+        path.write_bytes(bytes(blob))
+        try:
+            TokenPPO.load(path)
+            loaded += 1  # a flip inside an unused byte can leave a loadable file
+        except ValueError as e:
+            assert "\n" not in str(e)
+    assert loaded < 40
+
+
+def test_the_file_layout_is_sb3s_and_reads_back_with_sb3s_own_unzipper(good, tmp_path):
+    from stable_baselines3.common.save_util import load_from_zip_file
+
+    path = tmp_path / "m.zip"
+    path.write_bytes(good)
+    data, params, _ = load_from_zip_file(path, load_data=True)  # nothing in it needs unpickling
+    assert data["format"] == checkpoint.FORMAT and "policy" in params and "policy.optimizer" in params
