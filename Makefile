@@ -8,7 +8,7 @@ RLLIB_VENV := .venv-rllib
 RLLIB_PY := $(RLLIB_VENV)/bin/python
 RLLIB_STAMP := $(RLLIB_VENV)/.installed
 
-.PHONY: test demo venv bench clean interop-examples rllib rllib-venv test-rllib
+.PHONY: test test-all lint demo venv bench clean interop-examples rllib rllib-venv test-rllib
 
 venv: $(STAMP)
 
@@ -19,14 +19,29 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install -q -c constraints.txt -e ".[test,ray,interop]"
 	touch $(STAMP)
 
+# the fast suite (CI); test-all adds the slow statistical reproductions (@pytest.mark.slow)
 test: $(STAMP)
+	$(PY) -m pytest -m "not slow"
+
+test-all: $(STAMP)
 	$(PY) -m pytest
+
+# flake8 over the repository, mypy over the packages (setup.cfg); .ci/run runs it after the tests
+lint: $(STAMP)
+	$(VENV)/bin/flake8
+	$(VENV)/bin/mypy
 
 demo: $(STAMP)
 	$(VENV)/bin/bugfix-gym train
 
+# every benchmark once (docs/ has the figures and the machine they were measured on)
 bench: $(STAMP)
 	$(PY) benchmarks/env_throughput.py
+	$(PY) benchmarks/sampling.py
+	$(PY) benchmarks/ppo_update.py
+	$(PY) benchmarks/reinforce_step.py
+	$(PY) benchmarks/sandbox_overhead.py
+	$(PY) benchmarks/scale_out.py
 
 # every library example once, with its default settings (docs/interop.md has the figures)
 interop-examples: $(STAMP)

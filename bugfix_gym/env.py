@@ -194,7 +194,7 @@ class BugFixEnv(gym.Env):
         else:
             obs = None
         self.valid = call is not None
-        if self.tool_latency_s and self.valid and call[0] in ("test", "submit"):
+        if self.tool_latency_s and call is not None and call[0] in ("test", "submit"):
             time.sleep(self.tool_latency_s)  # stands in for running the tests in a container
         if call is None:
             self.n_invalid += 1
@@ -213,7 +213,7 @@ class BugFixEnv(gym.Env):
             new = apply_op(self.source, call[1])
             obs = describe_change(self.source, new)
             self.source = new
-            self.ops.append(call[1])
+            self.ops.append(str(call[1]))
             reward -= self.edit_penalty
         elif call[0] == "revert":
             self.source = self.task.source
@@ -325,6 +325,7 @@ class BugFixEnv(gym.Env):
                         f"{type(chosen).__name__}")
 
     def _info(self) -> dict[str, Any]:
+        assert self.task is not None
         return {
             "task": self.task.name,
             "turn": self.turn,

@@ -66,11 +66,19 @@ def _replace_span(source: str, start: tuple[int, int], end: tuple[int, int], tex
     return source[:a] + text + source[b:]
 
 
-def _node_span(node: ast.AST) -> tuple[tuple[int, int], tuple[int, int]]:
+def _node_span(node: ast.expr) -> tuple[tuple[int, int], tuple[int, int]]:
+    assert node.end_lineno is not None and node.end_col_offset is not None  # set by ast.parse
     return (node.lineno, node.col_offset), (node.end_lineno, node.end_col_offset)
 
 
-def _replace_node(source: str, node: ast.AST, text: str) -> str:
+def _segment(source: str, node: ast.expr) -> str:
+    """The source text of a node that ``ast.parse`` made from ``source`` (so it has positions)."""
+    text = ast.get_source_segment(source, node)
+    assert text is not None
+    return text
+
+
+def _replace_node(source: str, node: ast.expr, text: str) -> str:
     """Replace an ``ast`` node's source text (its columns are UTF-8 byte offsets)."""
     return _replace_span(source, *_node_span(node), text, byte_col=True)
 
@@ -132,9 +140,9 @@ def fix_range_end(source: str) -> str:
     stop = _range_stop(tree) if tree else None
     if stop is None:
         return source
-    if _is_plus_minus_one(stop):
-        return _replace_node(source, stop, ast.get_source_segment(source, stop.left))
-    return _replace_node(source, stop, ast.get_source_segment(source, stop) + " + 1")
+    if isinstance(stop, ast.BinOp) and _is_plus_minus_one(stop):
+        return _replace_node(source, stop, _segment(source, stop.left))
+    return _replace_node(source, stop, _segment(source, stop) + " + 1")
 
 
 def _first_literal_init(tree: ast.Module) -> ast.Constant | None:
@@ -170,7 +178,7 @@ def _guard_target(func: ast.FunctionDef, source: str) -> str | None:
                   and isinstance(n.slice, (ast.Constant, ast.UnaryOp))]
     for sub in sorted(subscripts, key=lambda n: (n.lineno, n.col_offset)):
         index = ast.get_source_segment(source, sub.slice)
-        if index in ("0", "-1"):
+        if index in ("0", "-1") and isinstance(sub.value, ast.Name):
             return sub.value.id
     return None
 
@@ -230,8 +238,8 @@ def inject_defect(correct: str, fix_op: str) -> str:
         if stop is None:
             return correct
         if isinstance(stop, ast.BinOp) and isinstance(stop.op, ast.Add) and _is_plus_minus_one(stop):
-            return _replace_node(correct, stop, ast.get_source_segment(correct, stop.left))  # n + 1 -> n
-        return _replace_node(correct, stop, ast.get_source_segment(correct, stop) + " - 1")  # n -> n - 1
+            return _replace_node(correct, stop, _segment(correct, stop.left))  # n + 1 -> n
+        return _replace_node(correct, stop, _segment(correct, stop) + " - 1")  # n -> n - 1
     if fix_op == "add_zero_guard":
         tree = _parse(correct)
         func = _first(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)) if tree else None

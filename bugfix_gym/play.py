@@ -102,8 +102,9 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout:
                 show(f"[turn {info['turn']}/{env.max_turns}] {obs}")
                 if done:
                     show(env.render())
+                    answer = env.task.fix_op if env.task is not None else "?"
                     show(f"reward {reward:.1f} . stop : {info['stop']} . "
-                         f"{'fixed' if info['hidden_pass'] else 'not fixed'} (the defect was {env.task.fix_op})")
+                         f"{'fixed' if info['hidden_pass'] else 'not fixed'} (the defect was {answer})")
     except KeyboardInterrupt:
         show("")
         return 130

@@ -307,7 +307,8 @@ def name_taken(name: str) -> str | None:
 def _library(split: str) -> tuple[Task, ...]:
     if split not in _LIBRARY:
         rows = _TRAIN if split == "train" else _HELDOUT
-        _LIBRARY[split] = tuple(register(task_from_correct(*row, split=split) for row in rows))
+        _LIBRARY[split] = tuple(register(task_from_correct(*row, split=split)  # type: ignore[arg-type]
+                                         for row in rows))
     return _LIBRARY[split]
 
 

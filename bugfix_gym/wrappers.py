@@ -138,7 +138,7 @@ class TokenView:
         """The owner code of every token so far (a copy)."""
         return self._owner[: self.n].copy()
 
-    def reset(self, prompt_ids: Sequence[int]) -> None:
+    def reset(self, prompt_ids: Sequence[int] | np.ndarray) -> None:
         self.n = 0
         self.add(OWNER_PROMPT, prompt_ids)
         self.n_prompt = self.n
@@ -196,7 +196,7 @@ class _TokenViewWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         actions = info["actions"]
         last = " ".join(actions[-1].split()) if actions and info["valid"] else ""
         return {
-            "task_index": self._task_index.get(self.env.unwrapped.task.uid, -1),
+            "task_index": self._task_index.get(self.env.unwrapped.task.uid, -1),  # type: ignore[attr-defined]
             "turn": info["turn"],
             "n_turns": info["n_turns"],
             "n_edits": len(info["ops"]),
@@ -314,7 +314,7 @@ class DiscreteCalls(_TokenViewWrapper):
         super().__init__(env, tokenizer, max_len)
         self.layout = layout
         self.action_space = spaces.Discrete(len(CALLS))
-        mask_space = spaces.Box(0, 1, shape=(len(CALLS),), dtype=np.bool_)
+        mask_space = spaces.Box(0, 1, shape=(len(CALLS),), dtype=np.bool_)  # type: ignore[arg-type]
         if layout == "dict":
             space = self.view.space()
             space.spaces["action_mask"] = mask_space

@@ -101,6 +101,7 @@ def test_ema_baseline_is_fixed_before_the_batch_and_logged(tiny):
     assert {"train/loss", "train/grad_norm", "train/baseline", "rollout/ep_rew_mean", "time/fps"} <= keys
 
 
+@pytest.mark.slow
 def test_short_seeded_run_improves_pass_rate_on_two_tasks(tiny):
     """REINFORCE on two train tasks (clamp: swap_minmax, sum_to: fix_range_end), 32 episodes per update."""
     tok, base = tiny
