@@ -182,7 +182,8 @@ def {f}({x}, {lo}, {hi}):
         Template("gap", "return the larger of {a} and {b} minus the smaller", """
 def {f}({a}, {b}):
     return max({a}, {b}) - min({a}, {b})
-""", ("swap_minmax",), lambda rng: [(3, 7), (5, 5), (9, 2), *[(int(a), int(b)) for a, b in rng.integers(-9, 10, size=(3, 2))]]),
+""", ("swap_minmax",),
+            lambda rng: [(3, 7), (5, 5), (9, 2), *[(int(a), int(b)) for a, b in rng.integers(-9, 10, size=(3, 2))]]),
         Template("sum_first", "return the sum of the first {n} items of {xs}", """
 def {f}({xs}, {n}):
     {acc} = 0
@@ -201,7 +202,8 @@ def {f}({xs}, {lo}, {hi}):
     return {acc}
 """, ("fix_comparison", "fix_init"),
             lambda rng: [([1, 2, 3], 2, 5), ([0, 4, 2], 1, 4), ([], 0, 3),
-                         *[(xs, int(rng.choice(xs)), int(rng.choice(xs)) + 3) for xs in _lists(rng, [], 4, min_len=1)]]),
+                         *[(xs, int(rng.choice(xs)), int(rng.choice(xs)) + 3)
+                           for xs in _lists(rng, [], 4, min_len=1)]]),
     ),
     "heldout": (
         Template("lowest", "return the smallest item of {xs}", """
@@ -229,7 +231,8 @@ def {f}({n}, {b}):
         {acc} += {i}
     return {acc}
 """, ("fix_range_end", "fix_init"),
-            lambda rng: [(6, 2), (4, 4), (7, 3), *[(int(n), int(b)) for n, b in zip(rng.integers(0, 12, 3), rng.integers(1, 4, 3))]]),
+            lambda rng: [(6, 2), (4, 4), (7, 3),
+                         *[(int(n), int(b)) for n, b in zip(rng.integers(0, 12, 3), rng.integers(1, 4, 3))]]),
         Template("tail", "return the last item of {xs}, or 0 if {xs} is empty", """
 def {f}({xs}):
     if not {xs}:
@@ -242,7 +245,8 @@ def {f}({xs}, {t}):
         if {x} >= {t}:
             return False
     return True
-""", ("fix_comparison",), lambda rng: [([1, 2], 3), ([1, 3], 3), ([], 0), *_with_threshold(rng, _lists(rng, [[2, 5]], 4))]),
+""", ("fix_comparison",),
+            lambda rng: [([1, 2], 3), ([1, 3], 3), ([], 0), *_with_threshold(rng, _lists(rng, [[2, 5]], 4))]),
     ),
     "test": (
         Template("strictly_rising", "return True if each item of {xs} is greater than the one before", """
@@ -262,7 +266,8 @@ def {f}({a}, {b}):
         Template("saturate", "return {x}, but never more than {t}", """
 def {f}({x}, {t}):
     return min({x}, {t})
-""", ("swap_minmax",), lambda rng: [(5, 3), (1, 3), (3, 3), *[(int(a), int(b)) for a, b in rng.integers(-9, 10, size=(3, 2))]]),
+""", ("swap_minmax",),
+            lambda rng: [(5, 3), (1, 3), (3, 3), *[(int(a), int(b)) for a, b in rng.integers(-9, 10, size=(3, 2))]]),
         Template("sum_evens_below", "return the sum of the even numbers from 0 up to but not including {n}", """
 def {f}({n}):
     {acc} = 0
@@ -290,7 +295,8 @@ def {f}({xs}, {t}):
     if not {xs}:
         return 0
     return {xs}[0] > {t}
-""", ("add_zero_guard",), lambda rng: [([5, 1], 3), ([], 2), ([3], 3), *_with_threshold(rng, _lists(rng, [], 3, min_len=1))]),
+""", ("add_zero_guard",),
+            lambda rng: [([5, 1], 3), ([], 2), ([3], 3), *_with_threshold(rng, _lists(rng, [], 3, min_len=1))]),
     ),
 }
 
