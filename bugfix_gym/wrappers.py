@@ -39,25 +39,31 @@ from gymnasium import spaces
 
 from .env import OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL
 from .tasks import make_tasks
-from .tokenizer import Tokenizer, build_tokenizer
+from .tokenizer import Tokenizer, build_tokenizer, fixed_tokenizer
 from .tokens import encode_segment
 from .tools import CALLS
 
 _DEFAULT_TOKENIZER: Tokenizer | None = None
+_FIXED_TOKENIZER: Tokenizer | None = None
 
 
 def default_tokenizer(env: gym.Env) -> Tokenizer:
-    """The book tokenizer (``build_tokenizer()``), extended with the env's own tasks if it has others.
+    """The book tokenizer (``build_tokenizer()``) for the book's tasks; for an env with any other
+    task (generated, a task pack), the fixed vocabulary :func:`bugfix_gym.tokenizer.fixed_tokenizer`,
+    in which unseen function names and words are ``<unk>``.
 
     Pass one tokenizer explicitly to every env of a vectorised set whose tasks differ, so
     they share ids.
     """
-    global _DEFAULT_TOKENIZER
+    global _DEFAULT_TOKENIZER, _FIXED_TOKENIZER
+    book = {t.uid for t in make_tasks("all")}
+    if any(t.uid not in book for t in getattr(env.unwrapped, "tasks", [])):
+        if _FIXED_TOKENIZER is None:
+            _FIXED_TOKENIZER = fixed_tokenizer()
+        return _FIXED_TOKENIZER
     if _DEFAULT_TOKENIZER is None:
         _DEFAULT_TOKENIZER = build_tokenizer()
-    book = {t.uid for t in make_tasks("all")}
-    extra = [t for t in getattr(env.unwrapped, "tasks", []) if t.uid not in book]
-    return build_tokenizer([*make_tasks("all"), *extra]) if extra else _DEFAULT_TOKENIZER
+    return _DEFAULT_TOKENIZER
 
 
 class TokenView:
@@ -90,12 +96,13 @@ class TokenView:
         })
 
     def encode(self, text: str) -> np.ndarray:
-        """``tokenizer.encode(text)`` as an array, memoised (read-only, shared)."""
+        """A prompt or tool segment's ids (its words, then ``<turn>``: :func:`bugfix_gym.encode_segment`)
+        as an array, memoised (read-only, shared)."""
         ids = self._encoded.get(text)
         if ids is None:
             if len(self._encoded) >= 4096:
                 self._encoded.clear()
-            ids = np.asarray(self.tokenizer.encode(text), dtype=np.int64)
+            ids = np.asarray(encode_segment(self.tokenizer, OWNER_TOOL, text), dtype=np.int64)
             ids.flags.writeable = False
             self._encoded[text] = ids
         return ids

@@ -53,7 +53,7 @@ def test_token_observation_decodes_ids_up_to_eoc_and_records_exactly_the_given_i
     policy = obs["ids"][obs["owner"] == 2].tolist()
     assert policy == _ids("edit swap_minmax") + [TOK.eoc_id]  # what the agent gave, up to and including <eoc>
     tool = obs["ids"][obs["owner"] == 3].tolist()
-    assert tool == _ids(env.unwrapped.transcript[-1][1])
+    assert tool == _ids(env.unwrapped.transcript[-1][1]) + [TOK.turn_id]  # the tool segment ends with <turn>
     owner = obs["owner"][: int(obs["attention_mask"].sum())].tolist()
     assert owner == [1] * n_prompt + [2] * len(policy) + [3] * len(tool)
 
@@ -160,15 +160,22 @@ def test_overflow_keeps_the_prompt_and_the_latest_tokens():
     for _ in range(3):
         obs, *_, info = env.step(CALLS.index("read"))
     assert info["n_dropped_tokens"] > 0 and obs["attention_mask"].all()
-    assert obs["ids"][-1] == TOK.encode(get_task("factorial").source)[-1]  # the latest tool output is kept
+    assert obs["ids"][-2:].tolist() == [TOK.encode(get_task("factorial").source)[-1], TOK.turn_id]  # the latest tool output is kept
 
 
-def test_default_tokenizer_covers_generated_tasks():
+def test_default_tokenizer_of_generated_tasks_is_the_fixed_vocabulary():
+    from bugfix_gym import fixed_tokenizer
+
     tasks = generate_tasks("heldout", 5, seed=3)
     env = TokenObservation(BugFixEnv(tasks=tasks))
-    assert env.tokenizer.vocab_size > TOK.vocab_size
-    obs, _ = env.reset(seed=0)
-    assert TOK.unk_id not in obs["ids"][obs["owner"] == 1]
+    fixed = fixed_tokenizer()
+    assert env.tokenizer == fixed and env.tokenizer.vocab_size > TOK.vocab_size
+    obs, info = env.reset(seed=0)
+    prompt = obs["ids"][obs["owner"] == 1].tolist()
+    name = fixed.unk_id
+    assert prompt[fixed.encode("fix the function").__len__()] == name  # the generated name is <unk>
+    assert env.unwrapped.task.name not in fixed.ids
+    assert TokenObservation(BugFixEnv()).tokenizer == TOK  # the book's tasks keep the book tokenizer
     with pytest.raises(TypeError, match="wrap the text env"):
         DiscreteCalls(env)
 
