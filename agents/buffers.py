@@ -43,6 +43,7 @@ class TokenRolloutBufferSamples(NamedTuple):
     ref_log_prob: th.Tensor | None  # [b, T-1] log pi_ref, when a KL penalty is used
     rewards: th.Tensor  # [b] episode returns
     indices: th.Tensor  # [b] positions of these trajectories in the buffer
+    grammar_state: th.Tensor | None = None  # [b, T-1] call-grammar state of each position (-1: none)
 
 
 class TokenRolloutBuffer(BaseBuffer):
@@ -220,4 +221,5 @@ class TokenRolloutBuffer(BaseBuffer):
             ref_log_prob=per_token(self.ref_log_prob),
             rewards=self.data["rewards"][idx].to(self.device),
             indices=idx,
+            grammar_state=per_token(self.data.get("grammar_state")),
         )

@@ -16,6 +16,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .grammar import mask_logits
+
 
 @dataclass
 class TinyAgentConfig:
@@ -341,7 +343,8 @@ def sequence_log_probs(model: TinyAgent, ids: torch.Tensor) -> torch.Tensor:
     return logp.gather(-1, ids[:, 1:, None]).squeeze(-1)  # [B, T-1]
 
 
-def sequence_logp_values_entropy(model: TinyAgent, ids: torch.Tensor, mask: torch.Tensor | None = None
+def sequence_logp_values_entropy(model: TinyAgent, ids: torch.Tensor, mask: torch.Tensor | None = None,
+                                 grammar_state: torch.Tensor | None = None, allowed: torch.Tensor | None = None
                                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One forward -> (logp [B, T-1], values [B, T-1], entropy [B, T-1]), aligned with ``ids[1:]``.
 
@@ -352,10 +355,19 @@ def sequence_logp_values_entropy(model: TinyAgent, ids: torch.Tensor, mask: torc
         log-softmax, entropy and value head run only where ``mask`` is set; the outputs are
         zero elsewhere and equal the unmasked path where it is set. PPO's losses read only
         policy positions (~10% of a BugFix episode), so this skips most of the head's cost.
+    :param grammar_state: optional [B, T-1] long call-grammar state of each position (``-1``: none),
+        with ``allowed`` ([S, V] bool, :attr:`agents.grammar.CallGrammar.allowed`): the logits are
+        masked to the grammar where a state is given, so logp and entropy are those of the masked
+        distribution the constrained sampler drew from
     """
+    if (grammar_state is None) != (allowed is None):
+        raise ValueError("grammar_state and allowed go together (both or neither)")
     if mask is None:
         logits, values = model(ids)  # [B, T, V], [B, T]
-        logp_all = F.log_softmax(logits[:, :-1].float(), dim=-1)  # [B, T-1, V]
+        logits = logits[:, :-1].float()  # [B, T-1, V]
+        if allowed is not None:
+            logits = mask_logits(logits, grammar_state, allowed)
+        logp_all = F.log_softmax(logits, dim=-1)  # [B, T-1, V]
         logp = logp_all.gather(-1, ids[:, 1:, None]).squeeze(-1)  # [B, T-1]
         entropy = -(logp_all.exp() * logp_all).sum(-1)  # [B, T-1]
         return logp, values[:, :-1], entropy
@@ -365,7 +377,10 @@ def sequence_logp_values_entropy(model: TinyAgent, ids: torch.Tensor, mask: torc
     x = model.trunk(ids)  # [B, T, C]
     where = mask.bool()  # [B, T-1]
     h = model.ln_f(x[:, :-1][where])  # [N, C] hidden states at the masked positions
-    logp_all = F.log_softmax(model.lm_head(h).float(), dim=-1)  # [N, V]
+    logits = model.lm_head(h).float()  # [N, V]
+    if allowed is not None:
+        logits = mask_logits(logits, grammar_state[where], allowed)
+    logp_all = F.log_softmax(logits, dim=-1)  # [N, V]
     targets = ids[:, 1:][where]  # [N]
     out_logp = logp_all.gather(-1, targets[:, None]).squeeze(-1)  # [N]
     out_ent = -(logp_all.exp() * logp_all).sum(-1)  # [N]

@@ -29,6 +29,7 @@ from stable_baselines3.common.type_aliases import Schedule
 
 from bugfix_gym import OWNER_PAD, OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL, Tokenizer, build_tokenizer, encode_segment
 
+from .grammar import CallGrammar, mask_logits
 from .model import TinyAgent, TinyAgentConfig
 
 # keys under which a token-view observation (bugfix_gym.wrappers.TokenObservation) may hold its arrays
@@ -48,6 +49,8 @@ class TinyAgentPolicy(BasePolicy):
     :param model_config: ``TinyAgentConfig`` fields as a dict (or the dataclass); default sizes
         with the tokenizer's vocabulary
     :param max_call_tokens: the most tokens one call may have (``<eoc>`` included)
+    :param constrained_decoding: mask every call's logits to the legal-call grammar
+        (:class:`agents.grammar.CallGrammar`, ``policy.grammar``) when sampling and when scoring
     :param optimizer_class: optimizer class (``Adam``)
     :param optimizer_kwargs: extra optimizer arguments, not the learning rate (default for Adam:
         ``eps=1e-5``, as SB3's PPO)
@@ -62,6 +65,7 @@ class TinyAgentPolicy(BasePolicy):
         tokenizer: Tokenizer | dict | None = None,
         model_config: TinyAgentConfig | dict | None = None,
         max_call_tokens: int = 8,
+        constrained_decoding: bool = False,
         optimizer_class: type[th.optim.Optimizer] = th.optim.Adam,
         optimizer_kwargs: dict[str, Any] | None = None,
         use_sde: bool = False,
@@ -87,13 +91,16 @@ class TinyAgentPolicy(BasePolicy):
                              f"vocabulary ({self.tokenizer.vocab_size})")
         self.model_config = model_config
         self.max_call_tokens = int(max_call_tokens)
+        self.constrained_decoding = bool(constrained_decoding)
+        self.grammar = CallGrammar(self.tokenizer) if self.constrained_decoding else None
         self.model = TinyAgent(model_config)
         self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
         data = super()._get_constructor_parameters()
         data.update(tokenizer=self.tokenizer.to_dict(), model_config=dataclasses.asdict(self.model_config),
-                    max_call_tokens=self.max_call_tokens, optimizer_class=self.optimizer_class,
+                    max_call_tokens=self.max_call_tokens, constrained_decoding=self.constrained_decoding,
+                    optimizer_class=self.optimizer_class,
                     optimizer_kwargs=self.optimizer_kwargs, lr_schedule=self._dummy_schedule)
         return data
 
@@ -122,6 +129,8 @@ class TinyAgentPolicy(BasePolicy):
         rows = [list(p)[-keep:] for p in prefixes]
         calls: list[list[int]] = [[] for _ in rows]
         active = list(range(len(rows)))
+        grammar = self.grammar
+        gstate = [grammar.start if grammar is not None else -1] * len(rows)
         device = self.device
         for _ in range(self.max_call_tokens):
             if not active:
@@ -132,6 +141,8 @@ class TinyAgentPolicy(BasePolicy):
                 ids[i, : lengths[i]] = th.tensor(rows[b], dtype=th.long)
             logits, _ = self.model(ids.to(device))  # [A, T, V]
             last = logits[th.arange(len(active)), th.tensor(lengths) - 1].float()  # [A, V]
+            if grammar is not None:
+                last = mask_logits(last, th.tensor([gstate[b] for b in active]), grammar.allowed)
             if deterministic:
                 new = last.argmax(-1)  # [A]
             else:
@@ -140,6 +151,8 @@ class TinyAgentPolicy(BasePolicy):
             for b, t in zip(active, new.tolist()):
                 rows[b].append(t)
                 calls[b].append(t)
+                if grammar is not None:
+                    gstate[b] = grammar.step(gstate[b], t)
                 if t != eoc and len(calls[b]) < self.max_call_tokens:
                     still.append(b)
             active = still

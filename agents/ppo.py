@@ -66,7 +66,7 @@ from .vec_env import TextDummyVecEnv, is_text_space
 SelfTokenPPO = TypeVar("SelfTokenPPO", bound="TokenPPO")
 
 CHECKPOINT_FORMAT = "bugfix_gym.TokenPPO/1"
-_ENV_CONFIG = ("tasks", "max_turns", "call_cost", "edit_penalty")
+_ENV_CONFIG = ("tasks", "max_turns", "call_cost", "edit_penalty", "invalid_cost", "blank_tools")
 
 
 class TokenPPO(OnPolicyAlgorithm):
@@ -333,7 +333,7 @@ class TokenPPO(OnPolicyAlgorithm):
         return rollout_batch(self.policy.model, workers, tasks, self.policy.tokenizer,
                              generator=self._sampler if generator is None else generator,
                              temperature=self.temperature if temperature is None else temperature,
-                             max_call_tokens=self.max_call_tokens)
+                             max_call_tokens=self.max_call_tokens, grammar=self.policy.grammar)
 
     def collect_rollouts(self, env: VecEnv, callback: BaseCallback, rollout_buffer: TokenRolloutBuffer,
                          n_rollout_steps: int) -> bool:
@@ -471,8 +471,8 @@ class TokenPPO(OnPolicyAlgorithm):
         """PPO loss of one minibatch of whole trajectories: one forward scores all its policy tokens."""
         mask = sample.action_mask  # [b, T-1]
         # the losses, KL-to-reference and explained variance read only policy positions: run the heads there only
-        logp, values, entropy = score_by_length(self.policy.model, sample.ids, sample.owner,
-                                                self.forward_chunk, mask)  # 3 x [b, T-1], 0 off the mask
+        logp, values, entropy = score_by_length(self.policy.model, sample.ids, sample.owner, self.forward_chunk,
+                                                mask, *self._grammar_args(sample))  # 3 x [b, T-1], 0 off the mask
         mode, norm = self.loss_mode, self.loss_norm_const
         pg_loss, stats = clipped_policy_loss(logp, sample.old_log_prob, sample.advantages, mask,
                                              clip_low=clip_low, clip_high=clip_high, dual_clip=self.dual_clip,
@@ -492,6 +492,13 @@ class TokenPPO(OnPolicyAlgorithm):
                      explained_variance=explained_variance(values, sample.returns, mask))
         return loss, stats
 
+    def _grammar_args(self, sample: TokenRolloutBufferSamples) -> tuple:
+        """``(grammar_state, allowed)`` for scoring under the call grammar the sampler used, or ``()``."""
+        grammar = self.policy.grammar
+        if grammar is None or sample.grammar_state is None:
+            return ()
+        return sample.grammar_state, grammar.allowed
+
     @th.no_grad()
     def _freeze_old_policy(self, buffer: TokenRolloutBuffer, layout: list[np.ndarray] | None = None) -> None:
         """pi_old's log-probs and values (and pi_ref's log-probs) of the whole batch, computed ONCE.
@@ -507,7 +514,7 @@ class TokenPPO(OnPolicyAlgorithm):
             sample = buffer._get_samples(rows)  # the trimmed [b, T_mb] tensors a minibatch sees
             # GAE, explained variance, the value clip and the KL penalty read pi_old / V_old / pi_ref only
             # at policy positions (gae_policy_tokens never reads the others): score only those
-            args = (sample.ids, sample.owner, self.forward_chunk, sample.action_mask)
+            args = (sample.ids, sample.owner, self.forward_chunk, sample.action_mask, *self._grammar_args(sample))
             logp, values, _ = score_by_length(self.policy.model, *args)  # 2 x [b, T_mb - 1]
             idx, t = th.as_tensor(rows, dtype=th.long), logp.shape[1]
             old_logp[idx, :t], old_values[idx, :t] = logp.cpu(), values.cpu()
@@ -644,7 +651,8 @@ def _check_args(*, n_episodes: int, n_epochs: int, n_minibatches: int, dual_clip
 
 
 def score_by_length(model: TinyAgent, ids: th.Tensor, owner: th.Tensor, chunk: int | None,
-                    mask: th.Tensor | None = None) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
+                    mask: th.Tensor | None = None, grammar_state: th.Tensor | None = None,
+                    allowed: th.Tensor | None = None) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
     """``sequence_logp_values_entropy`` over a right-padded batch, run in length-sorted chunks.
 
     Each chunk of ``chunk`` trajectories is trimmed to its own longest row, so short episodes
@@ -657,11 +665,13 @@ def score_by_length(model: TinyAgent, ids: th.Tensor, owner: th.Tensor, chunk: i
     :param chunk: rows per chunk (None: one forward)
     :param mask: optional [B, T-1] action mask: the heads run only where it is set (see
         :func:`agents.model.sequence_logp_values_entropy`), the outputs are zero elsewhere
+    :param grammar_state: optional [B, T-1] call-grammar states, with ``allowed`` [S, V]: score the
+        grammar-masked distribution (see :mod:`agents.grammar`)
     :return: ``(logp, values, entropy)``, each [B, T-1], zero past each row's end
     """
     B, T = ids.shape
     if chunk is None or chunk >= B:
-        return sequence_logp_values_entropy(model, ids, mask)
+        return sequence_logp_values_entropy(model, ids, mask, grammar_state, allowed)
     lengths = (owner > 0).sum(1)  # [B]
     order = th.argsort(lengths, descending=True)  # [B]
     parts: list[list[th.Tensor]] = [[], [], []]
@@ -669,7 +679,9 @@ def score_by_length(model: TinyAgent, ids: th.Tensor, owner: th.Tensor, chunk: i
         rows = order[start: start + chunk]
         L = max(int(lengths[rows].max()), 2)
         rows_mask = None if mask is None else mask[rows, :L - 1]
-        for part, out in zip(parts, sequence_logp_values_entropy(model, ids[rows, :L], rows_mask)):  # 3 x [c, L-1]
+        rows_state = None if grammar_state is None else grammar_state[rows, :L - 1]
+        outs = sequence_logp_values_entropy(model, ids[rows, :L], rows_mask, rows_state, allowed)  # 3 x [c, L-1]
+        for part, out in zip(parts, outs):
             part.append(th.nn.functional.pad(out, (0, T - L)))  # [c, T-1]
     inverse = th.argsort(order)  # back to the batch's order
     return tuple(th.cat(part)[inverse] for part in parts)  # type: ignore[return-value]

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from bugfix_gym import OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL, encode_segment, episode_stats
 
+from .grammar import NO_STATE, CallGrammar, mask_logits
 from .model import TinyAgent
 
 
@@ -33,6 +34,8 @@ class Trajectory:
     :param reward: the episode return (sum of rewards)
     :param info: the final env ``info``
     :param task: the task's name
+    :param grammar_state: [T-1] long, the call-grammar state each policy token was sampled under
+        (``-1`` where no grammar constrained it: unconstrained sampling, scripted play, non-policy tokens)
     """
 
     ids: torch.Tensor
@@ -44,13 +47,14 @@ class Trajectory:
     reward: float
     info: dict = field(default_factory=dict)
     task: str = ""
+    grammar_state: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return int(self.ids.shape[0])
 
 
 def _trajectory(ids: list[int], owner: list[int], logp: list[float], values: list[float],
-                rewards: list[float], info: dict, task: str) -> Trajectory:
+                rewards: list[float], info: dict, task: str, states: list[int] | None = None) -> Trajectory:
     """Per-token lists (each entry about the token itself) -> a Trajectory with ``[T-1]`` fields."""
     owner_t = torch.tensor(owner, dtype=torch.long)  # [T]
     return Trajectory(
@@ -63,6 +67,8 @@ def _trajectory(ids: list[int], owner: list[int], logp: list[float], values: lis
         reward=float(sum(rewards)),
         info=info,
         task=task,
+        grammar_state=torch.tensor(states[1:] if states is not None else [NO_STATE] * (len(ids) - 1),
+                                   dtype=torch.long),  # [T-1] state under which ids[t+1] was sampled
     )
 
 
@@ -100,7 +106,8 @@ _SPARE_KV: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 
 @torch.no_grad()
 def rollout_batch(model: TinyAgent, envs: Sequence, tasks: Sequence, tok, generator: torch.Generator | None = None,
-                  temperature: float = 1.0, max_call_tokens: int = 8) -> list[Trajectory]:
+                  temperature: float = 1.0, max_call_tokens: int = 8,
+                  grammar: CallGrammar | None = None) -> list[Trajectory]:
     """Sample one episode per env in lockstep with a KV cache.
 
     Each model call feeds every row its pending tokens (the prompt, the last sampled token, or a
@@ -118,6 +125,9 @@ def rollout_batch(model: TinyAgent, envs: Sequence, tasks: Sequence, tok, genera
     :param temperature: sampling temperature; ``sample_logp`` is the log-prob under the sampling
         distribution (at 1.0, the model's own log-prob, so the first PPO ratio is exactly 1)
     :param max_call_tokens: the most tokens one call may have (``<eoc>`` included)
+    :param grammar: constrain every call to the legal-call grammar (logits of other tokens masked);
+        each policy token's grammar state is kept in ``Trajectory.grammar_state`` so the trainer can
+        score the same masked distribution. None: unconstrained sampling
     """
     if len(envs) != len(tasks):
         raise ValueError(f"need one task per env, got {len(envs)} envs and {len(tasks)} tasks")
@@ -136,6 +146,7 @@ def rollout_batch(model: TinyAgent, envs: Sequence, tasks: Sequence, tok, genera
     values: list[list[float]] = []
     rewards: list[list[float]] = []
     infos: list[dict] = []
+    states: list[list[int]] = []  # grammar state each token was sampled under (NO_STATE if none)
     pending: list[list[int]] = []  # tokens each row feeds at the next model call
     for env, task in zip(envs, tasks):
         obs, info = env.reset(options={"task": task})
@@ -145,6 +156,7 @@ def rollout_batch(model: TinyAgent, envs: Sequence, tasks: Sequence, tok, genera
         ids.append(list(prompt))
         owner.append([OWNER_PROMPT] * len(prompt))
         logps.append([0.0] * len(prompt))
+        states.append([NO_STATE] * len(prompt))
         rewards.append([0.0] * len(prompt))
         values.append([])
         infos.append(info)
@@ -152,6 +164,7 @@ def rollout_batch(model: TinyAgent, envs: Sequence, tasks: Sequence, tok, genera
 
     writing = [True] * B  # still sampling calls (episode not over)
     call_len = [0] * B
+    gstate = [grammar.start if grammar is not None else NO_STATE] * B  # each row's place in its call
     pooled = isinstance(model, TinyAgent)  # reuse the last rollout's KV cache memory
     pool_key = (B, str(device), model.tok_emb.weight.dtype, id(model.config)) if pooled else None
     cache = model.new_cache(B, buffers=_SPARE_KV.pop(pool_key, None)) if pooled else model.new_cache(B)
@@ -174,18 +187,27 @@ def rollout_batch(model: TinyAgent, envs: Sequence, tasks: Sequence, tok, genera
         if not rows:
             break
         rows_t = torch.tensor(rows, device=device)
-        logp_all = F.log_softmax(logits[rows_t] / temperature, dim=-1)  # [R, V]
+        row_logits = logits[rows_t] / temperature  # [R, V]
+        if grammar is not None:
+            row_states = torch.tensor([gstate[b] for b in rows], device=device)  # [R]
+            row_logits = mask_logits(row_logits, row_states, grammar.allowed)
+        logp_all = F.log_softmax(row_logits, dim=-1)  # [R, V]
         new = torch.multinomial(logp_all.exp(), 1, generator=generator)  # [R, 1]
         new_logp = logp_all.gather(-1, new).squeeze(-1).tolist()  # [R]
         for b, t, lp in zip(rows, new.squeeze(-1).tolist(), new_logp):
             ids[b].append(t)
             owner[b].append(OWNER_POLICY)
             logps[b].append(lp)
+            states[b].append(gstate[b])
             rewards[b].append(0.0)
             call_len[b] += 1
+            if grammar is not None:
+                gstate[b] = grammar.step(gstate[b], t)
             if t != eoc and call_len[b] < max_call_tokens:
                 pending[b] = [t]
                 continue
+            if grammar is not None:
+                gstate[b] = grammar.start
             # the call is over: the env judges its text
             text = tok.decode(ids[b][len(ids[b]) - call_len[b]:])
             call_len[b] = 0
@@ -203,6 +225,7 @@ def rollout_batch(model: TinyAgent, envs: Sequence, tasks: Sequence, tok, genera
             ids[b] += out
             owner[b] += [OWNER_TOOL] * len(out)
             logps[b] += [0.0] * len(out)
+            states[b] += [NO_STATE] * len(out)
             rewards[b] += [0.0] * len(out)
             pending[b] = [t] + out  # the call's last token and the tool output, one prefill
     # rows that ended mid-prefill never fed their very last token's value; it is dropped anyway
@@ -210,7 +233,7 @@ def rollout_batch(model: TinyAgent, envs: Sequence, tasks: Sequence, tok, genera
     for b in range(B):
         vals_b = values[b] + [0.0] * (len(ids[b]) - len(values[b]))
         trajs.append(_trajectory(ids[b], owner[b], logps[b], vals_b, rewards[b], infos[b],
-                                 _task_name(infos[b].get("task", tasks[b]))))
+                                 _task_name(infos[b].get("task", tasks[b])), states[b]))
     if pooled:
         _SPARE_KV.clear()  # keep one spare cache at most
         _SPARE_KV[pool_key] = (cache.k, cache.v)
@@ -230,7 +253,8 @@ def collate(trajs: Sequence[Trajectory], pad_id: int = 0) -> dict[str, torch.Ten
     """Right-pad trajectories into a batch.
 
     :return: ``ids [B, T]`` (``pad_id``), ``owner [B, T]`` (0 = pad), ``action_mask``, ``sample_logp``,
-        ``values``, ``token_rewards`` (all [B, T-1], 0 on padding) and ``rewards [B]``
+        ``values``, ``token_rewards`` (all [B, T-1], 0 on padding), ``grammar_state`` ([B, T-1], -1 on
+        padding) and ``rewards [B]``
     """
     if not trajs:
         raise ValueError("collate needs at least one trajectory")
@@ -242,6 +266,9 @@ def collate(trajs: Sequence[Trajectory], pad_id: int = 0) -> dict[str, torch.Ten
         sample_logp=_pad([t.sample_logp for t in trajs], T - 1, 0.0),  # [B, T-1]
         values=_pad([t.values for t in trajs], T - 1, 0.0),  # [B, T-1]
         token_rewards=_pad([t.token_rewards for t in trajs], T - 1, 0.0),  # [B, T-1]
+        grammar_state=_pad([t.grammar_state if t.grammar_state is not None
+                            else torch.full((len(t) - 1,), NO_STATE, dtype=torch.long) for t in trajs],
+                           T - 1, NO_STATE),  # [B, T-1]
         rewards=torch.tensor([t.reward for t in trajs], dtype=torch.float32),  # [B]
     )
 
