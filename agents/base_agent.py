@@ -6,11 +6,11 @@ the time and submits most episodes, but passes only when a guessed fix happens t
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 
-from bugfix_gym import BugFixEnv, make_tasks, scripted_policy
+from bugfix_gym import BugFixEnv, Task, make_tasks, scripted_policy
 
 from .model import TinyAgent, TinyAgentConfig, sequence_log_probs
 from .rollout import collate, scripted_rollout
@@ -23,7 +23,8 @@ def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 def make_base_agent(tok, seed: int = 0, kinds: Sequence[str] = ("random", "blind"), episodes_per_task: int = 8,
                     steps: int = 800, batch_size: int = 32, lr: float = 3e-3,
-                    config: TinyAgentConfig | None = None) -> TinyAgent:
+                    config: TinyAgentConfig | None = None, tasks: Sequence[Task] | None = None,
+                    teacher_kwargs: dict[str, dict[str, Any]] | None = None) -> TinyAgent:
     """TinyAgent behaviour-cloned on scripted play over the train tasks (book §6.2).
 
     Collects ``episodes_per_task`` demonstrations per train task from each scripted policy in
@@ -43,15 +44,18 @@ def make_base_agent(tok, seed: int = 0, kinds: Sequence[str] = ("random", "blind
     :param batch_size: episodes per minibatch
     :param lr: Adam learning rate
     :param config: model sizes (default: ``TinyAgentConfig(vocab_size=tok.vocab_size)``)
+    :param tasks: the tasks the scripted policies play (default: the book's 20 train tasks)
+    :param teacher_kwargs: extra ``scripted_policy`` arguments per kind, e.g.
+        ``{"careful": {"p_read": 0.7}}``
     """
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     demos = []
+    tasks = make_tasks("train") if tasks is None else list(tasks)
     for k, kind in enumerate(kinds):
-        policy = scripted_policy(kind, seed=seed + k)
-        env = BugFixEnv()
-        demos += [scripted_rollout(policy, env, task, tok)
-                  for task in make_tasks("train") for _ in range(episodes_per_task)]
+        policy = scripted_policy(kind, seed=seed + k, **(teacher_kwargs or {}).get(kind, {}))
+        env = BugFixEnv(tasks=tasks)
+        demos += [scripted_rollout(policy, env, task, tok) for task in tasks for _ in range(episodes_per_task)]
     data = collate(demos, tok.pad_id)  # ids [N, T], action_mask [N, T-1]
     model = TinyAgent(config or TinyAgentConfig(vocab_size=tok.vocab_size))
     opt = torch.optim.Adam(model.parameters(), lr=lr)

@@ -19,6 +19,7 @@ MAX_ACTION_CHARS = 64
 MAX_OBS_CHARS = 4096
 MAX_KEPT_ACTION_CHARS = 256  # info["actions"] and the transcript keep at most this much of one action
 OWNER_PAD, OWNER_PROMPT, OWNER_POLICY, OWNER_TOOL = 0, 1, 2, 3
+BLANK_OUTPUT = "hidden"  # what read and test answer under blank_tools=True (a vocabulary word)
 
 
 class BugFixEnv(gym.Env):
@@ -47,7 +48,8 @@ class BugFixEnv(gym.Env):
 
     ## Rewards
     ``1.0`` on the ``submit`` step if every hidden test passes, else ``0.0``. Optional:
-    ``call_cost`` is subtracted on every step, ``edit_penalty`` on every ``edit`` step.
+    ``call_cost`` is subtracted on every step, ``edit_penalty`` on every ``edit`` step,
+    ``invalid_cost`` on every invalid call.
 
     ## Starting State
     A task drawn uniformly from the split with ``self.np_random``, or the one given by
@@ -66,7 +68,9 @@ class BugFixEnv(gym.Env):
 
     ## Arguments
     ``gym.make("BugFix-v0", split="train", tasks=None, max_turns=6, call_cost=0.0,
-    edit_penalty=0.0, render_mode=None)``. ``split`` is ``"train"``, ``"heldout"`` or
+    edit_penalty=0.0, invalid_cost=0.0, blank_tools=False, render_mode=None)``. ``blank_tools``
+    (an ablation) answers ``read`` and ``test`` with ``hidden`` instead of the source and
+    the test report; everything else is unchanged. ``split`` is ``"train"``, ``"heldout"`` or
     ``"all"``; ``tasks`` (a list of :class:`Task`, e.g. from ``generate_tasks`` or
     ``load_task_pack``) overrides it. ``render_mode="ansi"`` returns the transcript as text.
 
@@ -77,7 +81,8 @@ class BugFixEnv(gym.Env):
     metadata = {"render_modes": ["ansi", "human"], "render_fps": 4}
 
     def __init__(self, split: str = "train", tasks: Sequence[Task] | None = None, max_turns: int = 6,
-                 call_cost: float = 0.0, edit_penalty: float = 0.0, render_mode: str | None = None):
+                 call_cost: float = 0.0, edit_penalty: float = 0.0, render_mode: str | None = None,
+                 invalid_cost: float = 0.0, blank_tools: bool = False):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None, got {render_mode!r}")
         if max_turns < 1:
@@ -89,6 +94,8 @@ class BugFixEnv(gym.Env):
         self.max_turns = int(max_turns)
         self.call_cost = float(call_cost)
         self.edit_penalty = float(edit_penalty)
+        self.invalid_cost = float(invalid_cost)
+        self.blank_tools = bool(blank_tools)
         self.render_mode = render_mode
         self.action_space = spaces.Text(max_length=MAX_ACTION_CHARS, min_length=0, charset=CHARSET)
         self.observation_space = spaces.Text(max_length=MAX_OBS_CHARS, min_length=0, charset=CHARSET)
@@ -143,6 +150,7 @@ class BugFixEnv(gym.Env):
         if call is None:
             self.n_invalid += 1
             obs = obs or tools.why_invalid(action)
+            reward -= self.invalid_cost
         elif call[0] == "read":
             obs = self.source
         elif call[0] == "test":
@@ -165,6 +173,8 @@ class BugFixEnv(gym.Env):
             self.stop, terminated = "submit", True
             reward += 1.0 if report.ok else 0.0
             obs = "hidden tests passed" if report.ok else f"hidden tests failed : {report.passed} / {report.total}"
+        if self.blank_tools and call is not None and call[0] in ("read", "test"):
+            obs = BLANK_OUTPUT
         truncated = not terminated and self.turn >= self.max_turns
         if truncated:
             self.stop = "budget"

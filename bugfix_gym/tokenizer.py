@@ -160,6 +160,7 @@ def fixed_tokenizer() -> Tokenizer:
     for pool in generator.WORDS.values():
         add(" ".join(pool))
     for template in generator.TEMPLATES["train"]:
-        for text in (template.statement, template.source):
+        statements = (template.statement,) if isinstance(template.statement, str) else template.statement
+        for text in (*statements, template.source):
             add(re.sub(r"\{(\w+)\}", r"\1", text))  # placeholders by their role names (also pool words)
     return Tokenizer(list(seen))

@@ -260,3 +260,20 @@ def test_throughput_benchmark_runs_and_reports_a_ratio(capsys):
     result = bench.main(["--steps", "300", "--repeats", "1"])
     assert result["ratio"] > 0 and result["BugFix-v0 (uncached)"] < result["BugFix-v0 (cached)"]
     assert "BugFix-v0 / CartPole-v1 ratio of medians" in capsys.readouterr().out
+
+
+def test_invalid_cost_and_blank_tools_options():
+    env = BugFixEnv(invalid_cost=0.25)
+    env.reset(options={"task": "clamp"})
+    _, reward, *_ = env.step("revert")  # nothing to revert: invalid
+    assert reward == -0.25
+    _, reward, *_ = env.step("read")
+    assert reward == 0.0
+    _, reward, *_ = env.step("edit nothing")
+    assert reward == -0.25
+    blank = BugFixEnv(blank_tools=True)
+    blank.reset(options={"task": "clamp"})
+    assert blank.step("read")[0] == "hidden" and blank.step("test")[0] == "hidden"
+    assert blank.step("edit swap_minmax")[0].startswith("changed line")
+    obs, reward, terminated, *_ = blank.step("submit")
+    assert terminated and reward == 1.0 and obs == "hidden tests passed"

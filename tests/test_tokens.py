@@ -118,7 +118,8 @@ def test_fixed_vocabulary_knows_code_and_train_templates_but_not_names_or_unseen
     assert all(w in fixed.ids for pool in WORDS.values() for w in pool)
     train_words = set()
     for t in TEMPLATES["train"]:
-        train_words |= set(split_words(re.sub(r"[{}]", " ", t.statement + " " + t.source)))
+        statements = (t.statement,) if isinstance(t.statement, str) else t.statement
+        train_words |= set(split_words(re.sub(r"[{}]", " ", " ".join(statements) + " " + t.source)))
     assert train_words <= set(fixed.words)
     # exactly these sources, nothing else: words that only the unseen templates use are unknown
     pools = {w for pool in WORDS.values() for w in pool}
@@ -128,7 +129,8 @@ def test_fixed_vocabulary_knows_code_and_train_templates_but_not_names_or_unseen
     unseen = set()
     for split in ("heldout", "test"):
         for t in TEMPLATES[split]:
-            unseen |= set(split_words(re.sub(r"[{}]", " ", t.statement)))
+            statements = (t.statement,) if isinstance(t.statement, str) else t.statement
+            unseen |= set(split_words(re.sub(r"[{}]", " ", " ".join(statements))))
     assert unseen - known and all(fixed.encode(w) == [fixed.unk_id] for w in unseen - known)
     # a generated task: its function name (and only unknown words) become <unk>, the code reads as code
     task = generate_tasks("test", 1, seed=0)[0]
