@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -116,6 +116,16 @@ def _seq_inputs(fixed: list[list[int]], min_len: int = 0) -> Inputs:
     def inputs(rng: np.random.Generator) -> list[tuple]:
         return [(xs,) for xs in _lists(rng, fixed, 4, min_len=min_len)]
     return inputs
+
+
+def _windows(rng: np.random.Generator, k: int) -> list[tuple]:
+    """(xs, lo, hi) with 0 <= lo <= hi < len(xs)."""
+    out = []
+    for _ in range(k):
+        xs = _ints(rng, int(rng.integers(1, 6)))
+        lo = int(rng.integers(0, len(xs)))
+        out.append((xs, lo, int(rng.integers(lo, len(xs)))))
+    return out
 
 
 TEMPLATES: dict[str, tuple[Template, ...]] = {
@@ -523,6 +533,106 @@ def {f}({t}, {n}):
     return {acc}
 """, ("fix_range_end", "fix_init"), lambda rng: [(3, 2), (5, 1), (2, 0), (4, 3),
                                                  *[(int(t), int(n)) for t, n in zip(rng.integers(-5, 8, 3), rng.integers(0, 6, 3))]]),
+        # (two defects that both look plausible in the code: reading narrows the choice, the statement or a
+        # test decides it)
+        Template("count_squares_above", ("count the numbers from 1 to {n} inclusive whose square is greater than {t}",
+                                         "how many of 1, 2, ..., {n} have a square strictly above {t}?"), """
+def {f}({n}, {t}):
+    {acc} = 0
+    for {i} in range(1, {n} + 1):
+        if {i} * {i} > {t}:
+            {acc} += 1
+    return {acc}
+""", ("fix_comparison", "fix_range_end", "fix_init"),
+            lambda rng: [(3, 4), (4, 9), (2, 1), *[(int(n), int(rng.integers(0, 6)) ** 2) for n in rng.integers(0, 7, 4)]]),
+        Template("larger_exceeds", ("return True if the larger of {a} and {b} is greater than {t}",
+                                    "is the bigger one of {a} and {b} strictly above {t}?"), """
+def {f}({a}, {b}, {t}):
+    return max({a}, {b}) > {t}
+""", ("swap_minmax", "fix_comparison"), lambda rng: [(2, 7, 5), (5, 3, 5), (1, 2, 8),
+                                                     *[(int(a), int(b), int(t)) for a, b, t in rng.integers(-5, 8, size=(3, 3))]]),
+        Template("smaller_reaches", ("return True if the smaller of {a} and {b} is at least {t}",
+                                     "do both {a} and {b} reach {t}?"), """
+def {f}({a}, {b}, {t}):
+    return min({a}, {b}) >= {t}
+""", ("swap_minmax", "fix_comparison"), lambda rng: [(4, 9, 6), (5, 7, 5), (8, 9, 2),
+                                                     *[(int(a), int(b), int(t)) for a, b, t in rng.integers(-5, 8, size=(3, 3))]]),
+        Template("window_max", ("return the largest item of {xs} at positions {lo} to {hi} inclusive",
+                                "the maximum of {xs}[{lo}], ..., {xs}[{hi}]"), """
+def {f}({xs}, {lo}, {hi}):
+    {acc} = {xs}[{lo}]
+    for {i} in range({lo}, {hi} + 1):
+        {acc} = max({acc}, {xs}[{i}])
+    return {acc}
+""", ("swap_minmax", "fix_range_end"), lambda rng: [([1, 3, 9], 0, 2), ([5, 2, 7, 4], 1, 2), ([6, 1], 0, 1),
+                                                    *_windows(rng, 3)]),
+        Template("capped_sum_upto", ("return the sum of min(i, {t}) for i from 1 to {n} inclusive",
+                                     "add up 1, 2, ..., {n}, counting each number above {t} as {t}"), """
+def {f}({n}, {t}):
+    {acc} = 0
+    for {i} in range(1, {n} + 1):
+        {acc} += min({i}, {t})
+    return {acc}
+""", ("swap_minmax", "fix_range_end", "fix_init"), lambda rng: [(4, 2), (3, 5), (1, 0),
+                                                                *[(int(n), int(t)) for n, t in rng.integers(0, 7, size=(3, 2))]]),
+        Template("count_window_at_least", ("count the items of {xs} at positions {lo} to {hi} inclusive that are at "
+                                           "least {t}",), """
+def {f}({xs}, {lo}, {hi}, {t}):
+    {acc} = 0
+    for {i} in range({lo}, {hi} + 1):
+        if {xs}[{i}] >= {t}:
+            {acc} += 1
+    return {acc}
+""", ("fix_comparison", "fix_range_end", "fix_init"),
+            lambda rng: [([1, 4, 3, 4], 0, 3, 4), ([2, 5], 0, 1, 5), ([3, 3, 1], 1, 2, 3),
+                         *[(xs, lo, hi, int(rng.choice(xs))) for xs, lo, hi in _windows(rng, 3)]]),
+        Template("rank_from_top", ("return the rank of {t} in {xs}: 1 plus the number of items greater than {t}",
+                                   "where would {t} place in {xs} from the top? 1 plus how many items beat it"), """
+def {f}({xs}, {t}):
+    {acc} = 1
+    for {x} in {xs}:
+        if {x} > {t}:
+            {acc} += 1
+    return {acc}
+""", ("fix_comparison", "fix_init"), lambda rng: [([5, 3, 8], 5), ([], 2), ([1, 9], 4), *_with_threshold(rng, _lists(rng, [[2, 2]], 3))]),
+        Template("largest_square_within", ("return the largest i from {lo} to {hi} inclusive with i * i at most {t}, "
+                                           "or 0 if there is none",), """
+def {f}({lo}, {hi}, {t}):
+    {acc} = 0
+    for {i} in range({lo}, {hi} + 1):
+        if {i} * {i} <= {t}:
+            {acc} = {i}
+    return {acc}
+""", ("fix_comparison", "fix_range_end", "fix_init"),
+            lambda rng: [(1, 3, 9), (2, 4, 3), (1, 2, 4), *[(int(lo), int(lo) + int(d), int(rng.integers(0, 5)) ** 2)
+                                                             for lo, d in rng.integers(1, 4, size=(3, 2))]]),
+        Template("one_below", ("return True if at least one of {a} and {b} is below {t}",
+                               "is either {a} or {b} smaller than {t}?"), """
+def {f}({a}, {b}, {t}):
+    return min({a}, {b}) < {t}
+""", ("swap_minmax", "fix_comparison"), lambda rng: [(2, 9, 5), (5, 6, 5), (7, 8, 1),
+                                                     *[(int(a), int(b), int(t)) for a, b, t in rng.integers(-5, 8, size=(3, 3))]]),
+        Template("count_capped_reaching", ("count the items of {xs} that still reach {lo} after being capped at {hi}",), """
+def {f}({xs}, {lo}, {hi}):
+    {acc} = 0
+    for {x} in {xs}:
+        if min({x}, {hi}) >= {lo}:
+            {acc} += 1
+    return {acc}
+""", ("swap_minmax", "fix_comparison", "fix_init"),
+            lambda rng: [([1, 4, 9], 4, 6), ([3, 5], 5, 5), ([], 0, 2),
+                         *[(xs, int(lo), int(lo) + 2) for xs, lo in zip(_lists(rng, [], 3), rng.integers(-2, 5, 3))]]),
+        Template("sum_window_above", ("return the sum of the items of {xs} at positions {lo} to {hi} inclusive that "
+                                      "are greater than {t}",), """
+def {f}({xs}, {lo}, {hi}, {t}):
+    {acc} = 0
+    for {i} in range({lo}, {hi} + 1):
+        if {xs}[{i}] > {t}:
+            {acc} += {xs}[{i}]
+    return {acc}
+""", ("fix_comparison", "fix_range_end", "fix_init"),
+            lambda rng: [([2, 5, 3, 6], 0, 3, 3), ([4, 4], 0, 1, 4), ([1, 7, 2], 1, 2, 1),
+                         *[(xs, lo, hi, int(rng.choice(xs))) for xs, lo, hi in _windows(rng, 3)]]),
     ),
     "heldout": (
         Template("lowest", "return the smallest item of {xs}", """
@@ -640,20 +750,30 @@ def make_task(template: Template, fix_op: str, rng: np.random.Generator, split: 
                              fix_op, inputs, split=split)
 
 
-def generate_tasks(split: str = "train", n: int = 100, seed: int = 0) -> list[Task]:
+def generate_tasks(split: str = "train", n: int = 100, seed: int = 0, templates: Sequence[str] | None = None
+                   ) -> list[Task]:
     """``n`` procedurally generated, checked and registered tasks from the split's templates.
 
     :param split: ``"train"``, ``"heldout"`` or ``"test"`` (disjoint template sets)
     :param n: how many tasks; names are unique within the result
     :param seed: the same ``(split, n, seed)`` always gives the same tasks
+    :param templates: only these template keys of the split (default: all); the defect kinds cycle
+        over those the chosen templates carry
     :return: tasks cycling through the five defect kinds, usable as ``BugFixEnv(tasks=...)``
     """
     if split not in TEMPLATES:
         raise ValueError(f"unknown generator split {split!r}; use one of {', '.join(GENERATED_SPLITS)}")
     if n < 0:
         raise ValueError(f"n must be non-negative, got {n}")
-    rng = np.random.default_rng([seed, GENERATED_SPLITS.index(split)])
-    by_op = {op: [t for t in TEMPLATES[split] if op in t.ops] for op in FIX_OPS}
+    chosen = TEMPLATES[split]
+    if templates is not None:
+        unknown = set(templates) - {t.key for t in chosen}
+        if unknown or not templates:
+            raise ValueError(f"unknown {split} template(s) {sorted(unknown)}; see bugfix_gym.generator.TEMPLATES")
+        chosen = tuple(t for t in chosen if t.key in set(templates))
+    rng = np.random.default_rng([seed, GENERATED_SPLITS.index(split)] + ([] if templates is None else [1]))
+    ops = [op for op in FIX_OPS if any(op in t.ops for t in chosen)]
+    by_op = {op: [t for t in chosen if op in t.ops] for op in ops}
     tasks: list[Task] = []
     names: set[str] = set()
     attempts = 0
@@ -661,7 +781,7 @@ def generate_tasks(split: str = "train", n: int = 100, seed: int = 0) -> list[Ta
         attempts += 1
         if attempts > 20 * n + 100:
             raise RuntimeError(f"could not generate {n} valid {split} tasks (made {len(tasks)})")
-        fix_op = FIX_OPS[len(tasks) % len(FIX_OPS)]
+        fix_op = ops[len(tasks) % len(ops)]
         options = by_op[fix_op]
         template = options[int(rng.integers(len(options)))]
         try:

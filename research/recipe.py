@@ -40,6 +40,7 @@ from stable_baselines3.common.callbacks import BaseCallback  # noqa: E402
 class Recipe:
     # tasks
     pool_size: int = 3000  # generated train tasks the env draws from (fresh names; names are <unk> anyway)
+    ambiguous_share: float = 0.0  # part of the pool drawn only from the templates with two plausible defects
     # base agent
     teacher: str = "careful"
     p_read: float = 0.6
@@ -71,6 +72,8 @@ class Recipe:
     constrained: bool = True
     invalid_cost: float = 0.0
     call_cost: float = 0.0
+    edit_penalty: float = 0.0
+    kl_coef: float = 0.0
     blank_tools: bool = False
     book_only: bool = False  # ablation: train (BC and PPO) on the 20 book train tasks only
     # budget
@@ -81,6 +84,10 @@ class Recipe:
 
 
 # ---------------------------------------------------------------------- tasks
+# train templates whose code carries two defects that both look plausible (reading alone cannot decide)
+AMBIGUOUS = ("count_squares_above", "larger_exceeds", "smaller_reaches", "window_max", "capped_sum_upto",
+             "count_window_at_least", "rank_from_top", "largest_square_within", "one_below", "count_capped_reaching",
+             "sum_window_above")
 def template_of(task: bg.Task, split: str) -> str:
     """Which generator template a generated task came from (by the shape of its repaired source)."""
     fixed = _shape(apply_op(task.source, task.fix_op))
@@ -203,12 +210,17 @@ def run(recipe: Recipe, seed: int, out: Path) -> dict[str, Any]:
     torch.set_num_threads(1)
     out.mkdir(parents=True, exist_ok=True)
     tok = bg.fixed_tokenizer()
-    env_kwargs = dict(invalid_cost=recipe.invalid_cost, call_cost=recipe.call_cost, blank_tools=recipe.blank_tools)
+    env_kwargs = dict(invalid_cost=recipe.invalid_cost, call_cost=recipe.call_cost, blank_tools=recipe.blank_tools,
+                      edit_penalty=recipe.edit_penalty)
     t_cpu0, t_wall0 = time.process_time(), time.time()
     if recipe.book_only:
         pool = bg.make_tasks("train")
     else:
-        pool = bg.generate_tasks("train", recipe.pool_size, seed=1000 + seed)
+        n_amb = int(round(recipe.ambiguous_share * recipe.pool_size))
+        pool = bg.generate_tasks("train", recipe.pool_size - n_amb, seed=1000 + seed)
+        if n_amb:
+            pool += bg.generate_tasks("train", n_amb, seed=1000 + seed, templates=AMBIGUOUS)
+            np.random.default_rng(seed).shuffle(pool)
     gen_s = time.process_time() - t_cpu0
     config = TinyAgentConfig(vocab_size=tok.vocab_size, d_model=recipe.d_model, n_layer=recipe.n_layer,
                              n_head=recipe.n_head, d_ff=recipe.d_ff, max_len=recipe.max_len)
@@ -227,6 +239,7 @@ def run(recipe: Recipe, seed: int, out: Path) -> dict[str, Any]:
                      gae_lambda=recipe.gae_lambda, clip_range=recipe.clip_range,
                      clip_range_high=recipe.clip_range_high, ent_coef=recipe.ent_coef, target_kl=recipe.target_kl,
                      vf_coef=recipe.vf_coef, critic_warmup_steps=recipe.critic_warmup_steps, seed=seed,
+                     kl_coef=recipe.kl_coef,
                      policy_kwargs=dict(tokenizer=tok, constrained_decoding=recipe.constrained))
     sets = eval_sets()
     val = bg.generate_tasks("heldout", recipe.val_n, seed=77)
