@@ -124,3 +124,11 @@ def test_phrasings_are_drawn_per_task():
     rng = np.random.default_rng(0)
     firsts = {make_task(template, template.ops[0], rng, "train").statement.split()[0] for _ in range(30)}
     assert firsts == {p.split()[0] for p in template.statement}
+
+
+def test_generate_from_a_subset_of_templates():
+    tasks = generate_tasks("train", 12, seed=0, templates=["larger_exceeds", "window_max"])
+    assert {t.fix_op for t in tasks} == {"swap_minmax", "fix_comparison", "fix_range_end"}
+    assert all(task_problems(t) == [] for t in tasks)
+    with pytest.raises(ValueError, match="unknown train template"):
+        generate_tasks("train", 3, templates=["triangle"])  # a test template is not a train template
