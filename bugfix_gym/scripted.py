@@ -93,7 +93,8 @@ def careful_policy(seed: int = 0, p_read: float = 0.6, p_test: float = 0.2, op_p
       at once (nothing changed, so there is nothing to test or revert); else ``test`` if at
       least two turns are left, otherwise ``submit``;
     * after a test: ``submit`` if every visible test passed; else ``revert`` if at least three
-      turns are left (revert, edit, submit), otherwise ``submit``;
+      turns are left (revert, edit, submit) and the source changed (``info["call_mask"]``: revert
+      is legal), the next op if it did not, otherwise ``submit``;
     * after a revert: ``edit`` the next op.
 
     What it reads from the tools decides only *whether* to test, revert, edit again or submit
@@ -141,7 +142,10 @@ def careful_policy(seed: int = 0, p_read: float = 0.6, p_test: float = 0.2, op_p
             else:
                 action = "test" if left >= 2 else "submit"
         elif last == "test":
-            action = "submit" if tests_passed(observation) or left < 3 else "revert"
+            if tests_passed(observation) or left < 3:
+                action = "submit"
+            else:  # revert the failed fix; if nothing changed (revert illegal), just try the next op
+                action = "revert" if info["call_mask"][CALLS.index("revert")] else next_edit()
         else:
             action = "submit"
         if left == 1 and not action == "submit":

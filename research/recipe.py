@@ -78,6 +78,7 @@ class Recipe:
     book_only: bool = False  # ablation: train (BC and PPO) on the 20 book train tasks only
     # budget
     budget_cpu_s: float = 840.0  # PPO training (the base agent's time is counted separately)
+    total_budget_cpu_s: float | None = None  # if set: pool + base agent + PPO (validation evals included) <= this
     max_iterations: int = 100000
     eval_every: int = 20  # iterations between validation evaluations (generated heldout)
     val_n: int = 100
@@ -179,7 +180,7 @@ class Monitor(BaseCallback):
         self.recipe, self.val_tasks, self.env_kwargs, self.log, self.t0 = recipe, val_tasks, env_kwargs, log, t0
         self.iteration = 0
         self.stop = False
-        self.cpu_train = 0.0
+        self.setup_cpu_s = 0.0
 
     def _on_step(self) -> bool:
         return not self.stop
@@ -199,7 +200,10 @@ class Monitor(BaseCallback):
                                                          "first_edit_right")}
             print(json.dumps(entry), flush=True)
         self.log.append(entry)
-        if cpu >= self.recipe.budget_cpu_s or self.iteration >= self.recipe.max_iterations:
+        budget = self.recipe.budget_cpu_s
+        if self.recipe.total_budget_cpu_s is not None:
+            budget = self.recipe.total_budget_cpu_s - self.setup_cpu_s
+        if cpu >= budget or self.iteration >= self.recipe.max_iterations:
             self.stop = True
 
     def _on_training_start(self) -> None:
@@ -252,6 +256,7 @@ def run(recipe: Recipe, seed: int, out: Path) -> dict[str, Any]:
     t_train = time.process_time()
     w_train = time.time()
     monitor = Monitor(recipe, val, env_kwargs, log, t_train)
+    monitor.setup_cpu_s = gen_s + bc_s
     model.learn(10**9, callback=monitor)
     results["train_cpu_s"] = round(time.process_time() - t_train, 1)
     results["train_wall_s"] = round(time.time() - w_train, 1)
