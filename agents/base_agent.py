@@ -19,16 +19,17 @@ from typing import Any, Sequence
 
 import torch
 
-from bugfix_gym import BugFixEnv, Tokenizer, make_tasks, scripted_policy
+from bugfix_gym import BugFixEnv, Task, Tokenizer, make_tasks, scripted_policy
 
 from .losses import masked_mean
 from .model import TinyAgent, TinyAgentConfig, sequence_log_probs
 from .rollout import collate, scripted_rollout
 
 
-def make_base_agent(tok, seed: int = 0, kinds: Sequence[str] = ("random", "blind"), episodes_per_task: int = 8,
-                    steps: int = 800, batch_size: int = 32, lr: float = 3e-3,
-                    config: TinyAgentConfig | None = None) -> TinyAgent:
+def make_base_agent(tok: Tokenizer, seed: int = 0, kinds: Sequence[str] = ("random", "blind"),
+                    episodes_per_task: int = 8, steps: int = 200, batch_size: int = 64, lr: float = 3e-3,
+                    config: TinyAgentConfig | None = None, tasks: Sequence[Task] | None = None,
+                    teacher_kwargs: dict[str, dict[str, Any]] | None = None) -> TinyAgent:
     """TinyAgent behaviour-cloned on scripted play over the train tasks (book §6.2).
 
     Collects ``episodes_per_task`` demonstrations per train task from each scripted policy in
@@ -40,23 +41,21 @@ def make_base_agent(tok, seed: int = 0, kinds: Sequence[str] = ("random", "blind
     :param seed: seeds the model init, the scripted policies and the minibatches
     :param kinds: scripted policies to imitate
     :param episodes_per_task: demonstrations per train task and kind
-    :param steps: Adam steps. The book used 200; with this env's token stream 200 steps leave the
-        agent prone to answering a tool output that ends in a call word (``... nothing to revert``,
-        the ``... | submit`` menu after an empty turn) with an immediate ``<eoc>``, which loops
-        into empty calls (valid calls 0.81-0.93 over seeds 0-1); 800 steps land in the book's
-        ranges (valid ~0.98, submit ~0.8, pass 0.12-0.22 on both splits)
+    :param steps: Adam steps (the book's 200; with the ``<turn>`` marker that is enough, docs/chapter6.md)
     :param batch_size: episodes per minibatch
     :param lr: Adam learning rate
     :param config: model sizes (default: ``TinyAgentConfig(vocab_size=tok.vocab_size)``)
+    :param tasks: the tasks the scripted policies play (default: the book's 20 train tasks)
+    :param teacher_kwargs: extra ``scripted_policy`` arguments per kind, e.g. ``{"careful": {"p_read": 1.0}}``
     """
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     demos = []
+    tasks = make_tasks("train") if tasks is None else list(tasks)
     for k, kind in enumerate(kinds):
-        policy = scripted_policy(kind, seed=seed + k)
-        env = BugFixEnv()
-        demos += [scripted_rollout(policy, env, task, tok)
-                  for task in make_tasks("train") for _ in range(episodes_per_task)]
+        policy = scripted_policy(kind, seed=seed + k, **(teacher_kwargs or {}).get(kind, {}))
+        env = BugFixEnv(tasks=tasks)
+        demos += [scripted_rollout(policy, env, task, tok) for task in tasks for _ in range(episodes_per_task)]
     data = collate(demos, tok.pad_id)  # ids [N, T], policy_mask [N, T-1]
     model = TinyAgent(config or TinyAgentConfig(vocab_size=tok.vocab_size))
     opt = torch.optim.Adam(model.parameters(), lr=lr)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -61,7 +61,8 @@ class Template:
     """A correct function with placeholder identifiers.
 
     :param key: the template's id (unique over all splits)
-    :param statement: one line saying what the function does, with the same placeholders
+    :param statement: one line saying what the function does, with the same placeholders; or a
+        tuple of such lines (phrasings), one drawn per task
     :param source: the correct function; ``{f}`` is the function name, other ``{role}`` s are
         variable names drawn from :data:`WORDS`
     :param ops: the edit ops whose defect this template can carry
@@ -69,7 +70,7 @@ class Template:
     """
 
     key: str
-    statement: str
+    statement: str | tuple[str, ...]
     source: str
     ops: tuple[str, ...]
     inputs: Inputs
@@ -122,6 +123,16 @@ def _seq_inputs(fixed: list[list[int]], min_len: int = 0) -> Inputs:
     def inputs(rng: np.random.Generator) -> list[tuple]:
         return [(xs,) for xs in _lists(rng, fixed, 4, min_len=min_len)]
     return inputs
+
+
+def _windows(rng: np.random.Generator, k: int) -> list[tuple]:
+    """(xs, lo, hi) with 0 <= lo <= hi < len(xs)."""
+    out = []
+    for _ in range(k):
+        xs = _ints(rng, int(rng.integers(1, 6)))
+        lo = int(rng.integers(0, len(xs)))
+        out.append((xs, lo, int(rng.integers(lo, len(xs)))))
+    return out
 
 
 TEMPLATES: dict[str, tuple[Template, ...]] = {
@@ -204,6 +215,433 @@ def {f}({xs}, {lo}, {hi}):
             lambda rng: [([1, 2, 3], 2, 5), ([0, 4, 2], 1, 4), ([], 0, 3),
                          *[(xs, int(rng.choice(xs)), int(rng.choice(xs)) + 3)
                            for xs in _lists(rng, [], 4, min_len=1)]]),
+        # ---- added for the tools-pay work: more shapes and phrasings, several defects per template
+        # (zero guards: division by a parameter or by len(), indexing at 0 / -1)
+        Template("is_multiple", ("return True if {a} is a multiple of {b}, and 0 when {b} is 0",
+                                 "tell whether {b} divides {a} exactly; give 0 if {b} is 0"), """
+def {f}({a}, {b}):
+    if not {b}:
+        return 0
+    return {a} % {b} == 0
+""", ("add_zero_guard",), lambda rng: [(6, 0), (9, 3), (7, 2), (0, 5), (4, 0),
+                                       *[(int(a), int(b)) for a, b in rng.integers(-9, 10, size=(3, 2))]]),
+        Template("ends_sum", ("return the first item of {xs} plus the last one, or 0 if {xs} is empty",
+                              "add the two end items of {xs} (0 for an empty list)"), """
+def {f}({xs}):
+    if not {xs}:
+        return 0
+    return {xs}[0] + {xs}[-1]
+""", ("add_zero_guard",), _seq_inputs([[1, 5, 2], [], [4]], min_len=1)),
+        Template("mean_of_first", ("return the average of the first {n} items of {xs}, or 0 when {n} is 0",), """
+def {f}({xs}, {n}):
+    if not {n}:
+        return 0
+    return sum({xs}[:{n}]) / {n}
+""", ("add_zero_guard",), lambda rng: [([4, 2, 6], 2), ([1, 2], 0), ([3, 5, 7], 3),
+                                       *[(xs, int(rng.integers(0, len(xs) + 1))) for xs in _lists(rng, [], 3, min_len=1)]]),
+        Template("first_is_top", ("return True if the first item of {xs} is its largest, or 0 if {xs} is empty",
+                                  "is {xs}[0] the maximum of {xs}? 0 for an empty list"), """
+def {f}({xs}):
+    if not {xs}:
+        return 0
+    return {xs}[0] == max({xs})
+""", ("add_zero_guard", "swap_minmax"), _seq_inputs([[5, 1, 3], [], [2, 7], [4]], min_len=2)),
+        Template("spread_per_item", ("return the largest item of {xs} minus the smallest, divided by the length of "
+                                     "{xs}, or 0 if {xs} is empty",), """
+def {f}({xs}):
+    if not {xs}:
+        return 0
+    return (max({xs}) - min({xs})) / len({xs})
+""", ("add_zero_guard", "swap_minmax"), _seq_inputs([[1, 5, 3], [], [2, 8]], min_len=2)),
+        Template("share_above", ("return the fraction of the items of {xs} that are greater than {t}, or 0 if {xs} "
+                                 "is empty",
+                                 "what share of {xs} lies strictly above {t}? 0 for an empty list"), """
+def {f}({xs}, {t}):
+    if not {xs}:
+        return 0
+    {acc} = 0
+    for {x} in {xs}:
+        if {x} > {t}:
+            {acc} += 1
+    return {acc} / len({xs})
+""", ("add_zero_guard", "fix_comparison", "fix_init"),
+            lambda rng: [([1, 3, 3], 3), ([], 2), ([5, 2], 2), *_with_threshold(rng, _lists(rng, [[4, 4, 1]], 3, min_len=1))]),
+        Template("last_minus_first", ("return the last item of {xs} minus the first one, or 0 if {xs} is empty",), """
+def {f}({xs}):
+    if not {xs}:
+        return 0
+    return {xs}[-1] - {xs}[0]
+""", ("add_zero_guard",), _seq_inputs([[2, 9], [], [1, 4, 6]], min_len=1)),
+        Template("per_item", ("return {t} divided by the number of items of {xs}, or 0 if {xs} is empty",
+                              "how much of {t} does each item of {xs} get? 0 when {xs} is empty"), """
+def {f}({xs}, {t}):
+    if not {xs}:
+        return 0
+    return {t} / len({xs})
+""", ("add_zero_guard",), lambda rng: [([1, 2], 6), ([], 4), ([3], 5), *[(xs, int(rng.integers(-5, 10)))
+                                                                         for xs in _lists(rng, [], 3, min_len=1)]]),
+        Template("sum_mod", ("return the sum of {xs} modulo {n}, or 0 when {n} is 0",
+                             "sum {xs}, then take the remainder by {n} (0 if {n} is 0)"), """
+def {f}({xs}, {n}):
+    if not {n}:
+        return 0
+    return sum({xs}) % {n}
+""", ("add_zero_guard",), lambda rng: [([3, 4], 5), ([1, 2], 0), ([9, 1], 4), ([6], 0),
+                                       *[(xs, int(rng.integers(-4, 7))) for xs in _lists(rng, [], 3)]]),
+        Template("sum_multiples", ("return the sum of the items of {xs} that are multiples of {t}, or 0 when {t} is 0",), """
+def {f}({xs}, {t}):
+    if not {t}:
+        return 0
+    {acc} = 0
+    for {x} in {xs}:
+        if {x} % {t} == 0:
+            {acc} += {x}
+    return {acc}
+""", ("add_zero_guard", "fix_init"), lambda rng: [([2, 3, 4], 2), ([1, 5], 0), ([6, 9], 3), ([], 4),
+                                                  *[(xs, int(rng.integers(-3, 6))) for xs in _lists(rng, [], 3)]]),
+        # (min / max in different roles)
+        Template("peak_loop", ("return the largest item of the non-empty list {xs}, found with a loop",
+                               "scan {xs} (never empty) and keep the biggest item"), """
+def {f}({xs}):
+    {acc} = {xs}[0]
+    for {x} in {xs}:
+        {acc} = max({acc}, {x})
+    return {acc}
+""", ("swap_minmax",), _seq_inputs([[1, 7, 3], [5, 2], [4]], min_len=1)),
+        Template("distance", ("return the distance between {a} and {b}",
+                              "how far apart are {a} and {b}? never negative"), """
+def {f}({a}, {b}):
+    return max({a} - {b}, {b} - {a})
+""", ("swap_minmax",), lambda rng: [(2, 7), (9, 4), (3, 3), *[(int(a), int(b)) for a, b in rng.integers(-9, 10, size=(3, 2))]]),
+        Template("clamp_each", ("clamp every item of {xs} into the range {lo} .. {hi}",
+                                "return {xs} with each item forced between {lo} and {hi}"), """
+def {f}({xs}, {lo}, {hi}):
+    return [max({lo}, min({x}, {hi})) for {x} in {xs}]
+""", ("swap_minmax",), lambda rng: [([0, 5, 9], 2, 6), ([1, 2], 1, 2), ([], 0, 3),
+                                    *[(xs, int(lo), int(lo) + 3) for xs, lo in zip(_lists(rng, [], 3), rng.integers(-3, 4, 3))]]),
+        Template("smaller_abs", ("return the smaller absolute value of {a} and {b}",), """
+def {f}({a}, {b}):
+    return min(abs({a}), abs({b}))
+""", ("swap_minmax",), lambda rng: [(3, -5), (-2, 1), (4, 4), *[(int(a), int(b)) for a, b in rng.integers(-9, 10, size=(3, 2))]]),
+        Template("excess", ("return how far {x} is above {t}, or 0 if it is not above",
+                            "the amount by which {x} exceeds {t}, never below 0"), """
+def {f}({x}, {t}):
+    return max(0, {x} - {t})
+""", ("swap_minmax",), lambda rng: [(7, 3), (1, 4), (2, 2), *[(int(a), int(b)) for a, b in rng.integers(-9, 10, size=(3, 2))]]),
+        Template("outside_by", ("return how far {x} lies outside the range {lo} to {hi}, and 0 inside it",), """
+def {f}({x}, {lo}, {hi}):
+    return max({lo} - {x}, 0, {x} - {hi})
+""", ("swap_minmax",), _clamp_inputs),
+        Template("interval_len", ("return the length of the interval from {lo} to {hi}, or 0 if it is empty",), """
+def {f}({lo}, {hi}):
+    return max({hi} - {lo}, 0)
+""", ("swap_minmax",), lambda rng: [(1, 5), (6, 2), (3, 3), *[(int(a), int(b)) for a, b in rng.integers(-9, 10, size=(3, 2))]]),
+        # (range ends: one or two arguments, len(), a negative step)
+        Template("count_divisors", ("count the divisors of {n} from 1 to {n}",
+                                    "how many numbers between 1 and {n} inclusive divide {n} exactly?"), """
+def {f}({n}):
+    {acc} = 0
+    for {i} in range(1, {n} + 1):
+        if {n} % {i} == 0:
+            {acc} += 1
+    return {acc}
+""", ("fix_range_end", "fix_init"), _n_inputs(1, 13, [6, 4, 1, 9])),
+        Template("index_weighted", ("return the sum of each item of {xs} times its index",
+                                    "sum of index * item over {xs}"), """
+def {f}({xs}):
+    {acc} = 0
+    for {i} in range(len({xs})):
+        {acc} += {i} * {xs}[{i}]
+    return {acc}
+""", ("fix_range_end", "fix_init"), _seq_inputs([[1, 2, 3], [5], [4, 0, 2]])),
+        Template("neighbour_diffs", ("return the sum of the differences between neighbouring items of {xs}",), """
+def {f}({xs}):
+    {acc} = 0
+    for {i} in range(1, len({xs})):
+        {acc} += {xs}[{i}] - {xs}[{i} - 1]
+    return {acc}
+""", ("fix_range_end", "fix_init"), _seq_inputs([[1, 4, 9], [3, 1], [2, 5, 3, 8]])),
+        Template("tail_sum", ("return the sum of the items of {xs} from index {n} to the end",
+                              "add the items of {xs} at positions {n}, {n} + 1, ... up to the last"), """
+def {f}({xs}, {n}):
+    {acc} = 0
+    for {i} in range({n}, len({xs})):
+        {acc} += {xs}[{i}]
+    return {acc}
+""", ("fix_range_end", "fix_init"), lambda rng: [([1, 2, 3], 1), ([4, 5], 0), ([7, 1, 2], 2),
+                                                 *[(xs, int(rng.integers(0, len(xs)))) for xs in _lists(rng, [], 3, min_len=1)]]),
+        Template("two_power", ("return 2 to the power {n}, by repeated doubling",), """
+def {f}({n}):
+    {acc} = 1
+    for {i} in range({n}):
+        {acc} *= 2
+    return {acc}
+""", ("fix_range_end", "fix_init"), _n_inputs(0, 7, [3, 1, 0])),
+        Template("countdown_product", ("return the product {n} * ({n} - 1) * ... * 1, counting down",), """
+def {f}({n}):
+    {acc} = 1
+    for {i} in range({n}, 0, -1):
+        {acc} *= {i}
+    return {acc}
+""", ("fix_range_end", "fix_init"), _n_inputs(0, 7, [3, 1, 4])),
+        Template("sum_squares_to", ("return the sum of the squares of 1 .. {n}",
+                                    "add {i} ** 2 for every {i} from 1 to {n}"), """
+def {f}({n}):
+    {acc} = 0
+    for {i} in range(1, {n} + 1):
+        {acc} += {i} ** 2
+    return {acc}
+""", ("fix_range_end", "fix_init"), _n_inputs(0, 8, [2, 1, 3])),
+        # (accumulators and counters)
+        Template("count_negative", ("count the items of {xs} that are below 0",
+                                    "how many negative numbers are in {xs}?"), """
+def {f}({xs}):
+    {acc} = 0
+    for {x} in {xs}:
+        if {x} < 0:
+            {acc} += 1
+    return {acc}
+""", ("fix_init", "fix_comparison"), _seq_inputs([[-1, 0, 2], [0, -3], [], [4]])),
+        Template("product_nonzero", ("return the product of the nonzero items of {xs}",
+                                     "multiply together the items of {xs}, skipping zeros"), """
+def {f}({xs}):
+    {acc} = 1
+    for {x} in {xs}:
+        if {x}:
+            {acc} *= {x}
+    return {acc}
+""", ("fix_init",), _seq_inputs([[2, 0, 3], [], [5]])),
+        Template("sum_abs", ("return the sum of the absolute values of the items of {xs}",), """
+def {f}({xs}):
+    {acc} = 0
+    for {x} in {xs}:
+        {acc} += abs({x})
+    return {acc}
+""", ("fix_init",), _seq_inputs([[1, -2], [], [3]])),
+        Template("count_between", ("count the items of {xs} that lie between {lo} and {hi}, both included",
+                                   "how many items of {xs} satisfy {lo} <= item <= {hi}?"), """
+def {f}({xs}, {lo}, {hi}):
+    {acc} = 0
+    for {x} in {xs}:
+        if {lo} <= {x} <= {hi}:
+            {acc} += 1
+    return {acc}
+""", ("fix_comparison", "fix_init"),
+            lambda rng: [([1, 2, 3], 1, 2), ([0, 4, 2], 2, 4), ([], 0, 3),
+                         *[(xs, int(rng.choice(xs)), int(rng.choice(xs)) + 2) for xs in _lists(rng, [], 3, min_len=1)]]),
+        Template("alternating_sum", ("return {xs}[0] - {xs}[1] + {xs}[2] - ... for the items of {xs}",
+                                     "the alternating sum of {xs}, starting with a plus"), """
+def {f}({xs}):
+    {acc} = 0
+    sign = 1
+    for {x} in {xs}:
+        {acc} += sign * {x}
+        sign = -sign
+    return {acc}
+""", ("fix_init",), _seq_inputs([[5, 2, 1], [], [3]])),
+        Template("count_changes", ("count the places where an item of {xs} differs from the one before it",), """
+def {f}({xs}):
+    {acc} = 0
+    for {i} in range(1, len({xs})):
+        if {xs}[{i}] != {xs}[{i} - 1]:
+            {acc} += 1
+    return {acc}
+""", ("fix_init", "fix_range_end"), _seq_inputs([[1, 1, 2], [3, 4], [5, 5], [2, 7, 7, 1]])),
+        Template("sum_at_least", ("return the sum of the items of {xs} that are at least {t}",
+                                  "add the items of {xs} that are {t} or more"), """
+def {f}({xs}, {t}):
+    {acc} = 0
+    for {x} in {xs}:
+        if {x} >= {t}:
+            {acc} += {x}
+    return {acc}
+""", ("fix_comparison", "fix_init"),
+            lambda rng: [([2, 3, 5], 3), ([4, 1], 4), ([], 2), *_with_threshold(rng, _lists(rng, [[6, 6]], 3))]),
+        # (comparisons: early returns, chains, break)
+        Template("first_index_at_least", ("return the index of the first item of {xs} that is at least {t}, or -1 if "
+                                          "there is none",), """
+def {f}({xs}, {t}):
+    for {i} in range(len({xs})):
+        if {xs}[{i}] >= {t}:
+            return {i}
+    return -1
+""", ("fix_comparison", "fix_range_end"),
+            lambda rng: [([1, 4, 4], 4), ([2, 5], 5), ([3, 1], 7), *_with_threshold(rng, _lists(rng, [[0, 2, 2]], 3))]),
+        Template("strictly_inside", ("return True if {x} lies strictly between {lo} and {hi}",), """
+def {f}({x}, {lo}, {hi}):
+    return {lo} < {x} < {hi}
+""", ("fix_comparison",), lambda rng: [(2, 2, 5), (3, 1, 5), (7, 1, 5), (1, 1, 1),
+                                       *[(int(x), int(lo), int(lo) + 4) for x, lo in rng.integers(-5, 6, size=(3, 2))]]),
+        Template("wins_by", ("return True if {a} beats {b} by at least {t}",
+                             "does {a} exceed {b} by {t} or more?"), """
+def {f}({a}, {b}, {t}):
+    return {a} - {b} >= {t}
+""", ("fix_comparison",), lambda rng: [(7, 4, 3), (9, 1, 2), (2, 2, 1), (5, 3, 2),
+                                       *[(int(a), int(b), int(t)) for a, b, t in rng.integers(-4, 8, size=(3, 3))]]),
+        Template("last_index_below", ("return the index of the last item of {xs} that is below {t}, or -1 if there "
+                                      "is none",), """
+def {f}({xs}, {t}):
+    for {i} in range(len({xs}) - 1, -1, -1):
+        if {xs}[{i}] < {t}:
+            return {i}
+    return -1
+""", ("fix_comparison", "fix_range_end"),
+            lambda rng: [([1, 5, 3], 3), ([], 5), ([1, 4], 2), *_with_threshold(rng, _lists(rng, [[0, 3]], 3))]),
+        Template("grade", ("return 2 if {x} reaches {hi}, 1 if it reaches {lo}, else 0",
+                           "score {x}: 2 at {hi} or more, 1 at {lo} or more, otherwise 0"), """
+def {f}({x}, {lo}, {hi}):
+    if {x} >= {hi}:
+        return 2
+    if {x} >= {lo}:
+        return 1
+    return 0
+""", ("fix_comparison",), lambda rng: [(5, 2, 5), (2, 2, 5), (3, 2, 5), (0, 2, 5),
+                                       *[(int(x), int(lo), int(lo) + 3) for x, lo in rng.integers(-4, 8, size=(3, 2))]]),
+        Template("leading_below", ("count how many items at the start of {xs} are below {t}",
+                                   "length of the longest prefix of {xs} whose items are all less than {t}"), """
+def {f}({xs}, {t}):
+    {acc} = 0
+    for {x} in {xs}:
+        if {x} >= {t}:
+            break
+        {acc} += 1
+    return {acc}
+""", ("fix_comparison", "fix_init"),
+            lambda rng: [([1, 3, 2], 3), ([2, 4], 5), ([], 1), *_with_threshold(rng, _lists(rng, [[1, 1, 4]], 3))]),
+        Template("sign_of", ("return the sign of {x}: 1, -1 or 0",
+                             "1 for positive {x}, -1 for negative, 0 for zero"), """
+def {f}({x}):
+    if {x} > 0:
+        return 1
+    if {x} < 0:
+        return -1
+    return 0
+""", ("fix_comparison",), lambda rng: [(0,), (5,), (-3,), *[(int(x),) for x in rng.integers(-9, 10, 3)]]),
+        Template("above_both", ("return True if {x} is greater than both {a} and {b}",), """
+def {f}({x}, {a}, {b}):
+    return {x} > {a} and {x} > {b}
+""", ("fix_comparison",), lambda rng: [(4, 4, 1), (5, 2, 3), (1, 3, 0), (6, 6, 6),
+                                       *[(int(x), int(a), int(b)) for x, a, b in rng.integers(-5, 6, size=(3, 3))]]),
+
+        Template("count_within", ("count the items of {xs} that are within 1 of {t}",
+                                  "how many items of {xs} differ from {t} by at most 1?"), """
+def {f}({xs}, {t}):
+    {acc} = 0
+    for {x} in {xs}:
+        if abs({x} - {t}) <= 1:
+            {acc} += 1
+    return {acc}
+""", ("fix_comparison", "fix_init"),
+            lambda rng: [([1, 3, 5], 2), ([4, 6, 5], 5), ([], 0), *_with_threshold(rng, _lists(rng, [[2, 8]], 3))]),
+        Template("repeat_total", ("return {t} added to itself {n} times, starting from 0",
+                                  "add {t} exactly {n} times"), """
+def {f}({t}, {n}):
+    {acc} = 0
+    for {i} in range({n}):
+        {acc} += {t}
+    return {acc}
+""", ("fix_range_end", "fix_init"), lambda rng: [(3, 2), (5, 1), (2, 0), (4, 3),
+                                                 *[(int(t), int(n)) for t, n in zip(rng.integers(-5, 8, 3), rng.integers(0, 6, 3))]]),
+        # (two defects that both look plausible in the code: reading narrows the choice, the statement or a
+        # test decides it)
+        Template("count_squares_above", ("count the numbers from 1 to {n} inclusive whose square is greater than {t}",
+                                         "how many of 1, 2, ..., {n} have a square strictly above {t}?"), """
+def {f}({n}, {t}):
+    {acc} = 0
+    for {i} in range(1, {n} + 1):
+        if {i} * {i} > {t}:
+            {acc} += 1
+    return {acc}
+""", ("fix_comparison", "fix_range_end", "fix_init"),
+            lambda rng: [(3, 4), (4, 9), (2, 1), *[(int(n), int(rng.integers(0, 6)) ** 2) for n in rng.integers(0, 7, 4)]]),
+        Template("larger_exceeds", ("return True if the larger of {a} and {b} is greater than {t}",
+                                    "is the bigger one of {a} and {b} strictly above {t}?"), """
+def {f}({a}, {b}, {t}):
+    return max({a}, {b}) > {t}
+""", ("swap_minmax", "fix_comparison"), lambda rng: [(2, 7, 5), (5, 3, 5), (1, 2, 8),
+                                                     *[(int(a), int(b), int(t)) for a, b, t in rng.integers(-5, 8, size=(3, 3))]]),
+        Template("smaller_reaches", ("return True if the smaller of {a} and {b} is at least {t}",
+                                     "do both {a} and {b} reach {t}?"), """
+def {f}({a}, {b}, {t}):
+    return min({a}, {b}) >= {t}
+""", ("swap_minmax", "fix_comparison"), lambda rng: [(4, 9, 6), (5, 7, 5), (8, 9, 2),
+                                                     *[(int(a), int(b), int(t)) for a, b, t in rng.integers(-5, 8, size=(3, 3))]]),
+        Template("window_max", ("return the largest item of {xs} at positions {lo} to {hi} inclusive",
+                                "the maximum of {xs}[{lo}], ..., {xs}[{hi}]"), """
+def {f}({xs}, {lo}, {hi}):
+    {acc} = {xs}[{lo}]
+    for {i} in range({lo}, {hi} + 1):
+        {acc} = max({acc}, {xs}[{i}])
+    return {acc}
+""", ("swap_minmax", "fix_range_end"), lambda rng: [([1, 3, 9], 0, 2), ([5, 2, 7, 4], 1, 2), ([6, 1], 0, 1),
+                                                    *_windows(rng, 3)]),
+        Template("capped_sum_upto", ("return the sum of min(i, {t}) for i from 1 to {n} inclusive",
+                                     "add up 1, 2, ..., {n}, counting each number above {t} as {t}"), """
+def {f}({n}, {t}):
+    {acc} = 0
+    for {i} in range(1, {n} + 1):
+        {acc} += min({i}, {t})
+    return {acc}
+""", ("swap_minmax", "fix_range_end", "fix_init"), lambda rng: [(4, 2), (3, 5), (1, 0),
+                                                                *[(int(n), int(t)) for n, t in rng.integers(0, 7, size=(3, 2))]]),
+        Template("count_window_at_least", ("count the items of {xs} at positions {lo} to {hi} inclusive that are at "
+                                           "least {t}",), """
+def {f}({xs}, {lo}, {hi}, {t}):
+    {acc} = 0
+    for {i} in range({lo}, {hi} + 1):
+        if {xs}[{i}] >= {t}:
+            {acc} += 1
+    return {acc}
+""", ("fix_comparison", "fix_range_end", "fix_init"),
+            lambda rng: [([1, 4, 3, 4], 0, 3, 4), ([2, 5], 0, 1, 5), ([3, 3, 1], 1, 2, 3),
+                         *[(xs, lo, hi, int(rng.choice(xs))) for xs, lo, hi in _windows(rng, 3)]]),
+        Template("rank_from_top", ("return the rank of {t} in {xs}: 1 plus the number of items greater than {t}",
+                                   "where would {t} place in {xs} from the top? 1 plus how many items beat it"), """
+def {f}({xs}, {t}):
+    {acc} = 1
+    for {x} in {xs}:
+        if {x} > {t}:
+            {acc} += 1
+    return {acc}
+""", ("fix_comparison", "fix_init"), lambda rng: [([5, 3, 8], 5), ([], 2), ([1, 9], 4), *_with_threshold(rng, _lists(rng, [[2, 2]], 3))]),
+        Template("largest_square_within", ("return the largest i from {lo} to {hi} inclusive with i * i at most {t}, "
+                                           "or 0 if there is none",), """
+def {f}({lo}, {hi}, {t}):
+    {acc} = 0
+    for {i} in range({lo}, {hi} + 1):
+        if {i} * {i} <= {t}:
+            {acc} = {i}
+    return {acc}
+""", ("fix_comparison", "fix_range_end", "fix_init"),
+            lambda rng: [(1, 3, 9), (2, 4, 3), (1, 2, 4), *[(int(lo), int(lo) + int(d), int(rng.integers(0, 5)) ** 2)
+                                                             for lo, d in rng.integers(1, 4, size=(3, 2))]]),
+        Template("one_below", ("return True if at least one of {a} and {b} is below {t}",
+                               "is either {a} or {b} smaller than {t}?"), """
+def {f}({a}, {b}, {t}):
+    return min({a}, {b}) < {t}
+""", ("swap_minmax", "fix_comparison"), lambda rng: [(2, 9, 5), (5, 6, 5), (7, 8, 1),
+                                                     *[(int(a), int(b), int(t)) for a, b, t in rng.integers(-5, 8, size=(3, 3))]]),
+        Template("count_capped_reaching", ("count the items of {xs} that still reach {lo} after being capped at {hi}",), """
+def {f}({xs}, {lo}, {hi}):
+    {acc} = 0
+    for {x} in {xs}:
+        if min({x}, {hi}) >= {lo}:
+            {acc} += 1
+    return {acc}
+""", ("swap_minmax", "fix_comparison", "fix_init"),
+            lambda rng: [([1, 4, 9], 4, 6), ([3, 5], 5, 5), ([], 0, 2),
+                         *[(xs, int(lo), int(lo) + 2) for xs, lo in zip(_lists(rng, [], 3), rng.integers(-2, 5, 3))]]),
+        Template("sum_window_above", ("return the sum of the items of {xs} at positions {lo} to {hi} inclusive that "
+                                      "are greater than {t}",), """
+def {f}({xs}, {lo}, {hi}, {t}):
+    {acc} = 0
+    for {i} in range({lo}, {hi} + 1):
+        if {xs}[{i}] > {t}:
+            {acc} += {xs}[{i}]
+    return {acc}
+""", ("fix_comparison", "fix_range_end", "fix_init"),
+            lambda rng: [([2, 5, 3, 6], 0, 3, 3), ([4, 4], 0, 1, 4), ([1, 7, 2], 1, 2, 1),
+                         *[(xs, lo, hi, int(rng.choice(xs))) for xs, lo, hi in _windows(rng, 3)]]),
     ),
     "heldout": (
         Template("lowest", "return the smallest item of {xs}", """
@@ -318,13 +756,16 @@ def make_task(template: Template, fix_op: str, rng: np.random.Generator, split: 
             inputs.append(args)
     content = f"{template.key}|{fix_op}|{sorted(names.items())}|{inputs!r}"
     names["f"] = _name(rng, content)
-    return task_from_correct(names["f"], template.statement.format(**names), template.source.format(**names),
+    statement = template.statement
+    if not isinstance(statement, str):  # several phrasings: draw one (only then is rng used, so
+        statement = statement[int(rng.integers(len(statement)))]  # one-phrasing templates draw as before)
+    return task_from_correct(names["f"], statement.format(**names), template.source.format(**names),
                              fix_op, inputs, split=split)
 
 
-def _candidate(split: str, fix_op: str, rng: np.random.Generator) -> Task | None:
-    """One checked task with defect ``fix_op`` from a random template of ``split``, or None on a bad draw."""
-    options = [t for t in TEMPLATES[split] if fix_op in t.ops]
+def _candidate(templates: Sequence[Template], split: str, fix_op: str, rng: np.random.Generator) -> Task | None:
+    """One checked task with defect ``fix_op`` from a random one of ``templates``, or None on a bad draw."""
+    options = [t for t in templates if fix_op in t.ops]
     template = options[int(rng.integers(len(options)))]
     try:
         task = make_task(template, fix_op, rng, split)
@@ -339,19 +780,29 @@ def _name_free(task: Task) -> bool:
     return known is None or known == task
 
 
-def generate_tasks(split: str = "train", n: int = 100, seed: int = 0) -> list[Task]:
+def generate_tasks(split: str = "train", n: int = 100, seed: int = 0, templates: Sequence[str] | None = None
+                   ) -> list[Task]:
     """``n`` procedurally generated, checked and registered tasks from the split's templates.
 
     :param split: ``"train"``, ``"heldout"`` or ``"test"`` (disjoint template sets)
     :param n: how many tasks; names are unique within the result
     :param seed: the same ``(split, n, seed)`` always gives the same tasks
+    :param templates: only these template keys of the split (default: all); the defect kinds cycle
+        over those the chosen templates carry
     :return: tasks cycling through the five defect kinds, usable as ``BugFixEnv(tasks=...)``
     """
     if split not in TEMPLATES:
         raise ValueError(f"unknown generator split {split!r}; use one of {', '.join(GENERATED_SPLITS)}")
     if n < 0:
         raise ValueError(f"n must be non-negative, got {n}")
-    rng = np.random.default_rng([seed, GENERATED_SPLITS.index(split)])
+    chosen = TEMPLATES[split]
+    if templates is not None:
+        unknown = set(templates) - {t.key for t in chosen}
+        if unknown or not templates:
+            raise ValueError(f"unknown {split} template(s) {sorted(unknown)}; see bugfix_gym.generator.TEMPLATES")
+        chosen = tuple(t for t in chosen if t.key in set(templates))
+    rng = np.random.default_rng([seed, GENERATED_SPLITS.index(split)] + ([] if templates is None else [1]))
+    ops = [op for op in FIX_OPS if any(op in t.ops for t in chosen)]
     tasks: list[Task] = []
     names: set[str] = set()
     attempts = 0
@@ -359,7 +810,7 @@ def generate_tasks(split: str = "train", n: int = 100, seed: int = 0) -> list[Ta
         attempts += 1
         if attempts > 20 * n + 100:
             raise RuntimeError(f"could not generate {n} valid {split} tasks (made {len(tasks)})")
-        task = _candidate(split, FIX_OPS[len(tasks) % len(FIX_OPS)], rng)
+        task = _candidate(chosen, split, ops[len(tasks) % len(ops)], rng)
         if task is None or task.name in names or not _name_free(task):
             continue
         names.add(task.name)
@@ -382,7 +833,7 @@ def draw_task(split: str, rng: np.random.Generator) -> Task:
     if split not in TEMPLATES:
         raise ValueError(f"unknown generator split {split!r}; use one of {', '.join(GENERATED_SPLITS)}")
     for _ in range(MAX_DRAWS):
-        task = _candidate(split, FIX_OPS[int(rng.integers(len(FIX_OPS)))], rng)
+        task = _candidate(TEMPLATES[split], split, FIX_OPS[int(rng.integers(len(FIX_OPS)))], rng)
         if task is not None and _name_free(task):
             return _register_recent(task)
     raise RuntimeError(f"could not generate a valid {split} task in {MAX_DRAWS} draws")

@@ -2,7 +2,8 @@
 
 Words are identifiers, numbers, operators and punctuation; a newline is a token of its
 own (``<nl>``) so that source code keeps its lines. Specials: ``<pad>`` (0), ``<unk>``,
-``<eoc>`` (end of call, ends every policy turn); pad and end-of-call differ.
+``<eoc>`` (end of call, ends every policy turn; pad and end-of-call differ) and ``<turn>``
+(ends every prompt and tool segment: the policy's turn always starts right after it).
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ import json
 import re
 from typing import Iterable, Sequence
 
-PAD, UNK, EOC, NL = "<pad>", "<unk>", "<eoc>", "<nl>"
-SPECIALS = (PAD, UNK, EOC, NL)
+PAD, UNK, EOC, NL, TURN = "<pad>", "<unk>", "<eoc>", "<nl>", "<turn>"
+SPECIALS = (PAD, UNK, EOC, NL, TURN)
+FORMAT = "bugfix_gym.Tokenizer/2"  # /1 had no <turn>
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z_0-9]*|\d+(?:\.\d+)?|==|!=|<=|>=|\+=|-=|\*=|/=|//|\*\*|->|\n|[^\w\s]")
 
@@ -34,6 +36,7 @@ class Tokenizer:
         if len(self.ids) != len(self.words):
             raise ValueError("tokenizer vocabulary has duplicate words")
         self.pad_id, self.unk_id, self.eoc_id = self.ids[PAD], self.ids[UNK], self.ids[EOC]
+        self.turn_id = self.ids[TURN]
 
     @property
     def vocab_size(self) -> int:
@@ -57,12 +60,15 @@ class Tokenizer:
         return " ".join(out).replace(" \n ", "\n")
 
     def to_dict(self) -> dict:
-        return {"format": "bugfix_gym.Tokenizer/1", "words": self.words}
+        return {"format": FORMAT, "words": self.words}
 
     @classmethod
     def from_dict(cls, data: dict) -> "Tokenizer":
-        if not isinstance(data, dict) or data.get("format") != "bugfix_gym.Tokenizer/1":
-            raise ValueError("not a bugfix_gym tokenizer (expected format 'bugfix_gym.Tokenizer/1')")
+        if isinstance(data, dict) and data.get("format") == "bugfix_gym.Tokenizer/1":
+            raise ValueError("this tokenizer was saved before the <turn> marker existed (format "
+                             "'bugfix_gym.Tokenizer/1'); its model cannot read the current token stream: retrain it")
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise ValueError(f"not a bugfix_gym tokenizer (expected format {FORMAT!r})")
         return cls(data["words"][len(SPECIALS):])
 
     def save(self, path) -> None:
@@ -105,4 +111,56 @@ def build_tokenizer(tasks=None) -> Tokenizer:
             add(apply_op(task.source, op))
         for args, expected in task.hidden:
             add(repr(args) + " " + repr(expected))
+    return Tokenizer(list(seen))
+
+
+# A generic Python vocabulary, so that code the task library never showed still reads as code.
+PYTHON_WORDS = (
+    # keywords (keyword.kwlist of Python 3.11, written out so the vocabulary does not depend on the interpreter)
+    "False None True and as assert async await break class continue def del elif else except finally for "
+    "from global if import in is lambda nonlocal not or pass raise return try while with yield "
+    # common builtins
+    "abs all any bool dict divmod enumerate filter float int isinstance len list map max min pow print "
+    "range reversed round set sorted str sum tuple zip "
+    # operators and punctuation (as split_words splits them)
+    "+ - * / // % ** == != < <= > >= = += -= *= /= ( ) [ ] { } , : . -> ' \" ; @ & | ^ ~ !"
+)
+SMALL_INTS = 129  # 0 .. 128 are words; larger numbers and most floats are <unk>
+
+
+def fixed_tokenizer() -> Tokenizer:
+    """The fixed vocabulary for generated and unseen tasks (it does not grow with the tasks played).
+
+    Words, in this order (first-seen order, so the ids are deterministic): the tool vocabulary
+    and the nine calls; a generic Python vocabulary (:data:`PYTHON_WORDS`: keywords, common
+    builtins, operators including ``//``, ``%`` and ``**``) and the integers ``0 .. 128``; the
+    book's 30 tasks (as :func:`build_tokenizer` reads them); the procedural generator's
+    identifier pools and the words of its ``train`` templates (statements and sources).
+    Nothing of the generator's ``heldout`` / ``test`` templates is read.
+
+    Unknown words become ``<unk>``: every generated function name (``calc_widget_3fa2b1``: one
+    identifier, never a word), identifiers outside the pools, statement words that only unseen
+    templates or task packs use, numbers above 128 and most floats. The agent still sees where
+    an unknown word stands (one ``<unk>`` per word) and everything around it; a call the policy
+    writes can never contain one that the env would accept, since every call word is known.
+    """
+    from . import generator, tools
+    from .tasks import make_tasks
+
+    seen: dict[str, None] = {}
+
+    def add(text: str) -> None:
+        for w in split_words(text):
+            seen.setdefault(w, None)
+
+    add(tools.VOCABULARY_TEXT)
+    add(PYTHON_WORDS)
+    add(" ".join(str(i) for i in range(SMALL_INTS)))
+    seen.update(dict.fromkeys(build_tokenizer(make_tasks("all")).words[len(SPECIALS):]))
+    for pool in generator.WORDS.values():
+        add(" ".join(pool))
+    for template in generator.TEMPLATES["train"]:
+        statements = (template.statement,) if isinstance(template.statement, str) else template.statement
+        for text in (*statements, template.source):
+            add(re.sub(r"\{(\w+)\}", r"\1", text))  # placeholders by their role names (also pool words)
     return Tokenizer(list(seen))

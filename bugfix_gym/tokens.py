@@ -3,6 +3,10 @@
 Owner codes say who produced each token — prompt 1, policy 2, tool 3, pad 0 — and come
 from the episode's transcript segments, never from the token ids. The action mask is
 ``owner == 2``: only the tokens the policy wrote (each call followed by ``<eoc>``).
+
+Turn format: every prompt and tool segment ends with ``<turn>`` (owned by that segment: prompt
+1 / tool 3), so the policy's turn always starts right after ``<turn>``. No tool output can then
+end in something that reads like a call (``... nothing to revert``, the ``... | submit`` menu).
 """
 
 from __future__ import annotations
@@ -16,10 +20,10 @@ from .tokenizer import Tokenizer
 
 
 def encode_segment(tokenizer: Tokenizer, owner: int, text: str) -> list[int]:
-    """One transcript segment -> ids; a policy segment (a call) ends with ``<eoc>``."""
+    """One transcript segment -> ids: a policy segment (a call) ends with ``<eoc>``, a prompt or
+    tool segment with ``<turn>`` (the policy writes next)."""
     ids = tokenizer.encode(text)
-    if owner == OWNER_POLICY:
-        ids.append(tokenizer.eoc_id)
+    ids.append(tokenizer.eoc_id if owner == OWNER_POLICY else tokenizer.turn_id)
     return ids
 
 

@@ -57,11 +57,12 @@ from gymnasium import spaces
 
 from .env import OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL, BugFixEnv
 from .tasks import make_tasks
-from .tokenizer import Tokenizer, build_tokenizer
+from .tokenizer import Tokenizer, build_tokenizer, fixed_tokenizer
 from .tokens import encode_segment
 from .tools import CALL_INDEX, CALLS
 
 _DEFAULT_TOKENIZER: Tokenizer | None = None
+_FIXED_TOKENIZER: Tokenizer | None = None
 
 VIEW_INFO_KEYS = ("task_index", "turn", "n_turns", "n_edits", "n_invalid", "valid", "submitted", "hidden_pass",
                   "stop_code", "last_call", "call_mask", "n_dropped_tokens")
@@ -74,17 +75,23 @@ LAYOUTS: tuple[str, ...] = ("dict", "tianshou", "rllib")
 
 
 def default_tokenizer(env: gym.Env) -> Tokenizer:
-    """The book tokenizer (``build_tokenizer()``), extended with the env's own tasks if it has others.
+    """The book tokenizer (``build_tokenizer()``) for the book's tasks; for an env with any other
+    task (generated, a task pack), the fixed vocabulary :func:`bugfix_gym.tokenizer.fixed_tokenizer`,
+    in which unseen function names and words are ``<unk>``.
 
     Pass one tokenizer explicitly to every env of a vectorised set whose tasks differ, so
     they share ids.
     """
-    global _DEFAULT_TOKENIZER
+    global _DEFAULT_TOKENIZER, _FIXED_TOKENIZER
+    unwrapped = env.unwrapped
+    book = {t.uid for t in make_tasks("all")}
+    if getattr(unwrapped, "generated", None) or any(t.uid not in book for t in getattr(unwrapped, "tasks", [])):
+        if _FIXED_TOKENIZER is None:
+            _FIXED_TOKENIZER = fixed_tokenizer()
+        return _FIXED_TOKENIZER
     if _DEFAULT_TOKENIZER is None:
         _DEFAULT_TOKENIZER = build_tokenizer()
-    book = {t.uid for t in make_tasks("all")}
-    extra = [t for t in getattr(env.unwrapped, "tasks", []) if t.uid not in book]
-    return build_tokenizer([*make_tasks("all"), *extra]) if extra else _DEFAULT_TOKENIZER
+    return _DEFAULT_TOKENIZER
 
 
 class TokenView:

@@ -96,3 +96,39 @@ def test_bad_arguments_are_rejected():
     with pytest.raises(ValueError, match="non-negative"):
         generate_tasks("train", -1)
     assert generate_tasks("train", 0) == []
+
+
+def test_every_template_and_defect_yields_checked_tasks_whose_visible_tests_show_the_bug():
+    import numpy as np
+
+    from bugfix_gym.generator import make_task
+
+    assert len(TEMPLATES["train"]) >= 50  # many distinct training shapes (Procgen's lesson)
+    assert sum(not isinstance(t.statement, str) for t in TEMPLATES["train"]) >= 30  # several phrasings
+    for split in GENERATED_SPLITS:
+        for template in TEMPLATES[split]:
+            for op in template.ops:
+                rng = np.random.default_rng(1)
+                tasks = [make_task(template, op, rng, split) for _ in range(6)]
+                good = [t for t in tasks if not task_problems(t)]
+                assert len(good) >= 4, (template.key, op)
+                assert all(not run_tests(t, t.source, "visible").ok for t in good), (template.key, op)
+
+
+def test_phrasings_are_drawn_per_task():
+    import numpy as np
+
+    from bugfix_gym.generator import make_task
+
+    template = next(t for t in TEMPLATES["train"] if not isinstance(t.statement, str))
+    rng = np.random.default_rng(0)
+    firsts = {make_task(template, template.ops[0], rng, "train").statement.split()[0] for _ in range(30)}
+    assert firsts == {p.split()[0] for p in template.statement}
+
+
+def test_generate_from_a_subset_of_templates():
+    tasks = generate_tasks("train", 12, seed=0, templates=["larger_exceeds", "window_max"])
+    assert {t.fix_op for t in tasks} == {"swap_minmax", "fix_comparison", "fix_range_end"}
+    assert all(task_problems(t) == [] for t in tasks)
+    with pytest.raises(ValueError, match="unknown train template"):
+        generate_tasks("train", 3, templates=["triangle"])  # a test template is not a train template

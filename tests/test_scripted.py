@@ -84,3 +84,58 @@ def test_seeded_policies_are_reproducible_and_unknown_kinds_rejected():
         scripted_policy("smart")
     with pytest.raises(ValueError, match="probability"):
         scripted_policy("noisy_oracle", p=1.5)
+
+
+def _play(policy, env, task):
+    obs, info = env.reset(options={"task": task})
+    done = False
+    while not done:
+        obs, _, terminated, truncated, info = env.step(policy(obs, info))
+        done = terminated or truncated
+    return info
+
+
+def test_careful_teacher_chooses_its_ops_blind_same_seed_same_op_sequence_on_every_task():
+    from bugfix_gym import FIX_OPS, generate_tasks
+
+    # tasks of every defect kind and of different code shapes: the sources and test outputs differ
+    tasks = make_tasks("all") + generate_tasks("train", 10, seed=0)
+    env = BugFixEnv(tasks=tasks)
+    for seed in range(12):
+        plays = [_play(scripted_policy("careful", seed=seed), env, task) for task in tasks]
+        longest = max((i["ops"] for i in plays), key=len)
+        assert len(longest) >= 2 and len(set(longest)) == len(longest) and set(longest) <= set(FIX_OPS)
+        for info in plays:  # each episode's ops are a prefix of the one order drawn for this seed
+            assert info["ops"] == longest[: len(info["ops"])], (seed, info["task"])
+            assert info["n_invalid"] == 0 and info["submitted"]
+    # and the first op is no better than chance at being the right one
+    stats = evaluate(scripted_policy("careful", seed=0), split="all", n_per_task=N_PER_TASK, seed=0)
+    assert abs(stats["first_edit_right"] - 0.2) <= _tolerance(0.2, 30 * N_PER_TASK)
+
+
+def test_careful_teacher_shape_look_edit_test_revert_edit_submit():
+    from bugfix_gym.scripted import tests_passed
+
+    env = BugFixEnv()
+    seen_revert = seen_pass = 0
+    for seed in range(40):
+        policy = scripted_policy("careful", seed=seed, p_read=1.0, p_test=0.0, retry_on_no_change=False)
+        info = _play(policy, env, "count_above")
+        acts = info["actions"]
+        assert info["n_invalid"] == 0
+        assert acts[0] == "read" and acts[1].startswith("edit ") and acts[2] == "test" and acts[-1] == "submit"
+        if acts[3] == "revert" or acts[3].startswith("edit "):  # failed: revert (if it changed), another op
+            seen_revert += 1
+            nxt = acts[4] if acts[3] == "revert" else acts[3]
+            assert nxt.startswith("edit ") and nxt != acts[1]
+        else:
+            seen_pass += 1
+            assert acts[3] == "submit" and info["hidden_pass"]
+    assert seen_revert and seen_pass
+    assert tests_passed("visible tests : 3 / 3 passed") and not tests_passed("visible tests : 2 / 3 passed . first")
+    never = evaluate(scripted_policy("careful", p_read=0.0, p_test=0.0), n_per_task=2)
+    assert never["read_rate"] == 0.0
+    with pytest.raises(ValueError, match="p_read and p_test"):
+        scripted_policy("careful", p_read=0.8, p_test=0.5)
+    with pytest.raises(TypeError, match="takes no p_read"):
+        scripted_policy("blind", p_read=0.5)

@@ -55,7 +55,7 @@ def test_episode_tokens_owner_codes_follow_the_transcript_segments():
     assert ids.dtype == np.int64 and owner.dtype == np.int8 and ids.shape == owner.shape
     expected_ids, expected_owner = [], []
     for code, text in env.transcript:
-        seg = TOK.encode(text) + ([TOK.eoc_id] if code == OWNER_POLICY else [])
+        seg = TOK.encode(text) + ([TOK.eoc_id] if code == OWNER_POLICY else [TOK.turn_id])
         expected_ids += seg
         expected_owner += [code] * len(seg)
     assert ids.tolist() == expected_ids and owner.tolist() == expected_owner
@@ -71,8 +71,70 @@ def test_same_text_gets_different_owners_depending_on_who_wrote_it():
     transcript = [(OWNER_PROMPT, "read"), (OWNER_POLICY, "read"), (OWNER_TOOL, "read")]
     ids, owner = episode_tokens(transcript, TOK)
     read = TOK.ids["read"]
-    assert ids.tolist() == [read, read, TOK.eoc_id, read]
-    assert owner.tolist() == [1, 2, 2, 3] and action_mask(owner).tolist() == [0, 1, 1, 0]
-    assert encode_segment(TOK, OWNER_TOOL, "read") == [read]
+    turn = TOK.turn_id
+    assert ids.tolist() == [read, turn, read, TOK.eoc_id, read, turn]
+    assert owner.tolist() == [1, 1, 2, 2, 3, 3] and action_mask(owner).tolist() == [0, 0, 1, 1, 0, 0]
+    assert encode_segment(TOK, OWNER_TOOL, "read") == [read, turn]
     with pytest.raises(ValueError, match="unknown owner code 0"):
         episode_tokens([(0, "read")], TOK)
+
+
+def test_every_policy_turn_starts_right_after_a_turn_marker_that_no_policy_token_can_be():
+    env = BugFixEnv()
+    env.reset(options={"task": "clamp"})
+    for call in ("", "revert", "read", "edit swap_minmax", "submit"):  # an empty turn, nothing to revert, ...
+        env.step(call)
+    ids, owner = episode_tokens(env.transcript, TOK)
+    starts = [t for t in range(1, len(ids)) if owner[t] == OWNER_POLICY and owner[t - 1] != OWNER_POLICY]
+    assert len(starts) == 5 and all(ids[t - 1] == TOK.turn_id for t in starts)
+    turns = np.flatnonzero(ids == TOK.turn_id)
+    # one <turn> closes each prompt / tool segment and is owned by it; the policy never owns one
+    assert len(turns) == 1 + 5 and set(owner[turns].tolist()) == {OWNER_PROMPT, OWNER_TOOL}
+    assert turns[-1] == len(ids) - 1
+    # tool outputs that end in a call word ('nothing to revert', the '| submit' menu) end in <turn> now
+    assert env.transcript[2][1].endswith("submit") and env.transcript[4][1].endswith("revert")
+
+
+def test_a_tokenizer_saved_before_the_turn_marker_is_a_clear_error():
+    old = {"format": "bugfix_gym.Tokenizer/1", "words": ["<pad>", "<unk>", "<eoc>", "<nl>", "read"]}
+    with pytest.raises(ValueError, match="before the <turn> marker"):
+        Tokenizer.from_dict(old)
+
+
+def test_fixed_vocabulary_knows_code_and_train_templates_but_not_names_or_unseen_templates():
+    import re
+
+    from bugfix_gym import fixed_tokenizer, generate_tasks
+    from bugfix_gym.generator import TEMPLATES, WORDS
+    from bugfix_gym.tokenizer import PYTHON_WORDS, split_words
+
+    fixed = fixed_tokenizer()
+    assert fixed == fixed_tokenizer() and fixed.words[:5] == ["<pad>", "<unk>", "<eoc>", "<nl>", "<turn>"]
+    for word in split_words(PYTHON_WORDS + " " + VOCABULARY_TEXT) + [str(i) for i in range(129)]:
+        assert word in fixed.ids, word
+    for word in ("//", "%", "**", "sorted", "while", "128"):
+        assert word in fixed.ids
+    assert set(TOK.words) <= set(fixed.words)  # the book tasks' words
+    assert all(w in fixed.ids for pool in WORDS.values() for w in pool)
+    train_words = set()
+    for t in TEMPLATES["train"]:
+        statements = (t.statement,) if isinstance(t.statement, str) else t.statement
+        train_words |= set(split_words(re.sub(r"[{}]", " ", " ".join(statements) + " " + t.source)))
+    assert train_words <= set(fixed.words)
+    # exactly these sources, nothing else: words that only the unseen templates use are unknown
+    pools = {w for pool in WORDS.values() for w in pool}
+    known = set(split_words(VOCABULARY_TEXT + " " + PYTHON_WORDS)) | {str(i) for i in range(129)}
+    known |= set(TOK.words) | pools | train_words
+    assert set(fixed.words) == known
+    unseen = set()
+    for split in ("heldout", "test"):
+        for t in TEMPLATES[split]:
+            statements = (t.statement,) if isinstance(t.statement, str) else t.statement
+            unseen |= set(split_words(re.sub(r"[{}]", " ", " ".join(statements))))
+    assert unseen - known and all(fixed.encode(w) == [fixed.unk_id] for w in unseen - known)
+    # a generated task: its function name (and only unknown words) become <unk>, the code reads as code
+    task = generate_tasks("test", 1, seed=0)[0]
+    ids = fixed.encode(task.source)
+    assert ids[1] == fixed.unk_id and task.name not in fixed.ids
+    assert fixed.unk_id not in ids[2:]  # the rest of the code is all known words
+    assert fixed.encode("2.3333333333333335 129") == [fixed.unk_id, fixed.unk_id]
