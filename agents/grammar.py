@@ -69,8 +69,11 @@ class CallGrammar:
         return len(self._next)
 
     def step(self, state: int, token: int) -> int:
-        """The state after writing ``token`` in ``state`` (the call is over after ``<eoc>``)."""
-        if token == self.eoc_id:
+        """The state after writing ``token`` in ``state`` (the call is over after ``<eoc>``: ``start``).
+
+        :raises ValueError: ``token`` is not allowed in ``state``
+        """
+        if token == self.eoc_id and 0 <= state < len(self._next) and bool(self.allowed[state, token]):
             return self.start
         try:
             return self._next[state][token]

@@ -57,6 +57,6 @@ def __dir__() -> list[str]:
 __all__ = [
     "BugFixEnv", "CALLS", "CHARSET", "DEFECTS", "FIX_OPS", "OWNER_PAD", "OWNER_POLICY", "OWNER_PROMPT",
     "OWNER_TOOL", "Task", "TaskPackError", "Tokenizer", "action_mask", "apply_op", "build_tokenizer",
-    "encode_segment", "episode_stats", "episode_tokens", "evaluate", "fixed_tokenizer", "generate_tasks", "get_task", "inject_defect",
-    "load_task_pack", "make_tasks", "parse_call", "scripted_policy",
+    "encode_segment", "episode_stats", "episode_tokens", "evaluate", "fixed_tokenizer", "generate_tasks", "get_task",
+    "inject_defect", "load_task_pack", "make_tasks", "parse_call", "scripted_policy",
 ]

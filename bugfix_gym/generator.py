@@ -80,6 +80,11 @@ def _ints(rng: np.random.Generator, k: int, lo: int = -5, hi: int = 10) -> list[
     return [int(v) for v in rng.integers(lo, hi, size=k)]
 
 
+def _rows(rng: np.random.Generator, lo: int, hi: int, width: int, n: int = 3) -> list[tuple[int, ...]]:
+    """``n`` random tuples of ``width`` ints in [lo, hi)."""
+    return [tuple(int(v) for v in row) for row in rng.integers(lo, hi, size=(n, width))]
+
+
 def _lists(rng: np.random.Generator, fixed: list[list[int]], n_random: int = 4, lo: int = -5, hi: int = 10,
            min_len: int = 0) -> list[list[int]]:
     return fixed + [_ints(rng, int(rng.integers(min_len, 6)), lo, hi) for _ in range(n_random)]
@@ -101,7 +106,7 @@ def _count_cmp_inputs(rng: np.random.Generator) -> list[tuple]:
 def _pair_inputs(rng: np.random.Generator) -> list[tuple]:
     """(a, b) pairs including zeros for b, so a missing zero guard shows."""
     fixed = [(6, 3), (7, 0), (5, 2), (0, 4), (9, 0)]
-    return fixed + [(int(a), int(b)) for a, b in rng.integers(-9, 10, size=(3, 2))]
+    return fixed + _rows(rng, -9, 10, 2)
 
 
 def _clamp_inputs(rng: np.random.Generator) -> list[tuple]:
@@ -194,7 +199,7 @@ def {f}({x}, {lo}, {hi}):
 def {f}({a}, {b}):
     return max({a}, {b}) - min({a}, {b})
 """, ("swap_minmax",),
-            lambda rng: [(3, 7), (5, 5), (9, 2), *[(int(a), int(b)) for a, b in rng.integers(-9, 10, size=(3, 2))]]),
+            lambda rng: [(3, 7), (5, 5), (9, 2), *_rows(rng, -9, 10, 2)]),
         Template("sum_first", "return the sum of the first {n} items of {xs}", """
 def {f}({xs}, {n}):
     {acc} = 0
@@ -224,7 +229,7 @@ def {f}({a}, {b}):
         return 0
     return {a} % {b} == 0
 """, ("add_zero_guard",), lambda rng: [(6, 0), (9, 3), (7, 2), (0, 5), (4, 0),
-                                       *[(int(a), int(b)) for a, b in rng.integers(-9, 10, size=(3, 2))]]),
+                                       *_rows(rng, -9, 10, 2)]),
         Template("ends_sum", ("return the first item of {xs} plus the last one, or 0 if {xs} is empty",
                               "add the two end items of {xs} (0 for an empty list)"), """
 def {f}({xs}):
@@ -238,7 +243,8 @@ def {f}({xs}, {n}):
         return 0
     return sum({xs}[:{n}]) / {n}
 """, ("add_zero_guard",), lambda rng: [([4, 2, 6], 2), ([1, 2], 0), ([3, 5, 7], 3),
-                                       *[(xs, int(rng.integers(0, len(xs) + 1))) for xs in _lists(rng, [], 3, min_len=1)]]),
+                                       *[(xs, int(rng.integers(0, len(xs) + 1)))
+                                         for xs in _lists(rng, [], 3, min_len=1)]]),
         Template("first_is_top", ("return True if the first item of {xs} is its largest, or 0 if {xs} is empty",
                                   "is {xs}[0] the maximum of {xs}? 0 for an empty list"), """
 def {f}({xs}):
@@ -265,7 +271,8 @@ def {f}({xs}, {t}):
             {acc} += 1
     return {acc} / len({xs})
 """, ("add_zero_guard", "fix_comparison", "fix_init"),
-            lambda rng: [([1, 3, 3], 3), ([], 2), ([5, 2], 2), *_with_threshold(rng, _lists(rng, [[4, 4, 1]], 3, min_len=1))]),
+            lambda rng: [([1, 3, 3], 3), ([], 2), ([5, 2], 2),
+                         *_with_threshold(rng, _lists(rng, [[4, 4, 1]], 3, min_len=1))]),
         Template("last_minus_first", ("return the last item of {xs} minus the first one, or 0 if {xs} is empty",), """
 def {f}({xs}):
     if not {xs}:
@@ -288,7 +295,8 @@ def {f}({xs}, {n}):
     return sum({xs}) % {n}
 """, ("add_zero_guard",), lambda rng: [([3, 4], 5), ([1, 2], 0), ([9, 1], 4), ([6], 0),
                                        *[(xs, int(rng.integers(-4, 7))) for xs in _lists(rng, [], 3)]]),
-        Template("sum_multiples", ("return the sum of the items of {xs} that are multiples of {t}, or 0 when {t} is 0",), """
+        Template("sum_multiples",
+                 ("return the sum of the items of {xs} that are multiples of {t}, or 0 when {t} is 0",), """
 def {f}({xs}, {t}):
     if not {t}:
         return 0
@@ -312,22 +320,23 @@ def {f}({xs}):
                               "how far apart are {a} and {b}? never negative"), """
 def {f}({a}, {b}):
     return max({a} - {b}, {b} - {a})
-""", ("swap_minmax",), lambda rng: [(2, 7), (9, 4), (3, 3), *[(int(a), int(b)) for a, b in rng.integers(-9, 10, size=(3, 2))]]),
+""", ("swap_minmax",), lambda rng: [(2, 7), (9, 4), (3, 3), *_rows(rng, -9, 10, 2)]),
         Template("clamp_each", ("clamp every item of {xs} into the range {lo} .. {hi}",
                                 "return {xs} with each item forced between {lo} and {hi}"), """
 def {f}({xs}, {lo}, {hi}):
     return [max({lo}, min({x}, {hi})) for {x} in {xs}]
 """, ("swap_minmax",), lambda rng: [([0, 5, 9], 2, 6), ([1, 2], 1, 2), ([], 0, 3),
-                                    *[(xs, int(lo), int(lo) + 3) for xs, lo in zip(_lists(rng, [], 3), rng.integers(-3, 4, 3))]]),
+                                    *[(xs, int(lo), int(lo) + 3)
+                                      for xs, lo in zip(_lists(rng, [], 3), rng.integers(-3, 4, 3))]]),
         Template("smaller_abs", ("return the smaller absolute value of {a} and {b}",), """
 def {f}({a}, {b}):
     return min(abs({a}), abs({b}))
-""", ("swap_minmax",), lambda rng: [(3, -5), (-2, 1), (4, 4), *[(int(a), int(b)) for a, b in rng.integers(-9, 10, size=(3, 2))]]),
+""", ("swap_minmax",), lambda rng: [(3, -5), (-2, 1), (4, 4), *_rows(rng, -9, 10, 2)]),
         Template("excess", ("return how far {x} is above {t}, or 0 if it is not above",
                             "the amount by which {x} exceeds {t}, never below 0"), """
 def {f}({x}, {t}):
     return max(0, {x} - {t})
-""", ("swap_minmax",), lambda rng: [(7, 3), (1, 4), (2, 2), *[(int(a), int(b)) for a, b in rng.integers(-9, 10, size=(3, 2))]]),
+""", ("swap_minmax",), lambda rng: [(7, 3), (1, 4), (2, 2), *_rows(rng, -9, 10, 2)]),
         Template("outside_by", ("return how far {x} lies outside the range {lo} to {hi}, and 0 inside it",), """
 def {f}({x}, {lo}, {hi}):
     return max({lo} - {x}, 0, {x} - {hi})
@@ -335,7 +344,7 @@ def {f}({x}, {lo}, {hi}):
         Template("interval_len", ("return the length of the interval from {lo} to {hi}, or 0 if it is empty",), """
 def {f}({lo}, {hi}):
     return max({hi} - {lo}, 0)
-""", ("swap_minmax",), lambda rng: [(1, 5), (6, 2), (3, 3), *[(int(a), int(b)) for a, b in rng.integers(-9, 10, size=(3, 2))]]),
+""", ("swap_minmax",), lambda rng: [(1, 5), (6, 2), (3, 3), *_rows(rng, -9, 10, 2)]),
         # (range ends: one or two arguments, len(), a negative step)
         Template("count_divisors", ("count the divisors of {n} from 1 to {n}",
                                     "how many numbers between 1 and {n} inclusive divide {n} exactly?"), """
@@ -369,7 +378,8 @@ def {f}({xs}, {n}):
         {acc} += {xs}[{i}]
     return {acc}
 """, ("fix_range_end", "fix_init"), lambda rng: [([1, 2, 3], 1), ([4, 5], 0), ([7, 1, 2], 2),
-                                                 *[(xs, int(rng.integers(0, len(xs)))) for xs in _lists(rng, [], 3, min_len=1)]]),
+                                                 *[(xs, int(rng.integers(0, len(xs))))
+                                                   for xs in _lists(rng, [], 3, min_len=1)]]),
         Template("two_power", ("return 2 to the power {n}, by repeated doubling",), """
 def {f}({n}):
     {acc} = 1
@@ -428,7 +438,8 @@ def {f}({xs}, {lo}, {hi}):
     return {acc}
 """, ("fix_comparison", "fix_init"),
             lambda rng: [([1, 2, 3], 1, 2), ([0, 4, 2], 2, 4), ([], 0, 3),
-                         *[(xs, int(rng.choice(xs)), int(rng.choice(xs)) + 2) for xs in _lists(rng, [], 3, min_len=1)]]),
+                         *[(xs, int(rng.choice(xs)), int(rng.choice(xs)) + 2)
+                           for xs in _lists(rng, [], 3, min_len=1)]]),
         Template("alternating_sum", ("return {xs}[0] - {xs}[1] + {xs}[2] - ... for the items of {xs}",
                                      "the alternating sum of {xs}, starting with a plus"), """
 def {f}({xs}):
@@ -471,13 +482,13 @@ def {f}({xs}, {t}):
 def {f}({x}, {lo}, {hi}):
     return {lo} < {x} < {hi}
 """, ("fix_comparison",), lambda rng: [(2, 2, 5), (3, 1, 5), (7, 1, 5), (1, 1, 1),
-                                       *[(int(x), int(lo), int(lo) + 4) for x, lo in rng.integers(-5, 6, size=(3, 2))]]),
+                                       *[(x, lo, lo + 4) for x, lo in _rows(rng, -5, 6, 2)]]),
         Template("wins_by", ("return True if {a} beats {b} by at least {t}",
                              "does {a} exceed {b} by {t} or more?"), """
 def {f}({a}, {b}, {t}):
     return {a} - {b} >= {t}
 """, ("fix_comparison",), lambda rng: [(7, 4, 3), (9, 1, 2), (2, 2, 1), (5, 3, 2),
-                                       *[(int(a), int(b), int(t)) for a, b, t in rng.integers(-4, 8, size=(3, 3))]]),
+                                       *_rows(rng, -4, 8, 3)]),
         Template("last_index_below", ("return the index of the last item of {xs} that is below {t}, or -1 if there "
                                       "is none",), """
 def {f}({xs}, {t}):
@@ -496,7 +507,7 @@ def {f}({x}, {lo}, {hi}):
         return 1
     return 0
 """, ("fix_comparison",), lambda rng: [(5, 2, 5), (2, 2, 5), (3, 2, 5), (0, 2, 5),
-                                       *[(int(x), int(lo), int(lo) + 3) for x, lo in rng.integers(-4, 8, size=(3, 2))]]),
+                                       *[(x, lo, lo + 3) for x, lo in _rows(rng, -4, 8, 2)]]),
         Template("leading_below", ("count how many items at the start of {xs} are below {t}",
                                    "length of the longest prefix of {xs} whose items are all less than {t}"), """
 def {f}({xs}, {t}):
@@ -521,7 +532,7 @@ def {f}({x}):
 def {f}({x}, {a}, {b}):
     return {x} > {a} and {x} > {b}
 """, ("fix_comparison",), lambda rng: [(4, 4, 1), (5, 2, 3), (1, 3, 0), (6, 6, 6),
-                                       *[(int(x), int(a), int(b)) for x, a, b in rng.integers(-5, 6, size=(3, 3))]]),
+                                       *_rows(rng, -5, 6, 3)]),
 
         Template("count_within", ("count the items of {xs} that are within 1 of {t}",
                                   "how many items of {xs} differ from {t} by at most 1?"), """
@@ -541,7 +552,8 @@ def {f}({t}, {n}):
         {acc} += {t}
     return {acc}
 """, ("fix_range_end", "fix_init"), lambda rng: [(3, 2), (5, 1), (2, 0), (4, 3),
-                                                 *[(int(t), int(n)) for t, n in zip(rng.integers(-5, 8, 3), rng.integers(0, 6, 3))]]),
+                                                 *[(int(t), int(n))
+                                                   for t, n in zip(rng.integers(-5, 8, 3), rng.integers(0, 6, 3))]]),
         # (two defects that both look plausible in the code: reading narrows the choice, the statement or a
         # test decides it)
         Template("count_squares_above", ("count the numbers from 1 to {n} inclusive whose square is greater than {t}",
@@ -553,19 +565,20 @@ def {f}({n}, {t}):
             {acc} += 1
     return {acc}
 """, ("fix_comparison", "fix_range_end", "fix_init"),
-            lambda rng: [(3, 4), (4, 9), (2, 1), *[(int(n), int(rng.integers(0, 6)) ** 2) for n in rng.integers(0, 7, 4)]]),
+            lambda rng: [(3, 4), (4, 9), (2, 1),
+                         *[(int(n), int(rng.integers(0, 6)) ** 2) for n in rng.integers(0, 7, 4)]]),
         Template("larger_exceeds", ("return True if the larger of {a} and {b} is greater than {t}",
                                     "is the bigger one of {a} and {b} strictly above {t}?"), """
 def {f}({a}, {b}, {t}):
     return max({a}, {b}) > {t}
 """, ("swap_minmax", "fix_comparison"), lambda rng: [(2, 7, 5), (5, 3, 5), (1, 2, 8),
-                                                     *[(int(a), int(b), int(t)) for a, b, t in rng.integers(-5, 8, size=(3, 3))]]),
+                                                     *_rows(rng, -5, 8, 3)]),
         Template("smaller_reaches", ("return True if the smaller of {a} and {b} is at least {t}",
                                      "do both {a} and {b} reach {t}?"), """
 def {f}({a}, {b}, {t}):
     return min({a}, {b}) >= {t}
 """, ("swap_minmax", "fix_comparison"), lambda rng: [(4, 9, 6), (5, 7, 5), (8, 9, 2),
-                                                     *[(int(a), int(b), int(t)) for a, b, t in rng.integers(-5, 8, size=(3, 3))]]),
+                                                     *_rows(rng, -5, 8, 3)]),
         Template("window_max", ("return the largest item of {xs} at positions {lo} to {hi} inclusive",
                                 "the maximum of {xs}[{lo}], ..., {xs}[{hi}]"), """
 def {f}({xs}, {lo}, {hi}):
@@ -583,7 +596,7 @@ def {f}({n}, {t}):
         {acc} += min({i}, {t})
     return {acc}
 """, ("swap_minmax", "fix_range_end", "fix_init"), lambda rng: [(4, 2), (3, 5), (1, 0),
-                                                                *[(int(n), int(t)) for n, t in rng.integers(0, 7, size=(3, 2))]]),
+                                                                *_rows(rng, 0, 7, 2)]),
         Template("count_window_at_least", ("count the items of {xs} at positions {lo} to {hi} inclusive that are at "
                                            "least {t}",), """
 def {f}({xs}, {lo}, {hi}, {t}):
@@ -603,7 +616,8 @@ def {f}({xs}, {t}):
         if {x} > {t}:
             {acc} += 1
     return {acc}
-""", ("fix_comparison", "fix_init"), lambda rng: [([5, 3, 8], 5), ([], 2), ([1, 9], 4), *_with_threshold(rng, _lists(rng, [[2, 2]], 3))]),
+""", ("fix_comparison", "fix_init"), lambda rng: [([5, 3, 8], 5), ([], 2), ([1, 9], 4),
+                                                  *_with_threshold(rng, _lists(rng, [[2, 2]], 3))]),
         Template("largest_square_within", ("return the largest i from {lo} to {hi} inclusive with i * i at most {t}, "
                                            "or 0 if there is none",), """
 def {f}({lo}, {hi}, {t}):
@@ -613,15 +627,17 @@ def {f}({lo}, {hi}, {t}):
             {acc} = {i}
     return {acc}
 """, ("fix_comparison", "fix_range_end", "fix_init"),
-            lambda rng: [(1, 3, 9), (2, 4, 3), (1, 2, 4), *[(int(lo), int(lo) + int(d), int(rng.integers(0, 5)) ** 2)
-                                                             for lo, d in rng.integers(1, 4, size=(3, 2))]]),
+            lambda rng: [(1, 3, 9), (2, 4, 3), (1, 2, 4),
+                         *[(int(lo), int(lo) + int(d), int(rng.integers(0, 5)) ** 2)
+                           for lo, d in rng.integers(1, 4, size=(3, 2))]]),
         Template("one_below", ("return True if at least one of {a} and {b} is below {t}",
                                "is either {a} or {b} smaller than {t}?"), """
 def {f}({a}, {b}, {t}):
     return min({a}, {b}) < {t}
 """, ("swap_minmax", "fix_comparison"), lambda rng: [(2, 9, 5), (5, 6, 5), (7, 8, 1),
-                                                     *[(int(a), int(b), int(t)) for a, b, t in rng.integers(-5, 8, size=(3, 3))]]),
-        Template("count_capped_reaching", ("count the items of {xs} that still reach {lo} after being capped at {hi}",), """
+                                                     *_rows(rng, -5, 8, 3)]),
+        Template("count_capped_reaching",
+                 ("count the items of {xs} that still reach {lo} after being capped at {hi}",), """
 def {f}({xs}, {lo}, {hi}):
     {acc} = 0
     for {x} in {xs}:
@@ -705,7 +721,7 @@ def {f}({a}, {b}):
 def {f}({x}, {t}):
     return min({x}, {t})
 """, ("swap_minmax",),
-            lambda rng: [(5, 3), (1, 3), (3, 3), *[(int(a), int(b)) for a, b in rng.integers(-9, 10, size=(3, 2))]]),
+            lambda rng: [(5, 3), (1, 3), (3, 3), *_rows(rng, -9, 10, 2)]),
         Template("sum_evens_below", "return the sum of the even numbers from 0 up to but not including {n}", """
 def {f}({n}):
     {acc} = 0

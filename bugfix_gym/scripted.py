@@ -32,7 +32,7 @@ _TEST_REPORT = re.compile(r"visible tests : (\d+) / (\d+) passed")
 def tests_passed(observation: str) -> bool:
     """True if ``observation`` is a ``test`` report in which every visible test passed."""
     m = _TEST_REPORT.match(observation)
-    return bool(m) and m.group(1) == m.group(2)
+    return m is not None and m.group(1) == m.group(2)
 
 
 def scripted_policy(kind: str, seed: int = 0, p: float = 0.5, **careful_kwargs) -> Policy:

@@ -267,7 +267,8 @@ def test_torchrl_action_mask_transform_and_masked_categorical_ppo_update():
 def test_torchrl_gymenv_with_subprocess_workers():
     from torchrl.envs import ActionMask, GymEnv, TransformedEnv
 
-    env = TransformedEnv(GymEnv("BugFixCalls-v0", num_envs=2, max_len=64), ActionMask())
+    # spawned workers import nothing of this process: the module-qualified id imports bugfix_gym there
+    env = TransformedEnv(GymEnv("bugfix_gym:BugFixCalls-v0", num_envs=2, max_len=64), ActionMask())
     rollout = env.rollout(8, break_when_any_done=False)  # past the 6-turn budget
     assert rollout.batch_size == (2, 8) and rollout["next", "done"].any()
     assert rollout["next", "n_turns"].dtype == torch.int64 and rollout["action_mask"].dtype == torch.bool

@@ -46,10 +46,11 @@ def test_tokenppo_learns_to_look_then_answer_from_scratch():
     venv = make_vec_env("LookThenAnswer-v0", n_envs=32, seed=0, vec_env_cls=TextDummyVecEnv,
                         env_kwargs=dict(colours=colours))
     calls = venv.get_attr("calls")[0]
+    tok = bugfix_gym.Tokenizer(words)
     model = TokenPPO("TinyAgentPolicy", venv, base_agent=None, n_episodes=64, seed=0, learning_rate=3e-3,
                      target_kl=None,
-                     policy_kwargs=dict(tokenizer=bugfix_gym.Tokenizer(words), call_grammar=list(calls),
-                                        model_config=dict(vocab_size=len(words) + 4, d_model=32, n_layer=1, n_head=4,
+                     policy_kwargs=dict(tokenizer=tok, call_grammar=list(calls),
+                                        model_config=dict(vocab_size=tok.vocab_size, d_model=32, n_layer=1, n_head=4,
                                                           d_ff=128, max_len=64)))
 
     probe = make_vec_env("LookThenAnswer-v0", n_envs=32, seed=99, vec_env_cls=TextDummyVecEnv,

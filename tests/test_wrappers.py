@@ -162,15 +162,23 @@ def test_overflow_keeps_the_prompt_and_the_latest_tokens():
     for _ in range(3):
         obs, *_, info = env.step(CALLS.index("read"))
     assert info["n_dropped_tokens"] > 0 and obs["attention_mask"].all()
-    assert obs["ids"][-1] == TOK.encode(get_task("factorial").source)[-1]  # the latest tool output is kept
+    latest = [TOK.encode(get_task("factorial").source)[-1], TOK.turn_id]
+    assert obs["ids"][-2:].tolist() == latest  # the latest tool output (and its <turn>) is kept
 
 
-def test_default_tokenizer_covers_generated_tasks():
+def test_default_tokenizer_of_generated_tasks_is_the_fixed_vocabulary():
+    from bugfix_gym import fixed_tokenizer
+
     tasks = generate_tasks("heldout", 5, seed=3)
     env = TokenObservation(BugFixEnv(tasks=tasks))
-    assert env.tokenizer.vocab_size > TOK.vocab_size
+    fixed = fixed_tokenizer()
+    assert env.tokenizer == fixed and env.tokenizer.vocab_size > TOK.vocab_size
     obs, _ = env.reset(seed=0)
-    assert TOK.unk_id not in obs["ids"][obs["owner"] == 1]
+    prompt = obs["ids"][obs["owner"] == 1].tolist()
+    assert prompt[len(fixed.encode("fix the function"))] == fixed.unk_id  # the generated name is <unk>
+    assert env.unwrapped.task.name not in fixed.ids
+    assert TokenObservation(BugFixEnv(generated="train")).tokenizer == fixed
+    assert TokenObservation(BugFixEnv()).tokenizer == TOK  # the book's tasks keep the book tokenizer
     with pytest.raises(TypeError, match="wrap the text env"):
         DiscreteCalls(env)
 
