@@ -1,4 +1,4 @@
-"""Grammar-constrained decoding: the token-level counterpart of ``action_masks()``.
+"""Grammar-constrained decoding: the token-level counterpart of the env's call mask.
 
 While the policy writes a call, :class:`CallGrammar` says which tokens may come next so
 that every call it can write is one of a fixed list of legal calls (for BugFix-v0 the nine

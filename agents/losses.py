@@ -2,7 +2,7 @@
 
 Every tensor here is *per predicted token* and aligned as in ``docs/CONTRACT.md``:
 shape ``[B, T-1]`` (written ``[B, T]`` below), position ``t`` holds quantities of
-predicting ``ids[t+1]``; ``mask`` is the float 0/1 ``action_mask`` (1 on policy tokens).
+predicting ``ids[t+1]``; ``mask`` is the float 0/1 ``policy_mask`` (1 on policy tokens).
 
 One function per idea (book ch. 6 and 8):
 

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 
 from bugfix_gym import OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL, BugFixEnv, Tokenizer, encode_segment, episode_stats
+from bugfix_gym.tokens import policy_mask
 
 from .grammar import NO_STATE, CallGrammar
 from .model import KVCache, TinyAgent
@@ -117,7 +118,7 @@ class EpisodeRecord:
         return Trajectory(
             ids=torch.tensor(self.ids, dtype=torch.long),  # [T]
             owner=owner,
-            policy_mask=(owner[1:] == OWNER_POLICY).float(),  # [T-1]
+            policy_mask=torch.from_numpy(policy_mask(np.asarray(self.owner))),  # [T-1]
             sample_logp=torch.tensor(self.logp[1:], dtype=torch.float32),  # [T-1] logp of ids[t+1]
             values=torch.tensor(values[:-1], dtype=torch.float32),  # [T-1] V(ids[:t+1])
             token_rewards=torch.tensor(self.rewards[1:], dtype=torch.float32),  # [T-1] reward of target ids[t+1]

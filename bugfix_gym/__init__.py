@@ -13,7 +13,7 @@ from .ops import DEFECTS, FIX_OPS, apply_op, inject_defect
 from .scripted import scripted_policy
 from .tasks import Task, get_task, make_tasks
 from .tokenizer import Tokenizer, build_tokenizer, fixed_tokenizer
-from .tokens import action_mask, encode_segment, episode_tokens
+from .tokens import encode_segment, episode_tokens
 from .tools import CALLS, parse_call
 
 __version__ = "0.1.0"
@@ -56,7 +56,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "BugFixEnv", "CALLS", "CHARSET", "DEFECTS", "FIX_OPS", "OWNER_PAD", "OWNER_POLICY", "OWNER_PROMPT",
-    "OWNER_TOOL", "Task", "TaskPackError", "Tokenizer", "action_mask", "apply_op", "build_tokenizer",
+    "OWNER_TOOL", "Task", "TaskPackError", "Tokenizer", "apply_op", "build_tokenizer",
     "encode_segment", "episode_stats", "episode_tokens", "evaluate", "fixed_tokenizer", "generate_tasks", "get_task",
     "inject_defect", "load_task_pack", "make_tasks", "parse_call", "scripted_policy",
 ]

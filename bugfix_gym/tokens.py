@@ -40,6 +40,10 @@ def episode_tokens(transcript: Sequence[tuple[int, str]], tokenizer: Tokenizer) 
     return np.asarray(ids, dtype=np.int64), np.asarray(owner, dtype=np.int8)
 
 
-def action_mask(owner: np.ndarray) -> np.ndarray:
-    """1 where the policy wrote the token (``owner == 2``)."""
-    return (np.asarray(owner) == OWNER_POLICY).astype(np.int8)
+def policy_mask(owner: np.ndarray) -> np.ndarray:
+    """``[T-1]`` float 0/1, aligned with the targets ``ids[1:]``: 1 where the policy wrote ``ids[t+1]``.
+
+    The token-level mask that decides which positions get a policy gradient (the nine-call mask
+    of the array views is a different thing, ``info["call_mask"]``).
+    """
+    return (np.asarray(owner)[1:] == OWNER_POLICY).astype(np.float32)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bugfix_gym import (CALLS, FIX_OPS, OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL, BugFixEnv, Tokenizer, action_mask,
+from bugfix_gym import (CALLS, FIX_OPS, OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL, BugFixEnv, Tokenizer,
                         apply_op, build_tokenizer, encode_segment, episode_tokens, make_tasks)
+from bugfix_gym.tokens import policy_mask
 from bugfix_gym.tools import VOCABULARY_TEXT, prompt
 
 TOK = build_tokenizer()
@@ -63,8 +64,8 @@ def test_episode_tokens_owner_codes_follow_the_transcript_segments():
     # every policy segment ends with <eoc>, and <eoc> appears nowhere else
     eoc = np.flatnonzero(ids == TOK.eoc_id)
     assert len(eoc) == 3 and (owner[eoc] == OWNER_POLICY).all() and (owner[eoc + 1] != OWNER_POLICY).all()
-    mask = action_mask(owner)
-    assert mask.tolist() == (owner == OWNER_POLICY).astype(int).tolist() and mask.sum() == 3 + 4
+    mask = policy_mask(owner)
+    assert mask.tolist() == (owner[1:] == OWNER_POLICY).astype(int).tolist() and mask.sum() == 3 + 4
 
 
 def test_same_text_gets_different_owners_depending_on_who_wrote_it():
@@ -73,7 +74,7 @@ def test_same_text_gets_different_owners_depending_on_who_wrote_it():
     read = TOK.ids["read"]
     turn = TOK.turn_id
     assert ids.tolist() == [read, turn, read, TOK.eoc_id, read, turn]
-    assert owner.tolist() == [1, 1, 2, 2, 3, 3] and action_mask(owner).tolist() == [0, 0, 1, 1, 0, 0]
+    assert owner.tolist() == [1, 1, 2, 2, 3, 3] and policy_mask(owner).tolist() == [0, 1, 1, 0, 0]
     assert encode_segment(TOK, OWNER_TOOL, "read") == [read, turn]
     with pytest.raises(ValueError, match="unknown owner code 0"):
         episode_tokens([(0, "read")], TOK)
