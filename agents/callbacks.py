@@ -28,3 +28,55 @@ class StopAfterIterations(BaseCallback):
 
     def _on_step(self) -> bool:
         return self.rollouts <= self.n_iterations
+
+
+class KeepBest(BaseCallback):
+    """Keep the weights that do best on a validation set, and put them back when training ends.
+
+    Every ``every`` iterations (at the end of a rollout, so the weights evaluated are the ones
+    that just collected it) and once more at the end, the policy plays each validation task once
+    (:meth:`~agents.on_policy.TokenOnPolicyAlgorithm.evaluate`, its own seeded sampler, so the
+    training stream is untouched). SB3's ``EvalCallback`` saves its best model to a file; this
+    keeps a copy in memory and loads it into the policy at the end, so what ``learn`` returns is
+    the best model seen. ``history`` has ``(iteration, pass_rate)`` of every evaluation.
+
+    :param tasks: validation tasks (never the ones results are reported on)
+    :param every: iterations between evaluations
+    :param seed: seeds the evaluation's sampling
+    :param verbose: 1 prints each evaluation
+    """
+
+    def __init__(self, tasks: list, every: int = 20, seed: int = 0, verbose: int = 0):
+        super().__init__(verbose)
+        if every < 1:
+            raise ValueError(f"every must be at least 1, got {every}")
+        self.tasks, self.every, self.seed = list(tasks), int(every), seed
+        self.iteration = 0
+        self.history: list[tuple[int, float]] = []
+        self.best_pass_rate, self.best_iteration = -1.0, -1
+        self._best_state: dict | None = None
+
+    def _evaluate(self) -> None:
+        import copy
+
+        rate = float(self.model.evaluate(self.tasks, 1, seed=self.seed)["pass_rate"])  # type: ignore[attr-defined]
+        self.history.append((self.iteration, rate))
+        if self.verbose:
+            print(f"validation pass rate {rate:.3f} at iteration {self.iteration}")
+        if rate > self.best_pass_rate:
+            self.best_pass_rate, self.best_iteration = rate, self.iteration
+            self._best_state = copy.deepcopy(self.model.policy.state_dict())
+
+    def _on_rollout_end(self) -> None:
+        if self.iteration % self.every == 0:
+            self._evaluate()
+        self.iteration += 1
+
+    def _on_step(self) -> bool:
+        return True
+
+    def _on_training_end(self) -> None:
+        if not self.history or self.history[-1][0] != self.iteration:
+            self._evaluate()
+        if self._best_state is not None:
+            self.model.policy.load_state_dict(self._best_state)

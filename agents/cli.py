@@ -77,7 +77,10 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--tasks", choices=("book", "generated"), default="book",
                        help="book: the book's 20 train tasks; generated: a fresh generated task every episode "
                             "(the generalisation recipe) (default: book)")
-    train.add_argument("--timesteps", type=POSITIVE_INT, help="environment steps (tool calls) to train for")
+    budget = train.add_mutually_exclusive_group()
+    budget.add_argument("--timesteps", type=POSITIVE_INT,
+                        help="environment steps to train for (SB3's count: every vector-env step is n_envs steps)")
+    budget.add_argument("--iterations", type=POSITIVE_INT, help="PPO iterations to train for (the book's count)")
     train.add_argument("--n-envs", type=POSITIVE_INT, help="environments stepped in lockstep")
     train.add_argument("--n-episodes", type=POSITIVE_INT, help="episodes per PPO iteration")
     train.add_argument("--n-epochs", type=POSITIVE_INT, help="epochs per batch")
@@ -141,7 +144,8 @@ def _eval_sets(tasks_mode: str, episodes: int) -> dict[str, tuple[list, int]]:
             "book held-out": (make_tasks("heldout"), episodes), "unseen": (unseen, 1)}
 
 
-def _plot(diagnostics: list[dict[str, Any]], path: Path, title: str) -> None:
+def _plot(diagnostics: list[dict[str, Any]], path: Path, title: str,
+          validation: list[tuple[int, float]] | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -153,6 +157,8 @@ def _plot(diagnostics: list[dict[str, Any]], path: Path, title: str) -> None:
     for key, label in (("pass_rate", "pass rate"), ("valid_calls", "valid calls"), ("read_rate", "read rate"),
                        ("test_rate", "test rate")):
         ax.plot(it, [d["rollout"].get(key, float("nan")) for d in rows], label=label)
+    if validation:
+        ax.plot(*zip(*validation), "k.--", label="validation pass rate")
     ax.set_xlabel("PPO iteration")
     ax.set_ylim(0, 1.02)
     ax.set_title(title)
@@ -199,9 +205,11 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
             ppo[flag] = getattr(args, flag)
     if ppo.get("target_kl") == 0:
         ppo["target_kl"] = None
-    for flag in ("timesteps", "n_envs"):
+    for flag in ("timesteps", "iterations", "n_envs"):
         if getattr(args, flag) is not None:
             recipe[flag] = getattr(args, flag)
+    if args.timesteps is not None or args.iterations is not None:  # one budget: the one given
+        recipe["iterations" if args.timesteps is not None else "timesteps"] = None
     return dict(recipe, tasks=args.tasks, seed=args.seed, eval_episodes=args.eval_episodes,
                 tensorboard=args.tensorboard)
 
@@ -228,6 +236,8 @@ def _check_memory(settings: dict[str, Any], model_config: dict[str, Any]) -> Non
 def cmd_train(args: argparse.Namespace) -> int:
     import torch
 
+    from . import recipes
+    from .callbacks import KeepBest, StopAfterIterations
     from .ppo import DivergenceError, TokenPPO
     from .runs import MODEL_FILE, RESUME_FILE, RUN_FILE, Snapshots, new_run_dir, restore_training_state
 
@@ -257,12 +267,14 @@ def cmd_train(args: argparse.Namespace) -> int:
             _check_out(out)
         print("setting up: base agent (behaviour cloning, cached after the first run) ...", flush=True)
         env = _make_env(settings, settings["n_envs"], settings["seed"])
-        policy_kwargs: dict[str, Any] = {}
+        tok = recipes.make_tokenizer(settings)
+        policy_kwargs: dict[str, Any] = {"tokenizer": tok}
         if settings["grammar"]:
             from bugfix_gym import CALLS
             policy_kwargs["call_grammar"] = list(CALLS)
+        base_agent = recipes.make_base_agent(settings, tok, settings["seed"])
         model = TokenPPO("TinyAgentPolicy", env, seed=settings["seed"], policy_kwargs=policy_kwargs,
-                         tensorboard_log=None, **settings["ppo"])
+                         base_agent=base_agent, tensorboard_log=None, **settings["ppo"])
         _check_memory(settings, model.policy_kwargs["model_config"])
         out = out or new_run_dir()
         if settings["tensorboard"]:
@@ -271,13 +283,25 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"  ready in {time.perf_counter() - t0:.0f} s; evaluating the base agent ...", flush=True)
         before = {name: model.evaluate(tasks, k, seed=settings["seed"])
                   for name, (tasks, k) in _eval_sets(settings["tasks"], settings["eval_episodes"]).items()}
-    remaining = settings["timesteps"] - model.num_timesteps
     snapshots = Snapshots()
+    callbacks: list[Any] = [snapshots]
+    if settings.get("iterations"):  # the book counts iterations; SB3's loop then runs until the callback stops it
+        remaining, unit = settings["iterations"] - model._iteration, "iterations"
+        callbacks.append(StopAfterIterations(remaining))
+        total_timesteps = 10**12
+    else:
+        remaining, unit = settings["timesteps"] - model.num_timesteps, "env steps"
+        total_timesteps = remaining
+    keep_best = None
+    if settings.get("validation"):  # evaluated every few iterations; the best weights are the result
+        keep_best = KeepBest(recipes.validation_tasks(settings), every=settings["validation"]["every"],
+                             seed=settings["seed"])
+        callbacks.append(keep_best)
     t1 = time.perf_counter()
-    print(f"training TokenPPO for {remaining} env steps ({settings['n_envs']} envs, at least "
+    print(f"training TokenPPO for {remaining} {unit} ({settings['n_envs']} envs, at least "
           f"{model.n_episodes} episodes per iteration) ...", flush=True)
     try:
-        model.learn(remaining, callback=snapshots, progress_bar=not args.no_progress,
+        model.learn(total_timesteps, callback=callbacks, progress_bar=not args.no_progress and unit == "env steps",
                     reset_num_timesteps=args.resume is None)
     except KeyboardInterrupt:
         path = snapshots.save(out) if snapshots.last is not None else None
@@ -289,6 +313,13 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"bugfix-gym: {e}. Kept the last good iteration ({snapshots.iteration}) in {path}", file=sys.stderr)
         return 1
     train_s = time.perf_counter() - t1
+    validation = None
+    if keep_best is not None:
+        val = settings["validation"]
+        print(f"kept the weights of iteration {keep_best.best_iteration}: validation pass rate "
+              f"{keep_best.best_pass_rate:.3f} (best of {len(keep_best.history)} evaluations on {val['n']} "
+              f"generated {val['generated']} tasks)")
+        validation = dict(kept_iteration=keep_best.best_iteration, history=keep_best.history)
     model_path = out / MODEL_FILE
     model.save(model_path)
     (out / RESUME_FILE).unlink(missing_ok=True)
@@ -303,9 +334,11 @@ def cmd_train(args: argparse.Namespace) -> int:
         columns[f"PPO {name}"] = after[name]
     print(_table(columns))
     png = out / "learning_curve.png"
-    _plot(model.diagnostics, png, f"TokenPPO on BugFix-v0 ({settings['tasks']} tasks, seed {settings['seed']})")
+    _plot(model.diagnostics, png, f"TokenPPO on BugFix-v0 ({settings['tasks']} tasks, seed {settings['seed']})",
+          validation=keep_best.history if keep_best is not None else None)
     (out / "results.json").write_text(json.dumps(_jsonable({"before": before, "after": after, "train_s": train_s,
-                                                            "settings": settings}), indent=1))
+                                                            "validation": validation, "settings": settings}),
+                                                 indent=1))
     print(f"\nsaved {model_path}, {png} and {out / 'results.json'}  (total {time.perf_counter() - t0:.0f} s)")
     print(f"evaluate again with: bugfix-gym eval {model_path} --generated test --n 200")
     return 0

@@ -12,7 +12,7 @@ import gymnasium as gym
 import numpy as np
 
 from . import tools
-from .generator import GENERATED_SPLITS, draw_task
+from .generator import AMBIGUOUS, GENERATED_SPLITS, draw_task
 from .ops import apply_op, describe_change
 from .runner import run_tests
 from .spaces import BufferedText
@@ -84,7 +84,7 @@ class BugFixEnv(gym.Env):
     ## Arguments
     ``gym.make("BugFix-v0", split="train", tasks=None, max_turns=6, call_cost=0.0,
     edit_penalty=0.0, render_mode=None, generated=None, hide_outputs=(), invalid_cost=0.0,
-    tool_latency_s=0.0)``.
+    tool_latency_s=0.0, ambiguous_share=0.0)``.
 
     :param split: the book's task set, ``"train"``, ``"heldout"`` or ``"all"``
     :param tasks: a fixed list of :class:`Task` (e.g. from ``generate_tasks`` or
@@ -103,6 +103,9 @@ class BugFixEnv(gym.Env):
         :class:`Task` still works). The most recent generated tasks stay registered by name,
         a bounded number (``bugfix_gym.generator.RECENT_LIMIT``), so the scripted oracle
         finds the task of a running episode in the same process. Not with ``tasks``.
+    :param ambiguous_share: with ``generated="train"``: the share of episodes (in [0, 1]) drawn
+        only from the train templates whose code carries two plausible defects
+        (``bugfix_gym.generator.AMBIGUOUS``), where reading narrows the choice and a test decides it
     :param hide_outputs: an ablation: the named tools (``"read"``, ``"test"``) answer
         ``"output hidden"`` instead of their output; validity, rewards and episode end are
         unchanged
@@ -120,7 +123,7 @@ class BugFixEnv(gym.Env):
     def __init__(self, split: str = "train", tasks: Sequence[Task] | None = None, max_turns: int = 6,
                  call_cost: float = 0.0, edit_penalty: float = 0.0, render_mode: str | None = None,
                  generated: str | None = None, hide_outputs: Sequence[str] = (), invalid_cost: float = 0.0,
-                 tool_latency_s: float = 0.0):
+                 tool_latency_s: float = 0.0, ambiguous_share: float = 0.0):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             # gymnasium only warns here too; SB3's make_vec_env asks for "rgb_array" by default
             gym.logger.warn(f"BugFix-v0 renders as text only ({self.metadata['render_modes']}); "
@@ -142,6 +145,7 @@ class BugFixEnv(gym.Env):
         self.generated = _generator_split(generated, tasks)
         if self.generated:  # no fixed pool: every reset draws a new task
             self.tasks, self.split = [], "generated"
+        self.ambiguous_share = _ambiguous_share(ambiguous_share, self.generated)
         self.call_cost = _cost("call_cost", call_cost)
         self.edit_penalty = _cost("edit_penalty", edit_penalty)
         self.invalid_cost = _cost("invalid_cost", invalid_cost)
@@ -307,6 +311,8 @@ class BugFixEnv(gym.Env):
         chosen = options.get("task")
         if chosen is None:
             if self.generated:
+                if self.ambiguous_share and self.np_random.random() < self.ambiguous_share:
+                    return draw_task(self.generated, self.np_random, templates=AMBIGUOUS)
                 return draw_task(self.generated, self.np_random)
             return self.tasks[int(self.np_random.integers(len(self.tasks)))]
         if isinstance(chosen, Task):
@@ -382,6 +388,15 @@ def _generator_split(generated: Any, tasks: Sequence[Task] | None) -> str | None
     if tasks is not None:
         raise ValueError("pass either tasks= (a fixed list) or generated= (a fresh task every reset), not both")
     return generated
+
+
+def _ambiguous_share(share: Any, generated: str | None) -> float:
+    share = _cost("ambiguous_share", share)
+    if share > 1:
+        raise ValueError(f"ambiguous_share is a share of episodes in [0, 1], got {share!r}")
+    if share and generated != "train":
+        raise ValueError("ambiguous_share needs generated='train' (the ambiguous templates are train templates)")
+    return share
 
 
 def _hideable(hide_outputs: Any) -> tuple[str, ...]:

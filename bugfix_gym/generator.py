@@ -754,6 +754,12 @@ def {f}({xs}, {t}):
     ),
 }
 
+# train templates whose code carries two defects that both look plausible: reading narrows the choice,
+# the statement or a test decides it (BugFixEnv(generated="train", ambiguous_share=...) draws them more often)
+AMBIGUOUS: tuple[str, ...] = ("count_squares_above", "larger_exceeds", "smaller_reaches", "window_max",
+                              "capped_sum_upto", "count_window_at_least", "rank_from_top", "largest_square_within",
+                              "one_below", "count_capped_reaching", "sum_window_above")
+
 
 def _name(rng: np.random.Generator, content: str) -> str:
     digest = hashlib.sha1(content.encode()).hexdigest()[:6]
@@ -776,7 +782,7 @@ def make_task(template: Template, fix_op: str, rng: np.random.Generator, split: 
     if not isinstance(statement, str):  # several phrasings: draw one (only then is rng used, so
         statement = statement[int(rng.integers(len(statement)))]  # one-phrasing templates draw as before)
     return task_from_correct(names["f"], statement.format(**names), template.source.format(**names),
-                             fix_op, inputs, split=split)
+                             fix_op, inputs, split=split, template=template.key)
 
 
 def _candidate(templates: Sequence[Template], split: str, fix_op: str, rng: np.random.Generator) -> Task | None:
@@ -811,12 +817,7 @@ def generate_tasks(split: str = "train", n: int = 100, seed: int = 0, templates:
         raise ValueError(f"unknown generator split {split!r}; use one of {', '.join(GENERATED_SPLITS)}")
     if n < 0:
         raise ValueError(f"n must be non-negative, got {n}")
-    chosen = TEMPLATES[split]
-    if templates is not None:
-        unknown = set(templates) - {t.key for t in chosen}
-        if unknown or not templates:
-            raise ValueError(f"unknown {split} template(s) {sorted(unknown)}; see bugfix_gym.generator.TEMPLATES")
-        chosen = tuple(t for t in chosen if t.key in set(templates))
+    chosen = _chosen_templates(split, templates)
     rng = np.random.default_rng([seed, GENERATED_SPLITS.index(split)] + ([] if templates is None else [1]))
     ops = [op for op in FIX_OPS if any(op in t.ops for t in chosen)]
     tasks: list[Task] = []
@@ -834,10 +835,19 @@ def generate_tasks(split: str = "train", n: int = 100, seed: int = 0, templates:
     return register(tasks)
 
 
+def _chosen_templates(split: str, keys: Sequence[str] | None) -> tuple[Template, ...]:
+    if keys is None:
+        return TEMPLATES[split]
+    unknown = set(keys) - {t.key for t in TEMPLATES[split]}
+    if unknown or not keys:
+        raise ValueError(f"unknown {split} template(s) {sorted(unknown)}; see bugfix_gym.generator.TEMPLATES")
+    return tuple(t for t in TEMPLATES[split] if t.key in set(keys))
+
+
 _RECENT: OrderedDict[str, Task] = OrderedDict()  # name -> per-episode task registered by draw_task, oldest first
 
 
-def draw_task(split: str, rng: np.random.Generator) -> Task:
+def draw_task(split: str, rng: np.random.Generator, templates: Sequence[str] | None = None) -> Task:
     """One fresh checked task for one episode: a defect kind drawn uniformly, then a template of
     ``split`` carrying it, names and inputs, all from ``rng`` (so the same generator state gives
     the same task). It stays registered by name while it is among the ``RECENT_LIMIT`` most
@@ -845,11 +855,14 @@ def draw_task(split: str, rng: np.random.Generator) -> Task:
 
     :param split: ``"train"``, ``"heldout"`` or ``"test"``
     :param rng: the env's ``np_random``
+    :param templates: only these template keys of the split (default: all), e.g. :data:`AMBIGUOUS`
     """
     if split not in TEMPLATES:
         raise ValueError(f"unknown generator split {split!r}; use one of {', '.join(GENERATED_SPLITS)}")
+    chosen = _chosen_templates(split, templates)
+    ops = [op for op in FIX_OPS if any(op in t.ops for t in chosen)]
     for _ in range(MAX_DRAWS):
-        task = _candidate(TEMPLATES[split], split, FIX_OPS[int(rng.integers(len(FIX_OPS)))], rng)
+        task = _candidate(chosen, split, ops[int(rng.integers(len(ops)))], rng)
         if task is not None and _name_free(task):
             return _register_recent(task)
     raise RuntimeError(f"could not generate a valid {split} task in {MAX_DRAWS} draws")

@@ -34,6 +34,8 @@ class Task:
     :param hidden: the cases ``submit`` runs; they decide the reward (a superset of ``visible``)
     :param split: ``train``, ``heldout``, ``test`` or ``pack``
     :param sandbox: run this task's code in a subprocess with limits (user task packs)
+    :param template: the generator template a generated task came from (``""`` otherwise); for
+        per-template reports, never shown to the agent
     """
 
     name: str
@@ -46,6 +48,7 @@ class Task:
     split: str = "train"
     sandbox: bool = False
     uid: str = field(default="", compare=False)
+    template: str = field(default="", compare=False)
 
     def __post_init__(self):
         if not self.uid:
@@ -56,7 +59,7 @@ def task_to_data(task: Task) -> dict[str, Any]:
     """A task as plain (JSON-able) data; test cases are kept as Python literals (``repr``)."""
     return dict(name=task.name, statement=task.statement, source=task.source, defect=task.defect, fix_op=task.fix_op,
                 visible=repr(task.visible), hidden=repr(task.hidden), split=task.split, sandbox=task.sandbox,
-                uid=task.uid)
+                uid=task.uid, template=task.template)
 
 
 def task_from_data(data: dict[str, Any]) -> Task:
@@ -65,11 +68,12 @@ def task_from_data(data: dict[str, Any]) -> Task:
 
     cases = {k: tuple(ast.literal_eval(data[k])) for k in ("visible", "hidden")}
     return Task(name=data["name"], statement=data["statement"], source=data["source"], defect=data["defect"],
-                fix_op=data["fix_op"], split=data["split"], sandbox=bool(data["sandbox"]), uid=data["uid"], **cases)
+                fix_op=data["fix_op"], split=data["split"], sandbox=bool(data["sandbox"]), uid=data["uid"],
+                template=str(data.get("template", "")), **cases)
 
 
 def task_from_correct(name: str, statement: str, correct: str, fix_op: str, inputs: Sequence[tuple],
-                      split: str, n_visible: int = 3) -> Task:
+                      split: str, n_visible: int = 3, template: str = "") -> Task:
     """Build a task from a correct function: inject the defect, compute expected values."""
     correct = textwrap.dedent(correct).strip("\n") + "\n"
     func, reset = compile_function(correct, name)
@@ -78,7 +82,7 @@ def task_from_correct(name: str, statement: str, correct: str, fix_op: str, inpu
         reset()
         cases.append((tuple(args), func(*copy.deepcopy(tuple(args)))))
     return Task(name=name, statement=statement, source=inject_defect(correct, fix_op), defect=DEFECTS[fix_op],
-                fix_op=fix_op, visible=tuple(cases[:n_visible]), hidden=tuple(cases), split=split)
+                fix_op=fix_op, visible=tuple(cases[:n_visible]), hidden=tuple(cases), split=split, template=template)
 
 
 # (name, statement, correct source, fix_op, inputs). The cases that expose each defect are

@@ -318,6 +318,9 @@ def test_bad_reset_options_give_one_clear_line(options, error, message):
     (dict(generated="all"), ValueError, "generated must be one of 'train', 'heldout', 'test' or None"),
     (dict(generated=["train"]), ValueError, "generated must be one of"),
     (dict(generated="train", tasks=make_tasks("train")), ValueError, "either tasks= .* or generated="),
+    (dict(generated="train", ambiguous_share=1.5), ValueError, r"ambiguous_share is a share of episodes in \[0, 1\]"),
+    (dict(generated="test", ambiguous_share=0.3), ValueError, "ambiguous_share needs generated='train'"),
+    (dict(ambiguous_share=0.3), ValueError, "ambiguous_share needs generated='train'"),
     (dict(hide_outputs="read"), TypeError, r"hide_outputs must be a list of tool names such as \['read', 'test'\]"),
     (dict(hide_outputs=["read", "edit"]), ValueError, "hide_outputs can name only 'read', 'test', got 'edit'"),
 ])
@@ -384,6 +387,20 @@ def test_generated_mode_draws_from_the_named_template_split():
         env.reset(seed=seed)
         splits.add(env.task.split)
     assert splits == {"test"}
+
+
+def test_ambiguous_share_draws_that_share_from_the_ambiguous_templates():
+    from bugfix_gym.generator import AMBIGUOUS, TEMPLATES
+
+    env = BugFixEnv(generated="train", ambiguous_share=0.5)
+    keys = []
+    for seed in range(200):
+        env.reset(seed=seed)
+        keys.append(env.task.template)
+    share = sum(k in AMBIGUOUS for k in keys) / len(keys)
+    # half the episodes from the 11 ambiguous templates, the other half from all 63 (some ambiguous too)
+    expected = 0.5 + 0.5 * len(AMBIGUOUS) / len(TEMPLATES["train"])
+    assert abs(share - expected) < 0.1 and len(set(keys) - set(AMBIGUOUS)) > 20
 
 
 def test_generated_tasks_stay_registered_only_while_recent(monkeypatch):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import io
 import zipfile
 
@@ -16,6 +17,7 @@ import bugfix_gym  # noqa: F401  (registers BugFix-v0)
 from stable_baselines3.common.env_util import make_vec_env
 
 from agents.buffers import TokenRolloutBuffer
+from agents.callbacks import KeepBest, StopAfterIterations
 from agents.ppo import DivergenceError, TokenPPO
 from agents.rollout import Trajectory
 
@@ -380,3 +382,22 @@ def test_same_seed_same_training(base):
     assert a.num_timesteps == b.num_timesteps
     for (k, v), (_, w) in zip(a.policy.state_dict().items(), b.policy.state_dict().items()):
         assert torch.equal(v, w), k
+
+
+def test_keep_best_puts_back_the_weights_of_the_best_validation_score(base, monkeypatch):
+    model = small(base_agent=base)
+    scores = iter([0.2, 0.9, 0.4, 0.1])  # iterations 0, 2, 4 and the end (after 5 updates)
+    seen = {}
+
+    def fake_evaluate(tasks, episodes_per_task=1, seed=0, env_kwargs=None):
+        seen[keep.iteration] = copy.deepcopy(model.policy.state_dict())
+        return {"pass_rate": next(scores)}
+
+    monkeypatch.setattr(model, "evaluate", fake_evaluate)
+    keep = KeepBest(["count_above"], every=2)
+    model.learn(10**9, callback=[StopAfterIterations(5), keep])
+    assert keep.history == [(0, 0.2), (2, 0.9), (4, 0.4), (5, 0.1)]
+    assert (keep.best_iteration, keep.best_pass_rate) == (2, 0.9)
+    final = model.policy.state_dict()
+    assert all(torch.equal(final[k], seen[2][k]) for k in final)
+    assert not all(torch.equal(final[k], seen[5][k]) for k in final)

@@ -154,3 +154,23 @@ def test_evaluate_matches_a_direct_evaluation(shared_base_agent):
     tasks = bugfix_gym.make_tasks("heldout")
     a, b = model.evaluate(tasks, 2, seed=9), model.evaluate(tasks, 2, seed=9)
     assert a == b and a["n_episodes"] == 20
+
+
+def test_generated_recipe_trains_from_its_own_base_agent_and_keeps_the_best_weights(
+        tmp_path, small_eval, monkeypatch, capsys):
+    from agents.recipes import RECIPES
+
+    monkeypatch.setenv("BUGFIX_GYM_CACHE", str(tmp_path / "cache"))
+    recipe = dict(RECIPES["generated"], validation=dict(generated="heldout", n=3, gen_seed=77, every=1))
+    recipe["base_agent"] = dict(recipe["base_agent"], n_tasks=10, steps=2)
+    monkeypatch.setitem(RECIPES, "generated", recipe)
+    out = tmp_path / "gen"
+    assert main(["train", "--tasks", "generated", "--iterations", "2", "--n-envs", "4", "--n-episodes", "8",
+                 "--n-minibatches", "2", "--eval-episodes", "1", "--out", str(out), "--no-progress"]) == 0
+    assert "kept the weights of iteration" in capsys.readouterr().out
+    results = json.loads((out / "results.json").read_text())
+    assert [it for it, _ in results["validation"]["history"]] == [0, 1, 2]
+    model = TokenPPO.load(out / "tokenppo.zip")
+    assert model.policy.tokenizer.words == bugfix_gym.fixed_tokenizer().words  # reads any generated code
+    assert model.policy.grammar is not None and model.kl_coef == RECIPES["generated"]["ppo"]["kl_coef"]
+    assert list((tmp_path / "cache").glob("base_agent-*.pt"))  # the recipe's base agent, cached
