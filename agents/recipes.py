@@ -32,7 +32,7 @@ RECIPES: dict[str, dict[str, Any]] = {
     "generated": dict(
         env=dict(generated="train", ambiguous_share=0.3, invalid_cost=0.1),
         iterations=None,
-        timesteps=330_000,
+        timesteps=400_000,
         n_envs=64,
         tokenizer="fixed",
         base_agent=dict(kinds=["careful"], teacher_kwargs={"careful": dict(p_read=1.0, p_test=0.0)},
