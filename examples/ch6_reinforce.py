@@ -10,6 +10,12 @@ Batches: ``--batches fresh`` (default, the book's and the engine's) plays one ne
 per step, all under the current policy; ``--batches span`` (``fresh_batches=False``) lets an
 unfinished episode continue into the next step (docs/chapter6.md has what that does here).
 
+Invalid calls: ``--invalid-cost 0.1`` (default) charges every invalid call 0.1 (the env option
+``invalid_cost``); without it (``--invalid-cost 0``, the book's env) an invalid call is a free
+"not yet", and sequence-level advantages reinforce malformed calls in episodes that still pass.
+Calls are sampled under the legal-call grammar (``--no-grammar``: freely, as the book does), so
+every call is valid; docs/chapter6.md has the seeds of each variant.
+
 Prints the book's table with ours beside it, saves the learning curve (default
 ``runs/figures/reinforce_curve.png``) and the trained model (``runs/examples/reinforce_ch6.zip``),
 then the before/after table on both splits and the behaviour analysis (read rate, edits per
@@ -17,8 +23,8 @@ episode, first edit right, most common call sequences). Our numbers and the runs
 docs/chapter6.md.
 
 Run: ``python examples/ch6_reinforce.py`` (``--quick``: 10 steps; ``--steps``, ``--seed``, ``--lr``,
-``--mode``, ``--base-steps``, ``--batches``; ``--png docs/reinforce_curve.png`` to update the
-documented figure).
+``--mode``, ``--base-steps``, ``--batches``, ``--invalid-cost``, ``--no-grammar``; ``--png
+docs/reinforce_curve.png`` to update the documented figure).
 """
 from __future__ import annotations
 
@@ -32,11 +38,12 @@ from matplotlib.figure import Figure
 from stable_baselines3.common.env_util import make_vec_env
 
 from agents.callbacks import StopAfterIterations
+from agents.grammar import CallGrammar
 from agents.model import TinyAgent
 from agents.reinforce import Reinforce
-from agents.rollout import evaluate
-from bugfix_gym import parse_call
-from ch6_common import (FIX_OP, RUNS, HeldOutEval, base_agent, heldout_tasks, sample, set_threads,
+from agents.rollout import evaluate, sample_episodes
+from bugfix_gym import CALLS, parse_call
+from ch6_common import (FIX_OP, RUNS, HeldOutEval, base_agent, heldout_tasks, set_threads,
                         short, tok, train_tasks)
 
 BOOK_STEPS = {0: (0.156, 0.263), 10: (0.328, 0.200), 20: (0.469, 0.375), 30: (0.531, 0.375), 40: (0.719, 0.525),
@@ -52,14 +59,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="10 steps (a smoke run, not the book's table)")
     parser.add_argument("--episodes", type=int, default=64, help="episodes per step and envs (book: 64)")
     parser.add_argument("--batches", choices=("fresh", "span"), default="fresh",
-                        help="fresh: one new episode per env per step (the book's); span: the engine's default, "
-                             "unfinished episodes continue into the next step")
+                        help="fresh: one new episode per env per step (the book's and the engine's default); "
+                             "span: unfinished episodes continue into the next step")
+    parser.add_argument("--invalid-cost", type=float, default=0.1,
+                        help="reward charged for every invalid call (default 0.1; 0 = the book's env)")
+    parser.add_argument("--no-grammar", dest="grammar", action="store_false",
+                        help="sample calls freely (default: constrained to the legal-call grammar)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--mode", default="token_mean", help="loss aggregation mode")
     parser.add_argument("--base-seed", type=int, default=0)
     parser.add_argument("--base-steps", type=int, default=None,
-                        help="behaviour-cloning steps of the base agent (default: the project's, 800)")
+                        help="behaviour-cloning steps of the base agent (default: the project's, 200)")
     parser.add_argument("--png", type=Path, default=RUNS / "figures" / "reinforce_curve.png",
                         help="learning-curve figure (default runs/figures/reinforce_curve.png)")
     parser.add_argument("--save", default=str(RUNS / "examples" / "reinforce_ch6.zip"),
@@ -76,8 +87,10 @@ def train(args: argparse.Namespace, base: TinyAgent) -> tuple[Reinforce, HeldOut
     """The book's run; returns the trainer, its held-out evaluations, the EMA's start and the wall time."""
     baseline_init = evaluate(base, tok, train_tasks, 16, args.seed)["pass_rate"]  # measured, as the book does
     env = make_vec_env("BugFix-v0", n_envs=args.episodes, seed=args.seed,
-                       env_kwargs=dict(tasks=train_tasks, render_mode=None))  # None: SB3 would ask for rgb_array
-    model = Reinforce("TinyAgentPolicy", env, base_agent=copy.deepcopy(base), policy_kwargs=dict(tokenizer=tok),
+                       env_kwargs=dict(tasks=train_tasks, invalid_cost=args.invalid_cost,
+                                       render_mode=None))  # None: SB3 would ask for rgb_array
+    policy_kwargs = dict(tokenizer=tok, call_grammar=list(CALLS) if args.grammar else None)
+    model = Reinforce("TinyAgentPolicy", env, base_agent=copy.deepcopy(base), policy_kwargs=policy_kwargs,
                       n_episodes=args.episodes, learning_rate=args.lr, loss_mode=args.mode, seed=args.seed,
                       baseline_init=baseline_init, fresh_batches=args.batches == "fresh")
     heldout = HeldOutEval(heldout_tasks, every=10)
@@ -119,21 +132,22 @@ def save_curve(model: Reinforce, heldout: HeldOutEval, baseline_init: float, png
     print(f"learning curve saved to {png}")
 
 
-def before_after(base: TinyAgent, trained: TinyAgent) -> None:
-    """Base agent vs the trained policy, 16 episodes per task, both splits (seed 7)."""
+def before_after(base: TinyAgent, trained: TinyAgent, grammar: CallGrammar | None) -> None:
+    """Base agent vs the trained policy, 16 episodes per task, both splits (seed 7), decoding as in training."""
     print(f"\n{'':<22}{'pass':>7}{'valid':>7}{'submit':>8}{'turns':>7}{'tokens':>8} | {'book pass':>9}")
     for name, tasks in [("train", train_tasks), ("held-out", heldout_tasks)]:
         for who, model in [("base", base), ("REINFORCE", trained)]:
-            s = evaluate(model, tok, tasks, 16, seed=7)
+            s = evaluate(model, tok, tasks, 16, seed=7, grammar=grammar)
             print(f"{who + ', ' + name:<22}{s['pass_rate']:>7.3f}{s['valid_calls']:>7.3f}{s['submit_rate']:>8.3f}"
                   f"{s['turns']:>7.2f}{s['policy_tokens']:>8.2f} | {BOOK_TABLE[(who, name)]:>9.3f}")
 
 
-def behaviour(trained: TinyAgent) -> None:
-    """What the trained policy does (seed 8, 16 episodes per task): reads, edits, first edit right."""
+def behaviour(trained: TinyAgent, grammar: CallGrammar | None) -> None:
+    """What the trained policy does (seed 8, 16 episodes per task, decoding as in training): reads,
+    edits, first edit right, the most common call sequences."""
     print()
     for name, tasks in [("train", train_tasks), ("held-out", heldout_tasks)]:
-        trajs = sample(trained, tasks, 16, seed=8)
+        trajs = sample_episodes(trained, tok, tasks, 16, seed=8, grammar=grammar)
         reads = sum(any(parse_call(a) == ("read", None) for a in t.info["actions"]) for t in trajs) / len(trajs)
         edits = sum(len(t.info["ops"]) for t in trajs) / len(trajs)
         first_right = sum(bool(t.info["ops"]) and t.info["ops"][0] == FIX_OP[t.task] for t in trajs) / len(trajs)
@@ -164,8 +178,8 @@ def main(argv: list[str] | None = None) -> None:
         model.save(args.save)
         print(f"model saved to {args.save} ({type(model).__name__}.load)")
     trained = model.policy.model
-    before_after(base, trained)
-    behaviour(trained)
+    before_after(base, trained, model.policy.grammar)
+    behaviour(trained, model.policy.grammar)
 
 
 if __name__ == "__main__":
