@@ -29,7 +29,8 @@ from .rollout import collate, scripted_rollout
 def make_base_agent(tok: Tokenizer, seed: int = 0, kinds: Sequence[str] = ("random", "blind"),
                     episodes_per_task: int = 8, steps: int = 200, batch_size: int = 64, lr: float = 3e-3,
                     config: TinyAgentConfig | None = None, tasks: Sequence[Task] | None = None,
-                    teacher_kwargs: dict[str, dict[str, Any]] | None = None) -> TinyAgent:
+                    teacher_kwargs: dict[str, dict[str, Any]] | None = None,
+                    env_kwargs: dict[str, Any] | None = None) -> TinyAgent:
     """TinyAgent behaviour-cloned on scripted play over the train tasks (book §6.2).
 
     Collects ``episodes_per_task`` demonstrations per train task from each scripted policy in
@@ -47,6 +48,7 @@ def make_base_agent(tok: Tokenizer, seed: int = 0, kinds: Sequence[str] = ("rand
     :param config: model sizes (default: ``TinyAgentConfig(vocab_size=tok.vocab_size)``)
     :param tasks: the tasks the scripted policies play (default: the book's 20 train tasks)
     :param teacher_kwargs: extra ``scripted_policy`` arguments per kind, e.g. ``{"careful": {"p_read": 1.0}}``
+    :param env_kwargs: BugFix-v0 options of the env the demonstrations are played in (e.g. ``hide_outputs``)
     """
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
@@ -54,7 +56,7 @@ def make_base_agent(tok: Tokenizer, seed: int = 0, kinds: Sequence[str] = ("rand
     tasks = make_tasks("train") if tasks is None else list(tasks)
     for k, kind in enumerate(kinds):
         policy = scripted_policy(kind, seed=seed + k, **(teacher_kwargs or {}).get(kind, {}))
-        env = BugFixEnv(tasks=tasks)
+        env = BugFixEnv(tasks=tasks, **(env_kwargs or {}))
         demos += [scripted_rollout(policy, env, task, tok) for task in tasks for _ in range(episodes_per_task)]
     data = collate(demos, tok.pad_id)  # ids [N, T], policy_mask [N, T-1]
     model = TinyAgent(config or TinyAgentConfig(vocab_size=tok.vocab_size))

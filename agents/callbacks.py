@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from stable_baselines3.common.callbacks import BaseCallback
 
 
@@ -43,14 +45,17 @@ class KeepBest(BaseCallback):
     :param tasks: validation tasks (never the ones results are reported on)
     :param every: iterations between evaluations
     :param seed: seeds the evaluation's sampling
+    :param env_kwargs: BugFix-v0 options of the validation envs (those of training, e.g. ``hide_outputs``)
     :param verbose: 1 prints each evaluation
     """
 
-    def __init__(self, tasks: list, every: int = 20, seed: int = 0, verbose: int = 0):
+    def __init__(self, tasks: list, every: int = 20, seed: int = 0, env_kwargs: dict[str, Any] | None = None,
+                 verbose: int = 0):
         super().__init__(verbose)
         if every < 1:
             raise ValueError(f"every must be at least 1, got {every}")
         self.tasks, self.every, self.seed = list(tasks), int(every), seed
+        self.env_kwargs = dict(env_kwargs or {})
         self.iteration = 0
         self.history: list[tuple[int, float]] = []
         self.best_pass_rate, self.best_iteration = -1.0, -1
@@ -59,7 +64,8 @@ class KeepBest(BaseCallback):
     def _evaluate(self) -> None:
         import copy
 
-        rate = float(self.model.evaluate(self.tasks, 1, seed=self.seed)["pass_rate"])  # type: ignore[attr-defined]
+        rate = float(self.model.evaluate(self.tasks, 1, seed=self.seed,  # type: ignore[attr-defined]
+                                         env_kwargs=self.env_kwargs or None)["pass_rate"])
         self.history.append((self.iteration, rate))
         if self.verbose:
             print(f"validation pass rate {rate:.3f} at iteration {self.iteration}")

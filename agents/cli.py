@@ -77,6 +77,9 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--tasks", choices=("book", "generated"), default="book",
                        help="book: the book's 20 train tasks; generated: a fresh generated task every episode "
                             "(the generalisation recipe) (default: book)")
+    train.add_argument("--ablation", choices=("book-tasks", "blind-tools"),
+                       help="with --tasks generated: the recipe on the 20 book train tasks only (book-tasks), or "
+                            "with the outputs of read and test blanked (blind-tools)")
     budget = train.add_mutually_exclusive_group()
     budget.add_argument("--timesteps", type=POSITIVE_INT,
                         help="environment steps to train for (SB3's count: every vector-env step is n_envs steps)")
@@ -114,6 +117,8 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--episodes", type=POSITIVE_INT, default=None,
                     help="episodes per task (default: 8, or 1 with --generated)")
     ev.add_argument("--seed", type=SEED, default=0, help="sampling seed (default: 0)")
+    ev.add_argument("--hide-outputs", action="store_true",
+                    help="blank the outputs of read and test (for models trained with --ablation blind-tools)")
     ev.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
 
     sub.add_parser("play", help="play BugFix-v0 yourself in the terminal (bugfix_gym.play)", add_help=False)
@@ -195,9 +200,13 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
     """The recipe of ``--tasks`` with the flags given on the command line."""
     import copy
 
-    from .recipes import RECIPES
+    from .recipes import RECIPES, with_ablation
 
     recipe = copy.deepcopy(RECIPES[args.tasks])
+    if args.ablation is not None:
+        if args.tasks != "generated":
+            raise UsageError("bugfix-gym train: error: --ablation is an ablation of --tasks generated; add it")
+        recipe = with_ablation(recipe, args.ablation)
     ppo = recipe["ppo"]
     for flag in ("n_episodes", "n_epochs", "n_minibatches", "learning_rate", "gae_lambda", "ent_coef",
                  "target_kl", "target_kl_mode"):
@@ -212,6 +221,12 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
         recipe["iterations" if args.timesteps is not None else "timesteps"] = None
     return dict(recipe, tasks=args.tasks, seed=args.seed, eval_episodes=args.eval_episodes,
                 tensorboard=args.tensorboard)
+
+
+def _eval_env(settings: dict[str, Any]) -> dict[str, Any] | None:
+    """The env options that evaluation shares with training: blanked tool outputs, if any."""
+    hidden = settings["env"].get("hide_outputs")
+    return dict(hide_outputs=hidden) if hidden else None
 
 
 def _check_memory(settings: dict[str, Any], model_config: dict[str, Any]) -> None:
@@ -281,7 +296,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             model.tensorboard_log = str(out / "tb")
         (out / RUN_FILE).write_text(json.dumps(settings, indent=1))
         print(f"  ready in {time.perf_counter() - t0:.0f} s; evaluating the base agent ...", flush=True)
-        before = {name: model.evaluate(tasks, k, seed=settings["seed"])
+        before = {name: model.evaluate(tasks, k, seed=settings["seed"], env_kwargs=_eval_env(settings))
                   for name, (tasks, k) in _eval_sets(settings["tasks"], settings["eval_episodes"]).items()}
     snapshots = Snapshots()
     callbacks: list[Any] = [snapshots]
@@ -295,7 +310,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     keep_best = None
     if settings.get("validation"):  # evaluated every few iterations; the best weights are the result
         keep_best = KeepBest(recipes.validation_tasks(settings), every=settings["validation"]["every"],
-                             seed=settings["seed"])
+                             seed=settings["seed"], env_kwargs=_eval_env(settings))
         callbacks.append(keep_best)
     t1 = time.perf_counter()
     print(f"training TokenPPO for {remaining} {unit} ({settings['n_envs']} envs, at least "
@@ -323,7 +338,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     model_path = out / MODEL_FILE
     model.save(model_path)
     (out / RESUME_FILE).unlink(missing_ok=True)
-    after = {name: model.evaluate(tasks, k, seed=settings["seed"])
+    after = {name: model.evaluate(tasks, k, seed=settings["seed"], env_kwargs=_eval_env(settings))
              for name, (tasks, k) in _eval_sets(settings["tasks"], settings["eval_episodes"]).items()}
     print(f"\n{model._iteration} iterations, {model.num_timesteps} env steps, {model.total_policy_tokens} policy "
           f"tokens in {train_s:.0f} s\n")
@@ -372,7 +387,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     else:
         split = args.split or "heldout"
         tasks, what, episodes = make_tasks(split), f"{split} split", args.episodes or 8
-    stats = model.evaluate(tasks, episodes, seed=args.seed)
+    env_kwargs = dict(hide_outputs=["read", "test"]) if args.hide_outputs else None
+    stats = model.evaluate(tasks, episodes, seed=args.seed, env_kwargs=env_kwargs)
     if args.json:
         print(json.dumps(_jsonable(dict(stats, model=str(args.model), tasks=what, episodes_per_task=episodes))))
     else:

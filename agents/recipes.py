@@ -45,6 +45,30 @@ RECIPES: dict[str, dict[str, Any]] = {
 }
 
 
+# ablations of the generalisation recipe (``bugfix-gym train --tasks generated --ablation NAME``):
+# what it earns without fresh functions, and without what the tools show
+ABLATIONS: dict[str, dict[str, dict[str, Any]]] = {
+    # the 20 book train tasks only, for the base agent's demonstrations and for RL
+    "book-tasks": dict(env=dict(split="train", invalid_cost=0.1), base_agent=dict(tasks="book")),
+    # read and test answer a fixed blank line, in the demonstrations, in RL and in validation
+    "blind-tools": dict(env=dict(generated="train", ambiguous_share=0.3, invalid_cost=0.1,
+                                 hide_outputs=["read", "test"]),
+                        base_agent=dict(env=dict(hide_outputs=["read", "test"]))),
+}
+
+
+def with_ablation(recipe: dict[str, Any], name: str) -> dict[str, Any]:
+    """The recipe with ablation ``name`` (a key of :data:`ABLATIONS`) applied: a new dict."""
+    import copy
+
+    change = ABLATIONS[name]
+    out = copy.deepcopy(recipe)
+    out["env"] = copy.deepcopy(change["env"])
+    out["base_agent"] = dict(out["base_agent"], **copy.deepcopy(change["base_agent"]))
+    out["ablation"] = name
+    return out
+
+
 def make_tokenizer(recipe: dict[str, Any]):
     """The recipe's tokenizer: the book's vocabulary, or the fixed one that reads any generated code."""
     from bugfix_gym import build_tokenizer, fixed_tokenizer
@@ -54,26 +78,33 @@ def make_tokenizer(recipe: dict[str, Any]):
 
 def make_base_agent(recipe: dict[str, Any], tok, seed: int, verbose: int = 0):
     """The recipe's base agent: ``"auto"`` (TokenPPO's default, the book's) or behaviour cloning
-    (cached on disk) on scripted play over ``n_tasks`` generated train tasks, ``ambiguous_share``
-    of them from ``bugfix_gym.generator.AMBIGUOUS``; the tasks are drawn with seed ``1000 + seed``."""
+    (cached on disk) on ``n_tasks`` episodes of scripted play: on generated train tasks,
+    ``ambiguous_share`` of them from ``bugfix_gym.generator.AMBIGUOUS``, drawn with seed
+    ``1000 + seed``; or, with ``tasks="book"``, on the book's 20 train tasks, ``n_tasks / 20``
+    episodes each. ``env`` holds BugFix-v0 options of the demonstration env."""
     spec = recipe["base_agent"]
     if isinstance(spec, str):
         return spec
     import numpy as np
 
-    from bugfix_gym import generate_tasks
+    from bugfix_gym import generate_tasks, make_tasks
     from bugfix_gym.generator import AMBIGUOUS
 
     from .base_agent import cached_base_agent
 
     spec = dict(spec)
     n_tasks, share = spec.pop("n_tasks"), spec.pop("ambiguous_share")
-    n_ambiguous = round(share * n_tasks)
-    tasks = generate_tasks("train", n_tasks - n_ambiguous, seed=1000 + seed)
-    tasks += generate_tasks("train", n_ambiguous, seed=1000 + seed, templates=AMBIGUOUS)
-    np.random.default_rng(seed).shuffle(tasks)
-    return cached_base_agent(tok, seed=seed, verbose=verbose, tasks=tasks, episodes_per_task=1,
-                             kinds=tuple(spec.pop("kinds")), **spec)
+    if spec.pop("tasks", "generated") == "book":
+        tasks = make_tasks("train")
+        episodes = max(1, n_tasks // len(tasks))
+    else:
+        n_ambiguous = round(share * n_tasks)
+        tasks = generate_tasks("train", n_tasks - n_ambiguous, seed=1000 + seed)
+        tasks += generate_tasks("train", n_ambiguous, seed=1000 + seed, templates=AMBIGUOUS)
+        np.random.default_rng(seed).shuffle(tasks)
+        episodes = 1
+    return cached_base_agent(tok, seed=seed, verbose=verbose, tasks=tasks, episodes_per_task=episodes,
+                             kinds=tuple(spec.pop("kinds")), env_kwargs=spec.pop("env", None) or None, **spec)
 
 
 def validation_tasks(recipe: dict[str, Any]) -> list:

@@ -174,3 +174,51 @@ def test_generated_recipe_trains_from_its_own_base_agent_and_keeps_the_best_weig
     assert model.policy.tokenizer.words == bugfix_gym.fixed_tokenizer().words  # reads any generated code
     assert model.policy.grammar is not None and model.kl_coef == RECIPES["generated"]["ppo"]["kl_coef"]
     assert list((tmp_path / "cache").glob("base_agent-*.pt"))  # the recipe's base agent, cached
+
+
+@pytest.mark.parametrize("ablation", ["book-tasks", "blind-tools"])
+def test_ablations_change_the_demonstrations_the_training_envs_and_validation(
+        ablation, tmp_path, small_eval, monkeypatch, capsys):
+    import agents.base_agent
+    from agents.recipes import RECIPES
+
+    monkeypatch.setenv("BUGFIX_GYM_CACHE", str(tmp_path / "cache"))
+    recipe = dict(RECIPES["generated"], validation=dict(generated="heldout", n=3, gen_seed=77, every=1))
+    recipe["base_agent"] = dict(recipe["base_agent"], n_tasks=40, steps=2)
+    monkeypatch.setitem(RECIPES, "generated", recipe)
+    demo_envs = []
+
+    class SpyEnv(bugfix_gym.BugFixEnv):  # the env the base agent's demonstrations are played in
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            demo_envs.append(self)
+
+    monkeypatch.setattr(agents.base_agent, "BugFixEnv", SpyEnv)
+    evaluated_with = []
+    original = TokenPPO.evaluate
+
+    def spy_evaluate(self, tasks, episodes_per_task=1, seed=0, env_kwargs=None):
+        evaluated_with.append(env_kwargs)
+        return original(self, tasks, episodes_per_task, seed, env_kwargs)
+
+    monkeypatch.setattr(TokenPPO, "evaluate", spy_evaluate)
+    out = tmp_path / ablation
+    assert main(["train", "--tasks", "generated", "--ablation", ablation, "--iterations", "1", "--n-envs", "4",
+                 "--n-episodes", "8", "--n-minibatches", "2", "--eval-episodes", "1", "--out", str(out),
+                 "--no-progress"]) == 0
+    settings = json.loads((out / "run.json").read_text())
+    assert settings["ablation"] == ablation
+    (demo_env,) = demo_envs
+    model = TokenPPO.load(out / "tokenppo.zip", env=cli._make_env(settings, 1, 0))
+    train_env = model.get_env().envs[0].unwrapped
+    if ablation == "book-tasks":
+        book = {t.name for t in bugfix_gym.make_tasks("train")}
+        assert {t.name for t in demo_env.tasks} == book and train_env.generated is None
+        assert {t.name for t in train_env.tasks} == book
+        assert all(kw is None for kw in evaluated_with)
+    else:
+        assert demo_env.hide_outputs == train_env.hide_outputs == ("read", "test")
+        assert train_env.generated == "train"
+        assert evaluated_with and all(kw == {"hide_outputs": ["read", "test"]} for kw in evaluated_with)
+    assert main(["train", "--ablation", ablation, "--out", str(tmp_path / "x")]) == 2  # needs --tasks generated
+    assert "--tasks generated" in capsys.readouterr().err

@@ -1,0 +1,96 @@
+"""What a trained agent does on functions it has never seen: behaviour statistics and transcripts.
+
+Loads a model saved by ``bugfix-gym train`` (e.g. ``--tasks generated``), plays one episode on
+each of ``--n`` tasks from the generator's unseen ``test`` templates (generator seed
+``--gen-seed``), decoding as in training (the model's grammar and temperature), and prints
+
+1. the behaviour report: pass rate, valid calls, read rate, test rate, revert use, edits per
+   episode, first edit right (scored against each task's answer, which only the evaluator
+   knows), and the pass rate of the episodes that read, that tested, and that did neither;
+2. ``--transcripts`` transcripts of passed episodes that looked first (read or test before the
+   first edit), preferring ones that changed their mind (an edit, a test, a revert or a second
+   edit) — the whole episode as the env renders it.
+
+Run: ``python examples/generalisation_report.py runs/gen/s0/tokenppo.zip`` (``--n``, ``--gen-seed``,
+``--seed``, ``--transcripts``, ``--hide-outputs`` for models trained with ``--ablation blind-tools``).
+Prints only; writes nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+from agents.ppo import TokenPPO
+from agents.rollout import sample_episodes
+from bugfix_gym import BugFixEnv, episode_stats, generate_tasks, parse_call
+
+REPORT = (("pass_rate", "pass rate"), ("valid_calls", "valid calls"), ("read_rate", "read rate"),
+          ("test_rate", "test rate"), ("revert_rate", "revert use"), ("edits_per_episode", "edits / episode"),
+          ("first_edit_right", "first edit right"), ("pass_if_read", "pass | read"),
+          ("pass_if_tested", "pass | tested"), ("pass_if_blind", "pass | neither"))
+
+
+def looked_first(actions: list[str]) -> bool:
+    """Read or test before the first edit (and at least one edit)."""
+    kinds = [(parse_call(a) or ("invalid",))[0] for a in actions]
+    return "edit" in kinds and any(k in ("read", "test") for k in kinds[: kinds.index("edit")])
+
+
+def changed_mind(actions: list[str]) -> bool:
+    """Edited more than once, or reverted."""
+    kinds = [(parse_call(a) or ("invalid",))[0] for a in actions]
+    return kinds.count("edit") > 1 or "revert" in kinds
+
+
+def transcript(task, actions: list[str], env_kwargs: dict) -> str:
+    """Replay ``actions`` on ``task`` (tool outputs are deterministic) and render the episode."""
+    env = BugFixEnv(tasks=[task], render_mode="ansi", **env_kwargs)
+    env.reset(options={"task": task})
+    for action in actions:
+        env.step(action)
+    return env.render()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model", type=Path, help="a model .zip from bugfix-gym train")
+    parser.add_argument("--n", type=int, default=200, help="unseen generated test tasks (default 200)")
+    parser.add_argument("--gen-seed", type=int, default=123, help="generator seed (default 123)")
+    parser.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    parser.add_argument("--transcripts", type=int, default=2, help="transcripts to print (default 2)")
+    parser.add_argument("--hide-outputs", action="store_true", help="blank the outputs of read and test")
+    args = parser.parse_args(argv)
+    if args.n < 1 or args.transcripts < 0:
+        parser.error("--n must be positive and --transcripts >= 0")
+    torch.set_num_threads(1)
+    try:
+        model = TokenPPO.load(args.model)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"generalisation_report.py: error: {e}", file=sys.stderr)
+        return 2
+    env_kwargs = dict(hide_outputs=["read", "test"]) if args.hide_outputs else {}
+    tasks = generate_tasks("test", args.n, seed=args.gen_seed)
+    policy = model.policy
+    trajs = sample_episodes(policy.model, policy.tokenizer, tasks, 1, args.seed, env_kwargs=env_kwargs or None,
+                            grammar=policy.grammar, max_call_tokens=policy.max_call_tokens,
+                            temperature=model.temperature)
+    stats = episode_stats([t.info for t in trajs], [t.reward for t in trajs], [t.fix_op for t in tasks])
+    print(f"{args.model} on {args.n} unseen generated test tasks (gen-seed {args.gen_seed}, sampling seed "
+          f"{args.seed}, one episode each)")
+    for key, label in REPORT:
+        print(f"  {label:<18}{stats[key]:.3f}")
+    passed = [(task, t) for task, t in zip(tasks, trajs) if t.info["submitted"] and t.info["hidden_pass"]]
+    looked = [(task, t) for task, t in passed if looked_first(t.info["actions"])]
+    looked.sort(key=lambda pair: not changed_mind(pair[1].info["actions"]))  # mind-changers first (stable)
+    print(f"\n{len(looked)} of {len(passed)} passed episodes read or tested before their first edit")
+    for task, t in looked[: args.transcripts]:
+        print(f"\n--- {task.name} (template {task.template}; the answer, {task.fix_op}, is the evaluator's) ---")
+        print(transcript(task, t.info["actions"], env_kwargs))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
