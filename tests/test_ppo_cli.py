@@ -222,3 +222,21 @@ def test_ablations_change_the_demonstrations_the_training_envs_and_validation(
         assert evaluated_with and all(kw == {"hide_outputs": ["read", "test"]} for kw in evaluated_with)
     assert main(["train", "--ablation", ablation, "--out", str(tmp_path / "x")]) == 2  # needs --tasks generated
     assert "--tasks generated" in capsys.readouterr().err
+
+
+def test_generalisation_report_prints_the_behaviour_report_and_replays_transcripts(saved_model, capsys, monkeypatch):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("generalisation_report", "examples/generalisation_report.py")
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    assert report.main([str(saved_model), "--n", "6", "--transcripts", "6"]) == 0
+    out = capsys.readouterr().out
+    for label in ("pass rate", "read rate", "test rate", "revert use", "first edit right", "pass | read"):
+        assert label in out
+    assert report.looked_first([" read ", " edit fix_init "]) and not report.looked_first([" edit fix_init ", " read "])
+    assert report.changed_mind([" edit fix_init ", " revert "]) and not report.changed_mind([" read ", " submit "])
+    task = bugfix_gym.generate_tasks("test", 1, seed=0)[0]
+    text = report.transcript(task, [" read ", f" edit {task.fix_op} ", " submit "], {})
+    assert text.count(">>>") == 3 and "hidden tests passed" in text  # the replay is the episode as played
+    assert report.main(["/no/such/model.zip"]) == 2
