@@ -6,14 +6,14 @@ this package by itself (gymnasium >= 1.0 has no entry-point plugins).
 
 from gymnasium.envs.registration import register as _register
 
-from .env import BugFixEnv, CHARSET, OWNER_PAD, OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL
+from .env import BugFixEnv, CHARSET
 from .evaluation import episode_stats, evaluate
 from .generator import generate_tasks
 from .ops import DEFECTS, FIX_OPS, apply_op, inject_defect
 from .scripted import scripted_policy
 from .tasks import Task, get_task, make_tasks
 from .tokenizer import Tokenizer, build_tokenizer, fixed_tokenizer
-from .tokens import encode_segment, episode_tokens
+from .tokens import OWNER_PAD, OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL, encode_segment, episode_tokens
 from .tools import CALLS, parse_call
 
 __version__ = "0.1.0"

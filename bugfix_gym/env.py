@@ -17,6 +17,7 @@ from .ops import apply_op, describe_change
 from .runner import run_tests
 from .spaces import BufferedText
 from .tasks import Task, get_task, make_tasks, task_from_data, task_to_data
+from .tokens import OWNER_PAD, OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL  # noqa: F401 (bugfix_gym.env.OWNER_* still works)
 from .tools import CHARSET, MAX_ACTION_CHARS
 
 MAX_OBS_CHARS = 4096
@@ -24,7 +25,6 @@ HIDEABLE = ("read", "test")  # tools whose output ``hide_outputs`` can blank
 HIDDEN_OUTPUT = "output hidden"
 _UNPRINTABLE = re.compile(r"[^\t\n\x20-\x7e]")  # escape sequences, \r, \x0b, \x0c, unicode: never shown
 MAX_KEPT_ACTION_CHARS = 256  # info["actions"] and the transcript keep at most this much of one action
-OWNER_PAD, OWNER_PROMPT, OWNER_POLICY, OWNER_TOOL = 0, 1, 2, 3
 
 
 class BugFixEnv(gym.Env):

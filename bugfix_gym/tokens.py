@@ -1,8 +1,12 @@
-"""The token view of an episode: ids, owner codes and the action mask.
+"""The token view of an episode: ids, owner codes and the policy mask.
 
 Owner codes say who produced each token — prompt 1, policy 2, tool 3, pad 0 — and come
-from the episode's transcript segments, never from the token ids. The action mask is
-``owner == 2``: only the tokens the policy wrote (each call followed by ``<eoc>``).
+from the episode's transcript segments, never from the token ids. They are defined here, the
+lowest module that needs them (``bugfix_gym.env`` and the wrappers import them from here).
+:func:`policy_mask` is ``owner == 2`` aligned with the targets ``ids[1:]``: only the tokens the
+policy wrote (each call followed by ``<eoc>``) get a policy gradient. It is not an action mask:
+``action_mask`` only names the key under which the array views hand the nine-call mask
+(``info["call_mask"]``) to RLlib and TorchRL.
 
 Turn format: every prompt and tool segment ends with ``<turn>`` (owned by that segment: prompt
 1 / tool 3), so the policy's turn always starts right after ``<turn>``. No tool output can then
@@ -15,8 +19,9 @@ from typing import Sequence
 
 import numpy as np
 
-from .env import OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL
 from .tokenizer import Tokenizer
+
+OWNER_PAD, OWNER_PROMPT, OWNER_POLICY, OWNER_TOOL = 0, 1, 2, 3
 
 
 def encode_segment(tokenizer: Tokenizer, owner: int, text: str) -> list[int]:

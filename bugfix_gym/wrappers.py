@@ -55,10 +55,10 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from .env import OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL, BugFixEnv
+from .env import BugFixEnv
 from .tasks import make_tasks
 from .tokenizer import Tokenizer, build_tokenizer, fixed_tokenizer
-from .tokens import encode_segment
+from .tokens import OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL, encode_segment
 from .tools import CALL_INDEX, CALLS
 
 _DEFAULT_TOKENIZER: Tokenizer | None = None

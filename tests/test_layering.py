@@ -70,3 +70,19 @@ def test_the_package_import_graph_has_no_cycle():
     for module in sorted(graph):
         visit(module)
     assert graph["execution"] == set() and graph["sandbox"] == {"execution"}
+
+
+def test_owner_codes_live_in_tokens_and_every_old_import_path_still_gives_them():
+    import bugfix_gym
+    import bugfix_gym.env
+    import bugfix_gym.tokens
+
+    defined_in = {path.name for path in PACKAGE.glob("*.py") for node in ast.walk(ast.parse(path.read_text()))
+                  if isinstance(node, ast.Assign) and any(isinstance(n, ast.Name) and n.id.startswith("OWNER_")
+                                                          for t in node.targets for n in ast.walk(t))}
+    assert defined_in == {"tokens.py"}
+    names = ("OWNER_PAD", "OWNER_PROMPT", "OWNER_POLICY", "OWNER_TOOL")
+    codes = tuple(getattr(bugfix_gym.tokens, name) for name in names)
+    assert codes == (0, 1, 2, 3)
+    assert tuple(getattr(bugfix_gym, name) for name in names) == codes
+    assert tuple(getattr(bugfix_gym.env, name) for name in names) == codes
