@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import time
 import tracemalloc
 
 import numpy as np
@@ -52,7 +51,6 @@ def _check_consistent(env: BugFixEnv, obs, reward, terminated, truncated, info, 
 def test_thousands_of_random_strings_never_raise_and_keep_info_consistent():
     rng = random.Random(0)
     env = BugFixEnv(split="all")
-    start = time.perf_counter()
     n_steps = 0
     for episode in range(600):
         obs, info = env.reset(seed=episode)
@@ -72,7 +70,6 @@ def test_thousands_of_random_strings_never_raise_and_keep_info_consistent():
             done = terminated or truncated
             n_steps += 1
     assert n_steps >= 2000
-    assert time.perf_counter() - start < 30
 
 
 def test_random_call_sequences_never_hang_and_edits_follow_the_calls():

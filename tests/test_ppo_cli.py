@@ -79,7 +79,10 @@ def test_eval_table_and_json(saved_model, capsys):
     assert main(["eval", str(saved_model), "--pack", "examples/task_pack_example.json", "--episodes", "2",
                  "--json"]) == 0
     stats = json.loads(capsys.readouterr().out)
-    assert stats["n_episodes"] == 6 and 0 <= stats["pass_rate"] <= 1 and stats["episodes_per_task"] == 2
+    direct = TokenPPO.load(saved_model).evaluate(bugfix_gym.load_task_pack("examples/task_pack_example.json"), 2,
+                                                 seed=0)  # what eval must have run: the pack, 2 episodes, --seed 0
+    assert stats["n_episodes"] == 6 and stats["episodes_per_task"] == 2
+    assert {k: stats[k] for k in direct} == json.loads(json.dumps(cli._jsonable(direct)))
 
 
 def _train_args(out, timesteps=96):
