@@ -9,8 +9,10 @@ trainer needs and leaves the update (``train``) to its subclasses:
   finished. Every vector-env step advances ``num_timesteps`` by ``n_envs``, calls
   ``callback.on_step()`` and feeds SB3's episode-info buffer (``Monitor`` statistics of the
   real episodes), exactly like SB3's own collection. ``n_envs`` is independent of
-  ``n_episodes``: an episode still running when the batch is complete continues in the next
-  iteration. Collection stops at ``total_timesteps`` (the last batch may be smaller).
+  ``n_episodes`` (with ``fresh_batches=False`` an episode still running when the batch is
+  complete continues in the next iteration). Collection stops at the first vector step that
+  reaches ``total_timesteps`` (the last batch may be smaller), so ``num_timesteps`` ends less
+  than ``n_envs`` past it.
 * **Set-up.** The policy's tokenizer and model config go into ``policy_kwargs`` (they travel
   in saved files), and the initial weights come from the behaviour-cloned base agent.
 * **Files.** ``save`` / ``load`` keep SB3's zip layout but never unpickle anything

@@ -207,6 +207,20 @@ def test_monitor_statistics_are_the_real_episodes_and_timesteps_stop_at_the_tota
     assert sum(len(m.get_episode_rewards()) for m in model.env.envs) >= len(lengths)
 
 
+def test_timesteps_and_the_progress_bar_stop_at_the_first_multiple_of_n_envs_past_the_total(base):
+    """Every vector step counts n_envs env steps (as in SB3), so 3 envs and learn(91) stop at 93 = 31 * 3:
+    past the total by less than n_envs, and the progress bar reads 93/91."""
+    from stable_baselines3.common.callbacks import ProgressBarCallback
+
+    model = small(vec(3), base_agent=base, n_episodes=8)
+    bar = ProgressBarCallback()
+    model.learn(91, callback=bar)
+    assert model.num_timesteps == 93 and model._total_timesteps == 91
+    assert (bar.pbar.n, bar.pbar.total) == (93, 91)
+    model.learn(91, callback=bar, reset_num_timesteps=False)  # 91 more after the 93 done: to 186 = 62 * 3
+    assert model.num_timesteps == 186 and (bar.pbar.n, bar.pbar.total) == (186 - 93, 184 - 93)
+
+
 class RewardTestCalls(gym.Wrapper):
     """A user's reward shaping: +1 for every `test` call, and nothing else."""
 
