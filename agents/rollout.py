@@ -304,10 +304,12 @@ class EpisodeSampler:
         :param model: the policy (sampled in eval mode, no grad)
         :param n_episodes: how many episodes the batch needs (at least)
         :param fresh: on-policy batches: the envs are reset and each records its next
-            ``ceil(n_episodes / n_envs)`` episodes, all sampled now. In lockstep an env that has them
-            waits with the ``filler`` call (for BugFix-v0 an empty, invalid call; its unfinished
-            episode is dropped at the next reset, so with one episode per env per batch none of these
-            ever finishes); with asynchronous stepping it simply is not stepped. False: episodes still
+            ``ceil(n_episodes / n_envs)`` episodes, all sampled now. In lockstep with several envs
+            that happens in rounds of one episode per env (each round resets the envs), and an env
+            that has its episode waits with the ``filler`` call (for BugFix-v0 an empty, invalid call)
+            until the round is over; its unfinished episode is dropped at the next reset, so none of
+            these ever finishes or reaches Monitor (:meth:`_rounds`). With asynchronous stepping an
+            env that has its episodes simply is not stepped. False: episodes still
             running when the batch is full continue in the next batch, played by the policy of that
             time (no env step is wasted, but long episodes reach the trainer later and partly
             off-policy)
@@ -319,16 +321,48 @@ class EpisodeSampler:
             that stepped (all of them in lockstep); ``recorded[i]`` says that env ``i`` finished an
             episode of the batch. Returning False stops the collection
         """
+        B = self.venv.num_envs
+        decoding = dict(generator=generator, temperature=temperature, deterministic=deterministic)
+        if fresh and not self.asynchronous and n_episodes > B > 1:  # one env never waits: no rounds needed
+            return self._rounds(model, -(-n_episodes // B), max_env_steps, on_step, decoding)
         if fresh or self.episodes is None:
             self.restart()
-        B = self.venv.num_envs
         quota = [-(-n_episodes // B)] * B if fresh else None
         run = self._run(model, quota, n_episodes, play_unrecorded=False, max_env_steps=max_env_steps,
-                        on_step=on_step, decoding=dict(generator=generator, temperature=temperature,
-                                                       deterministic=deterministic))
+                        on_step=on_step, decoding=decoding)
         if fresh:
             self.episodes = None  # the episodes in progress are not part of any batch: start over next time
         return [traj for _, traj in run.finished]
+
+    def _rounds(self, model: TinyAgent, rounds: int, max_env_steps: int | None, on_step: StepHook | None,
+                decoding: dict[str, Any]) -> list[Trajectory]:
+        """A fresh lockstep batch of ``rounds`` episodes per env, one round at a time: each round resets
+        the envs and records every env's next episode. An env that is done waits with the filler
+        until the slowest env's episode ends, which is sooner than its own filler episode can end
+        (in BugFix-v0 every episode starts with the round and lasts at most ``max_turns`` turns, and a
+        filler call costs a turn like any other), so no filler episode ever finishes: Monitor reports
+        only the batch's episodes. In one run of several episodes per env, a waiting env's filler
+        episode could run out of turns and reach Monitor. The price: more waiting (filler) steps."""
+        B = self.venv.num_envs
+        out: list[Trajectory] = []
+        steps, stopped = 0, False
+
+        def counting(dones: np.ndarray, infos: list, rewards: np.ndarray, recorded: np.ndarray) -> bool:
+            nonlocal steps, stopped
+            steps += len(dones)
+            stopped = on_step is not None and on_step(dones, infos, rewards, recorded) is False
+            return not stopped
+
+        for _ in range(rounds):
+            if stopped or (max_env_steps is not None and steps >= max_env_steps):
+                break
+            self.restart()
+            run = self._run(model, [1] * B, B, play_unrecorded=False,
+                            max_env_steps=None if max_env_steps is None else max_env_steps - steps,
+                            on_step=counting, decoding=decoding)
+            out += [traj for _, traj in run.finished]
+        self.episodes = None
+        return out
 
     def _run(self, model: TinyAgent, quota: list[int] | None, n_episodes: int, play_unrecorded: bool,
              max_env_steps: int | None, on_step: StepHook | None, decoding: dict[str, Any]) -> "_Run":

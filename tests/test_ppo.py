@@ -10,7 +10,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from stable_baselines3.common.callbacks import CheckpointCallback, EvalCallback
+from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback, EvalCallback
 from stable_baselines3.common.logger import KVWriter, Logger
 
 import bugfix_gym  # noqa: F401  (registers BugFix-v0)
@@ -219,6 +219,44 @@ def test_timesteps_and_the_progress_bar_stop_at_the_first_multiple_of_n_envs_pas
     assert (bar.pbar.n, bar.pbar.total) == (93, 91)
     model.learn(91, callback=bar, reset_num_timesteps=False)  # 91 more after the 93 done: to 186 = 62 * 3
     assert model.num_timesteps == 186 and (bar.pbar.n, bar.pbar.total) == (186 - 93, 184 - 93)
+
+
+class FillerMarked(TokenPPO):
+    """Waiting envs get a call the policy can never write, so a Monitor episode made of it shows."""
+
+    def _make_sampler(self, env):
+        sampler = super()._make_sampler(env)
+        if sampler is not None:
+            sampler.filler = "#filler#"
+        return sampler
+
+
+def test_every_monitor_episode_is_played_by_the_policy_and_num_timesteps_counts_every_env_step(base):
+    """Fresh batches with more episodes than envs (3 envs record 3 episodes each per iteration): an env
+    that has its episodes must not play a filler episode that Monitor reports as an episode of the run,
+    so Monitor's episodes are exactly the trainer's; num_timesteps counts every env step taken, filler
+    calls included, as SB3's does (Monitor's total steps)."""
+    env = make_vec_env("BugFix-v0", n_envs=3, seed=0, monitor_kwargs=dict(info_keywords=("actions",)))
+    model = FillerMarked("TinyAgentPolicy", env, base_agent=base, n_episodes=8, n_minibatches=2, n_epochs=1,
+                         seed=0, critic_warmup_steps=0, target_kl=None)
+    assert not any("#filler#" in word for word in model.policy.tokenizer.words)
+    reported, recorded = [], []
+
+    class Episodes(BaseCallback):
+        def _on_step(self):
+            reported.extend(info["episode"] for info in self.locals["infos"] if "episode" in info)
+            return True
+
+        def _on_rollout_end(self):
+            recorded.extend(self.locals["trajectories"])
+
+    model.learn(200, callback=Episodes())
+    assert len(reported) == sum(len(m.get_episode_rewards()) for m in env.envs) and len(recorded) >= 18
+    filler = [e["actions"] for e in reported if "#filler#" in e["actions"]]
+    assert filler == []
+    assert sorted((round(e["r"], 6), e["l"]) for e in reported) == \
+        sorted((round(tr.reward, 6), tr.info["n_turns"]) for tr in recorded)
+    assert model.num_timesteps == sum(m.get_total_steps() for m in env.envs) > sum(e["l"] for e in reported)
 
 
 class RewardTestCalls(gym.Wrapper):

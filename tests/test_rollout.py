@@ -217,7 +217,7 @@ def test_fresh_batches_record_each_envs_next_episodes_all_sampled_now(shared_bas
     for tr in batch:
         assert tr.owner[0] == 1 and tr.owner[-1] == 3
         assert len(_calls(tr)) == tr.info["n_turns"] == tr.info["episode"]["l"]
-    # one episode per env per batch: an env that is done waits with the filler (an invalid call) for at
+    # one episode per env per round: an env that is done waits with the filler (an invalid call) for at
     # most 5 steps, so its unrecorded episode never finishes and Monitor sees only the batch's episodes
     for _ in range(3):
         sampler.collect(shared_base_agent, 4, generator=torch.Generator().manual_seed(1))
