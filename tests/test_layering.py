@@ -1,4 +1,4 @@
-"""Layering: ``execution.py`` (and the sandbox child) are standard-library leaves; the package has no import cycle."""
+"""Layering: ``execution.py`` (and the sandbox child) are standard-library leaves; no package has an import cycle."""
 
 from __future__ import annotations
 
@@ -9,18 +9,33 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "bugfix_gym"
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "bugfix_gym"
 
 
-def _imports(path: Path) -> list[tuple[int, str]]:
-    """Every import in a file, anywhere in it (also inside functions), as ``(level, module)``."""
+def _is_type_checking(node: ast.AST) -> bool:
+    """``if TYPE_CHECKING:`` or ``if typing.TYPE_CHECKING:`` (imports for annotations only, never run)."""
+    test = node.test if isinstance(node, ast.If) else None
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
+        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _imports(path: Path, skip_type_checking: bool = False) -> list[tuple[int, str]]:
+    """Every import in a file, anywhere in it (also inside functions), as ``(level, module)``;
+    with ``skip_type_checking``, not those under ``if TYPE_CHECKING:`` (its ``else`` still counts)."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    todo: list[ast.AST] = [ast.parse(path.read_text())]
+    while todo:
+        node = todo.pop()
         if isinstance(node, ast.Import):
             found += [(0, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             found += [(node.level, f"{node.module}.{alias.name}" if node.module else alias.name)
                       for alias in node.names]
+        if skip_type_checking and _is_type_checking(node):
+            todo += node.orelse  # type: ignore[attr-defined]
+        else:
+            todo += ast.iter_child_nodes(node)
     return found
 
 
@@ -40,22 +55,25 @@ def test_execution_loads_alone_in_an_isolated_interpreter():
     assert out.returncode == 0 and out.stdout.strip() == "['execution']", out.stderr
 
 
-def _package_graph() -> dict[str, set[str]]:
+def _package_graph(package: str) -> dict[str, set[str]]:
+    """Module -> the modules of the same package it imports at run time (``if TYPE_CHECKING:`` skipped)."""
+    folder = ROOT / package
     graph = {}
-    for path in PACKAGE.glob("*.py"):
+    for path in folder.glob("*.py"):
         edges = set()
-        for level, module in _imports(path):
+        for level, module in _imports(path, skip_type_checking=True):
             parts = module.split(".")
             if level == 1:
                 edges.add(parts[0])
-            elif parts[0] == "bugfix_gym":
+            elif parts[0] == package:
                 edges.add(parts[1] if len(parts) > 1 else "__init__")
-        graph[path.stem] = {e for e in edges if (PACKAGE / f"{e}.py").exists()} - {path.stem}
+        graph[path.stem] = {e for e in edges if (folder / f"{e}.py").exists()} - {path.stem}
     return graph
 
 
-def test_the_package_import_graph_has_no_cycle():
-    graph, done, path = _package_graph(), set(), []
+@pytest.mark.parametrize("package", ["bugfix_gym", "agents"])
+def test_the_package_import_graph_has_no_cycle(package):
+    graph, done, path = _package_graph(package), set(), []
 
     def visit(module: str) -> None:
         assert module not in path, f"import cycle: {' -> '.join(path[path.index(module):] + [module])}"
@@ -69,7 +87,21 @@ def test_the_package_import_graph_has_no_cycle():
 
     for module in sorted(graph):
         visit(module)
-    assert graph["execution"] == set() and graph["sandbox"] == {"execution"}
+    if package == "bugfix_gym":
+        assert graph["execution"] == set() and graph["sandbox"] == {"execution"}
+    else:  # what the graph must see: plain, relative, absolute and in-function imports; not TYPE_CHECKING ones
+        assert {"ppo", "recipes"} <= graph["cli"] and "losses" in graph["advantages"]
+        assert "checkpoint" in graph["on_policy"] and "on_policy" not in graph["checkpoint"] | graph["runs"]
+
+
+def test_type_checking_imports_are_skipped_and_the_rest_counted(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text("import typing\nfrom typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import A\n"
+                      "else:\n    from .b import B\nif typing.TYPE_CHECKING:\n    import c\n"
+                      "def f():\n    from . import d\n")
+    kept = sorted(_imports(source, skip_type_checking=True))
+    assert kept == [(0, "typing"), (0, "typing.TYPE_CHECKING"), (1, "b.B"), (1, "d")]
+    assert (1, "a.A") in _imports(source) and (0, "c") in _imports(source)
 
 
 def test_owner_codes_live_in_tokens_and_every_old_import_path_still_gives_them():
