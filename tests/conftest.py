@@ -48,3 +48,20 @@ def hostile_task() -> Task:
     return Task(name="loud", statement="make it quiet \x1b[2J\x1b]0;owned\x07 \x9b31m \r\x0b\x0c done \u3000 \u00e9",
                 source='def loud(x):\r\n    return "\x1b[31m" + x\r\n', defect="init", fix_op="fix_init",
                 visible=((("a",), "a"),), hidden=((("a",), "a"), (("b",), "b")), split="custom")
+
+
+class _Boom:
+    """Unpickling this object creates a marker file (a stand-in for any code a crafted file could run)."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+@pytest.fixture
+def pickle_bomb(tmp_path):
+    """``(obj, marker)``: an object whose unpickling creates ``marker``, and that (absent) path."""
+    marker = tmp_path / "unpickled-and-ran"
+    return _Boom(str(marker)), marker

@@ -55,3 +55,18 @@ def test_the_cache_reads_back_the_same_weights_and_survives_a_failed_write(tok, 
         agent = cached_base_agent(tok, seed=4, **kw)  # the caller still gets its agent
     assert agent is not None and any("could not write the base-agent cache" in str(w.message) for w in caught)
     assert list((tmp_path / "full").iterdir()) == []  # no temporary file left behind
+
+
+def test_a_pickle_in_a_base_agent_cache_file_is_never_run_and_is_retrained(tok, tmp_path, monkeypatch, pickle_bomb):
+    monkeypatch.setenv("BUGFIX_GYM_CACHE", str(tmp_path / "cache"))
+    kw = dict(episodes_per_task=1, steps=2, batch_size=4)
+    first = cached_base_agent(tok, seed=3, **kw)
+    (path,) = (tmp_path / "cache").glob("base_agent-*.pt")
+    blob = torch.load(path, weights_only=True)
+    bomb, marker = pickle_bomb
+    torch.save(dict(blob, state_dict=dict(blob["state_dict"], extra=bomb)), path)  # the cache's own layout
+    with pytest.warns(UserWarning, match="unreadable base-agent cache.*UnpicklingError"):
+        again = cached_base_agent(tok, seed=3, **kw)
+    assert not marker.exists()
+    assert all(torch.equal(a, b) for a, b in zip(first.state_dict().values(), again.state_dict().values()))
+    assert "extra" not in torch.load(path, weights_only=True)["state_dict"]  # rewritten from the retrained agent

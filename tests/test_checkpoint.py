@@ -21,22 +21,23 @@ from agents.ppo import TokenPPO
 from agents.reinforce import Reinforce
 
 
-class Boom:
-    """Unpickling this object writes a marker file (a stand-in for any code a crafted file could run)."""
-
-    def __init__(self, path: str):
-        self.path = path
-
-    def __reduce__(self):
-        return (open, (self.path, "w"))
-
-
 @pytest.fixture(scope="module")
 def good(tmp_path_factory, shared_base_agent) -> bytes:
     model = TokenPPO("TinyAgentPolicy", gym.make("BugFix-v0"), base_agent=shared_base_agent, n_episodes=4, seed=0)
     buf = io.BytesIO()
     model.save(buf)
     return buf.getvalue()
+
+
+@pytest.fixture(scope="module", params=["TokenPPO", "Reinforce"])
+def saved(request, shared_base_agent) -> tuple[type, bytes]:
+    """A saved model of each algorithm; TokenPPO's with the KL penalty, so its file has ``ref_model.pth``."""
+    cls, kwargs = {"TokenPPO": (TokenPPO, dict(kl_coef=0.05)), "Reinforce": (Reinforce, {})}[request.param]
+    model = cls("TinyAgentPolicy", gym.make("BugFix-v0"), base_agent=shared_base_agent, n_episodes=4, seed=0,
+                **kwargs)
+    buf = io.BytesIO()
+    model.save(buf)
+    return cls, buf.getvalue()
 
 
 def _entries(blob: bytes) -> dict[str, bytes]:
@@ -57,28 +58,45 @@ def _one_line_error(path, cls=TokenPPO) -> str:
     return str(e.value)
 
 
-def test_a_serialized_entry_in_data_is_refused_and_never_run(good, tmp_path):
-    marker = tmp_path / "ran"
-    entries = _entries(good)
+def test_the_saved_files_hold_the_entries_the_tests_below_poison(saved):
+    cls, blob = saved
+    expected = {"data", "policy.pth", "policy.optimizer.pth", "pytorch_variables.pth"}
+    assert expected | ({"ref_model.pth"} if cls is TokenPPO else set()) <= set(_entries(blob))
+
+
+def test_a_serialized_entry_in_data_is_refused_and_never_run(saved, tmp_path, pickle_bomb):
+    cls, blob = saved
+    bomb, marker = pickle_bomb
+    entries = _entries(blob)
     data = json.loads(entries["data"])
-    payload = base64.b64encode(pickle.dumps(Boom(str(marker)))).decode()
+    payload = base64.b64encode(pickle.dumps(bomb)).decode()
     data["policy_class"] = {":type:": "<class 'type'>", ":serialized:": payload}  # SB3's own encoding
     entries["data"] = json.dumps(data).encode()
     _zip(entries, tmp_path / "evil.zip")
-    assert "refusing to unpickle" in _one_line_error(tmp_path / "evil.zip")
+    assert "refusing to unpickle" in _one_line_error(tmp_path / "evil.zip", cls)
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("entry", ["policy.pth", "policy.optimizer.pth", "pytorch_variables.pth"])
-def test_a_pickled_object_in_a_tensor_entry_is_refused_and_never_run(good, tmp_path, entry):
-    marker = tmp_path / "ran"
-    entries = _entries(good)
+@pytest.mark.parametrize("entry", ["policy.pth", "policy.optimizer.pth", "pytorch_variables.pth", "ref_model.pth"])
+def test_a_pickled_object_in_a_tensor_entry_is_refused_and_never_run(saved, tmp_path, pickle_bomb, entry):
+    cls, blob = saved
+    bomb, marker = pickle_bomb
+    entries = _entries(blob)
     buf = io.BytesIO()
-    torch.save({"weight": Boom(str(marker))}, buf)  # torch.save pickles the object
-    entries[entry] = buf.getvalue()
+    torch.save({"weight": bomb}, buf)  # torch.save pickles the object
+    entries[entry] = buf.getvalue()  # for Reinforce, ref_model.pth is an entry its files never have
     _zip(entries, tmp_path / "evil.zip")
-    assert "not a plain tensor file" in _one_line_error(tmp_path / "evil.zip")
+    assert "not a plain tensor file" in _one_line_error(tmp_path / "evil.zip", cls)
     assert not marker.exists()
+
+
+def test_a_pickled_object_in_a_state_dict_file_is_refused_and_never_run(tmp_path, pickle_bomb):
+    """The ``base_agent=<path>`` file of both algorithms is read the same way."""
+    bomb, marker = pickle_bomb
+    torch.save({"weight": bomb}, tmp_path / "evil.pt")
+    with pytest.raises(ValueError) as e:
+        checkpoint.load_state_dict_file(tmp_path / "evil.pt")
+    assert "not a TinyAgent weights file" in str(e.value) and "\n" not in str(e.value) and not marker.exists()
 
 
 def test_an_oversized_entry_is_refused_before_it_is_read(good, tmp_path):
