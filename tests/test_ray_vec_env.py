@@ -202,3 +202,58 @@ def test_asynchronous_sampling_gives_whole_on_policy_episodes_and_trains(ray, sh
         venv.close()
     with pytest.raises(ValueError, match="send"):
         EpisodeSampler(DummyVecEnv([lambda: BugFixEnv()]), tok, asynchronous=True)
+
+
+def test_make_vec_env_builds_monitored_envs_in_actors_that_step_like_dummy_vec_env(ray):
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.monitor import Monitor
+
+    from agents import RayVecEnv
+
+    kw = dict(n_envs=2, seed=5, env_kwargs=dict(max_turns=3, render_mode=None))
+    vecs = [make_vec_env("BugFix-v0", **kw), make_vec_env("BugFix-v0", vec_env_cls=RayVecEnv, **kw)]
+    try:
+        assert isinstance(vecs[1], RayVecEnv) and vecs[1].env_is_wrapped(Monitor) == [True, True]
+        first = [vec.reset() for vec in vecs]
+        assert first[1].dtype == object and first[1].tolist() == first[0].tolist()
+        # env 0 submits on step 2; env 1 runs out of its 3 turns on step 3: Monitor reports both episodes
+        for actions in (["read", "test"], ["submit", "edit fix_init"], ["read", "read"]):
+            (obs, rews, dones, infos), (r_obs, r_rews, r_dones, r_infos) = [vec.step(actions) for vec in vecs]
+            assert r_obs.tolist() == obs.tolist() and r_rews.tolist() == rews.tolist()
+            assert r_dones.tolist() == dones.tolist()
+            episodes = [[(i["episode"]["r"], i["episode"]["l"]) for i in step if "episode" in i]
+                        for step in (infos, r_infos)]
+            assert episodes[1] == episodes[0]
+        assert [len(lengths) for lengths in vecs[1].env_method("get_episode_lengths")] == [1, 1]
+        assert vecs[1].env_method("get_episode_lengths") == [[2], [3]]
+    finally:
+        for vec in vecs:
+            vec.close()
+
+
+JOIN = """
+import sys
+import ray
+from agents import RayVecEnv
+from bugfix_gym import BugFixEnv
+
+vec = RayVecEnv([lambda: BugFixEnv(max_turns=3)], address=sys.argv[1])
+obs = vec.reset()
+obs, rewards, dones, infos = vec.step(["read"])
+print(ray.get_runtime_context().gcs_address, obs[0].splitlines()[0])
+vec.close()
+"""
+
+
+def test_address_joins_a_running_ray_session_from_another_process(ray):
+    """A second process joins this module's Ray session by its address (``address="host:port"``, what
+    ``"auto"`` resolves to after ``ray start --head``), and its env runs in an actor of that session."""
+    import subprocess
+    from pathlib import Path
+
+    address = ray.get_runtime_context().gcs_address
+    out = subprocess.run([sys.executable, "-c", JOIN, address], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).resolve().parent.parent)  # this checkout's packages
+    assert out.returncode == 0, out.stderr[-2000:]
+    joined, first_line = out.stdout.strip().splitlines()[-1].split(" ", 1)
+    assert joined == address and first_line.startswith("def ")  # the `read` output: the function's source
