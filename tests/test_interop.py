@@ -262,9 +262,10 @@ def test_torchrl_action_mask_transform_and_masked_categorical_ppo_update():
     env.close()
 
 
-@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:Nested TransformedEnvs:UserWarning")
 def test_torchrl_gymenv_with_subprocess_workers():
+    """The reported crash path, ``GymEnv(id, num_envs=2)``: two spawned workers, 8 steps. In the fast
+    suite: about 4 s here (2 shared cores), nearly all of it the workers importing torch."""
     from torchrl.envs import ActionMask, GymEnv, TransformedEnv
 
     # spawned workers import nothing of this process: the module-qualified id imports bugfix_gym there
