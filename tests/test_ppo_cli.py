@@ -145,10 +145,16 @@ def test_two_runs_in_the_same_second_get_different_folders(tmp_path):
     assert a != b and a.is_dir() and b.is_dir()
 
 
-def test_memory_is_checked_before_training(capsys):
-    assert main(["train", "--n-episodes", "100000000", "--n-envs", "4", "--no-progress"]) == 2
+def test_memory_is_checked_before_training(capsys, monkeypatch, tmp_path):
+    """The reported run (--n-episodes 100000) on a machine with 8 GiB available: refused in one line."""
+    import agents.runs
+
+    monkeypatch.setattr(agents.runs, "available_memory_bytes", lambda: 8 * 2**30)
+    out = tmp_path / "run"
+    assert main(["train", "--n-episodes", "100000", "--n-envs", "4", "--no-progress", "--out", str(out)]) == 2
     err = capsys.readouterr().err
-    assert "GiB" in err and "--n-episodes" in err and err.count("\n") == 1
+    assert "GiB of memory but 8.0 GiB is available" in err and "--n-episodes" in err and err.count("\n") == 1
+    assert not (out / "run.json").exists()  # refused before the run was written
 
 
 def test_evaluate_matches_a_direct_evaluation(shared_base_agent):
