@@ -16,6 +16,7 @@ line and keeps the last good iteration (exit status 1).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -253,6 +254,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     from . import recipes
     from .callbacks import KeepBest, StopAfterIterations
+    from .model import TinyAgentConfig
     from .ppo import DivergenceError, TokenPPO
     from .runs import MODEL_FILE, RESUME_FILE, RUN_FILE, Snapshots, new_run_dir, restore_training_state
 
@@ -273,6 +275,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         except (FileNotFoundError, ValueError) as e:
             raise UsageError(f"bugfix-gym train: error: {e}") from None
         restore_training_state(model, resume_state)
+        _check_memory(settings, model.policy_kwargs["model_config"])
         print(f"resuming {out} at iteration {model._iteration} ({model.num_timesteps} env steps done)", flush=True)
         before = None
     else:
@@ -287,10 +290,11 @@ def cmd_train(args: argparse.Namespace) -> int:
         if settings["grammar"]:
             from bugfix_gym import CALLS
             policy_kwargs["call_grammar"] = list(CALLS)
+        _check_memory(settings, dataclasses.asdict(TinyAgentConfig(vocab_size=tok.vocab_size)))  # before any work
         base_agent = recipes.make_base_agent(settings, tok, settings["seed"])
         model = TokenPPO("TinyAgentPolicy", env, seed=settings["seed"], policy_kwargs=policy_kwargs,
                          base_agent=base_agent, tensorboard_log=None, **settings["ppo"])
-        _check_memory(settings, model.policy_kwargs["model_config"])
+        _check_memory(settings, model.policy_kwargs["model_config"])  # the sizes the base agent brought
         out = out or new_run_dir()
         if settings["tensorboard"]:
             model.tensorboard_log = str(out / "tb")

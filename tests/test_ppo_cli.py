@@ -149,7 +149,14 @@ def test_memory_is_checked_before_training(capsys, monkeypatch, tmp_path):
     """The reported run (--n-episodes 100000) on a machine with 8 GiB available: refused in one line."""
     import agents.runs
 
+    import agents.recipes
+
     monkeypatch.setattr(agents.runs, "available_memory_bytes", lambda: 8 * 2**30)
+
+    def no_base_agent(*args, **kwargs):
+        raise AssertionError("the base agent was built before the memory check")
+
+    monkeypatch.setattr(agents.recipes, "make_base_agent", no_base_agent)
     out = tmp_path / "run"
     assert main(["train", "--n-episodes", "100000", "--n-envs", "4", "--no-progress", "--out", str(out)]) == 2
     err = capsys.readouterr().err
