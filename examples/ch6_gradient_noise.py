@@ -3,7 +3,8 @@
 The 240 base-agent probe episodes (12 per train task) give per-episode contributions
 (R_n - mean R) * grad log p(tau_n) over all TinyAgent parameters; 20 random disjoint pairs of
 batches of 8, 32 and 120 episodes are compared by cosine similarity. Then how much of the summed
-squared norms the five largest contributions hold, and the cosines without them.
+squared norms the five largest contributions hold, which episodes they are, and the cosines
+without them.
 
 Run: ``python examples/ch6_gradient_noise.py``
 """
@@ -15,7 +16,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-from ch6_common import base_agent, episode_scores, probe, set_threads
+from agents.rollout import Trajectory
+from ch6_common import base_agent, episode_scores, probe, set_threads, short
 
 BOOK = {8: -0.092, 32: 0.165, 120: 0.418}
 
@@ -33,7 +35,7 @@ def main(argv: list[str] | None = None) -> None:
     for size, cos_t in zip([8, 32, 120], pair_cosines(centered, [8, 32, 120])):
         print(f"{size:<12}{cos_t.mean().item():>20.3f}{cos_t.std().item():>7.3f}{BOOK[size]:>8.3f}")
     print(f"(probe mean reward {rewards.mean():.3f}; book 0.188)")
-    heavy_tail(centered)
+    heavy_tail(centered, trajs)
     print(f"\nwall time {time.perf_counter() - start:.1f} s")
 
 
@@ -51,8 +53,8 @@ def pair_cosines(centered: torch.Tensor, sizes: list[int], pairs: int = 20) -> l
     return out
 
 
-def heavy_tail(centered: torch.Tensor, k: int = 5) -> None:
-    """How much of the batch's gradient a few episodes carry, and the cosine without them."""
+def heavy_tail(centered: torch.Tensor, trajs: list[Trajectory], k: int = 5) -> None:
+    """How much of the batch's gradient a few episodes carry, which episodes, and the cosine without them."""
     sq = centered.pow(2).sum(1)  # [N] squared norm of each episode's contribution
     top = sq.argsort(descending=True)
     rest = centered[top[k:].sort().values]  # [N-k, n_params], probe order kept
@@ -61,6 +63,10 @@ def heavy_tail(centered: torch.Tensor, k: int = 5) -> None:
     print(f"the {k} largest of {len(sq)} episode contributions hold {sq[top[:k]].sum() / sq.sum():.0%} of the "
           f"summed squared norms (the largest {sq[top[0]] / sq.sum():.0%}); without them the mean cosine at "
           f"8 / 32 / {half} is " + " / ".join(f"{c:.3f}" for c in cos))
+    for i in top[:k].tolist():
+        t = trajs[i]
+        calls = " -> ".join(map(short, t.info["actions"]))
+        print(f"  R {t.reward:.0f}, {int(t.policy_mask.sum())} policy tokens: {calls}")
 
 
 if __name__ == "__main__":
