@@ -15,8 +15,9 @@ eq. (8.1), ``log w = sum_i m_i (log pi_k - log pi_old)``, and report:
   improvement (new-sample pass rate at k minus the one at k = 0);
 * after 10 updates, the spread of log w by the episode's number of policy tokens.
 
-Figure 8.1: ``fig8_1_ess.png`` in ``--out`` (default ``runs/figures``). A base agent with fewer
-cloning steps may need a lower ``--lr`` (docs/chapter8.md, §8.1).
+Figure 8.1: ``fig8_1_ess.png`` in ``--out`` (default ``runs/figures``). In this setting (no call
+grammar, no invalid-call cost) REINFORCE at the book's rate drifts into invalid calls from the
+project's base agent; docs/chapter8.md §8.1 shows it next to ``--lr 1e-3``.
 
 Run: ``python examples/ch8_importance_sampling.py`` (``--out docs`` to update the documented figure).
 """
