@@ -8,8 +8,8 @@ each of ``--n`` tasks from the generator's unseen ``test`` templates (generator 
    episode, first edit right (scored against each task's answer, which only the evaluator
    knows), and the pass rate of the episodes that read, that tested, and that did neither;
 2. ``--transcripts`` transcripts of passed episodes that looked first (read or test before the
-   first edit), preferring ones that changed their mind (an edit, a test, a revert or a second
-   edit) — the whole episode as the env renders it.
+   first edit), preferring ones that reverted, then ones that tested, then more edits — the
+   whole episode as the env renders it.
 
 Run: ``python examples/generalisation_report.py runs/gen/s0/tokenppo.zip`` (``--n``, ``--gen-seed``,
 ``--seed``, ``--transcripts``, ``--hide-outputs`` for models trained with ``--ablation blind-tools``).
@@ -39,10 +39,10 @@ def looked_first(actions: list[str]) -> bool:
     return "edit" in kinds and any(k in ("read", "test") for k in kinds[: kinds.index("edit")])
 
 
-def changed_mind(actions: list[str]) -> bool:
-    """Edited more than once, or reverted."""
+def interest(actions: list[str]) -> tuple[bool, bool, int]:
+    """How much of careful play an episode shows: reverted, tested, number of edits (sort key)."""
     kinds = [(parse_call(a) or ("invalid",))[0] for a in actions]
-    return kinds.count("edit") > 1 or "revert" in kinds
+    return "revert" in kinds, "test" in kinds, kinds.count("edit")
 
 
 def transcript(task, actions: list[str], env_kwargs: dict) -> str:
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {label:<18}{stats[key]:.3f}")
     passed = [(task, t) for task, t in zip(tasks, trajs) if t.info["submitted"] and t.info["hidden_pass"]]
     looked = [(task, t) for task, t in passed if looked_first(t.info["actions"])]
-    looked.sort(key=lambda pair: not changed_mind(pair[1].info["actions"]))  # mind-changers first (stable)
+    looked.sort(key=lambda pair: interest(pair[1].info["actions"]), reverse=True)  # stable: task order otherwise
     print(f"\n{len(looked)} of {len(passed)} passed episodes read or tested before their first edit")
     for task, t in looked[: args.transcripts]:
         print(f"\n--- {task.name} (template {task.template}; the answer, {task.fix_op}, is the evaluator's) ---")

@@ -251,7 +251,8 @@ def test_generalisation_report_prints_the_behaviour_report_and_replays_transcrip
     for label in ("pass rate", "read rate", "test rate", "revert use", "first edit right", "pass | read"):
         assert label in out
     assert report.looked_first([" read ", " edit fix_init "]) and not report.looked_first([" edit fix_init ", " read "])
-    assert report.changed_mind([" edit fix_init ", " revert "]) and not report.changed_mind([" read ", " submit "])
+    assert report.interest([" read ", " edit fix_init ", " test ", " revert ", " edit swap_minmax "]) == (True, True, 2)
+    assert report.interest([" read ", " submit "]) == (False, False, 0)
     task = bugfix_gym.generate_tasks("test", 1, seed=0)[0]
     text = report.transcript(task, [" read ", f" edit {task.fix_op} ", " submit "], {})
     assert text.count(">>>") == 3 and "hidden tests passed" in text  # the replay is the episode as played
