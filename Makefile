@@ -8,7 +8,7 @@ RLLIB_VENV := .venv-rllib
 RLLIB_PY := $(RLLIB_VENV)/bin/python
 RLLIB_STAMP := $(RLLIB_VENV)/.installed
 
-.PHONY: test test-all lint demo venv bench clean interop-examples rllib rllib-venv test-rllib
+.PHONY: test test-all lint demo demo-generalise venv bench clean interop-examples rllib rllib-venv test-rllib
 
 venv: $(STAMP)
 
@@ -33,6 +33,10 @@ lint: $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/bugfix-gym train
+
+# the generalisation recipe (docs/generalisation.md): ~16 CPU-minutes, too long for `make demo`
+demo-generalise: $(STAMP)
+	$(VENV)/bin/bugfix-gym train --tasks generated
 
 # every benchmark once (docs/ has the figures and the machine they were measured on)
 bench: $(STAMP)
