@@ -80,7 +80,7 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
     :param fresh_batches: on-policy batches (default): each iteration resets the envs and every env
         records its next ``ceil(n_episodes / n_envs)`` episodes; False lets episodes run on into the
         next batch (no wasted env step, but long episodes are trained on later and partly
-        off-policy: with REINFORCE that delay made runs collapse, see docs/ppo.md)
+        off-policy: with REINFORCE that delay made runs collapse, docs/ppo.md "The environment contract")
     :param async_envs: step each env as soon as its call is written (needs a vector env with
         ``send`` / ``receive``, e.g. :class:`agents.RayVecEnv`); faster with slow tools, not
         reproducible. Default: all envs in lockstep

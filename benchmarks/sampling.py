@@ -139,7 +139,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         rows["full forward"].append(real / time_forward(model, ids))
         tokens["full forward"].append(real)
         if not args.no_naive:
-            slow, dt = time_sampling(sampler, naive, tasks, r)
+            # a new sampler each time: a sampler reuses its KV cache between calls, and the
+            # prefix-rerun agent keeps a cache of another kind
+            slow, dt = time_sampling(EpisodeSampler(task_vec_env(args.batch), tok), naive, tasks, r)
             rows["sampling (no cache)"].append(generated_tokens(slow) / dt)
             tokens["sampling (no cache)"].append(generated_tokens(slow))
             if not all(torch.equal(a.ids, b.ids) for a, b in zip(trajs, slow)):
