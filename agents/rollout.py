@@ -204,7 +204,7 @@ def write_calls(model: TinyAgent, cache: KVCache, feed: list[list[int]], writing
 
 def sample_tokens(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
     """One draw per row of ``probs`` [R, V] -> ids [R, 1], by inverting the cumulative distribution
-    (much cheaper than ``torch.multinomial`` on a CPU, docs/tinyagent.md). A token of probability zero
+    (cheaper than ``torch.multinomial`` on a CPU). A token of probability zero
     is never drawn."""
     cdf = probs.double().cumsum(-1)  # [R, V]
     u = torch.rand(probs.shape[0], 1, generator=generator, dtype=torch.float64) * cdf[:, -1:]  # [R, 1] in [0, total)
@@ -255,6 +255,7 @@ class EpisodeSampler:
         self.filler = filler
         self.episodes: list[EpisodeRecord] | None = None
         self._cache: KVCache | None = None
+        self._cache_model_type: type | None = None  # the model class that made the cache
 
     def restart(self, observations: Sequence[Any] | None = None) -> None:
         """Start every sub-environment's episode from ``observations`` (default: ``venv.reset()``)."""
@@ -287,9 +288,11 @@ class EpisodeSampler:
         """An empty KV cache for the envs, reusing the last one's memory when it fits: every row starts
         at length 0 and the stale keys and values beyond a row's length are never attended to."""
         cache = self._cache
-        if cache is None or cache.k.shape[:3] != (model.config.n_layer, self.venv.num_envs, model.config.n_head) \
+        if cache is None or type(model) is not self._cache_model_type \
+                or cache.k.shape[:3] != (model.config.n_layer, self.venv.num_envs, model.config.n_head) \
                 or cache.k.dtype != model.tok_emb.weight.dtype or cache.max_len != model.config.max_len:
-            cache = self._cache = model.new_cache(self.venv.num_envs)
+            cache = self._cache = model.new_cache(self.venv.num_envs)  # a subclass may keep another kind of cache
+            self._cache_model_type = type(model)
         cache.lengths.zero_()
         return cache
 

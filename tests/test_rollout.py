@@ -284,3 +284,29 @@ def test_subproc_and_dummy_vec_envs_give_the_same_trajectories(shared_base_agent
     assert len(dummy) == len(subproc) >= 8
     for a, b in zip(dummy, subproc):
         assert torch.equal(a.ids, b.ids) and torch.equal(a.sample_logp, b.sample_logp) and a.reward == b.reward
+
+
+def test_a_model_with_its_own_cache_kind_gets_a_new_cache_from_the_same_sampler(tok, shared_base_agent):
+    """The sampler reuses its KV cache across batches of one model; a subclass that keeps another
+    kind of cache (e.g. the benchmark's prefix re-runner) must get its own, not the last model's."""
+    from agents.rollout import task_vec_env
+
+    made = []
+
+    class OwnCache(TinyAgent):
+        def new_cache(self, batch_size):
+            made.append(batch_size)
+            return super().new_cache(batch_size)
+
+    other = OwnCache(shared_base_agent.config)
+    other.load_state_dict(shared_base_agent.state_dict())
+    sampler = EpisodeSampler(task_vec_env(2), tok)
+    tasks = ["clamp", "first"]
+    sampler.play_tasks(shared_base_agent, tasks, generator=torch.Generator().manual_seed(0))
+    sampler.play_tasks(shared_base_agent, tasks, generator=torch.Generator().manual_seed(0))
+    assert made == []
+    a = sampler.play_tasks(other, tasks, generator=torch.Generator().manual_seed(0))
+    assert made == [2]
+    fresh = EpisodeSampler(task_vec_env(2), tok)
+    b = fresh.play_tasks(shared_base_agent, tasks, generator=torch.Generator().manual_seed(0))
+    assert [t.ids.tolist() for t in a] == [t.ids.tolist() for t in b]  # same weights, same episodes
