@@ -19,9 +19,10 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install -q -c constraints.txt -e ".[test,ray,interop]"
 	touch $(STAMP)
 
-# the fast suite (CI); test-all adds the slow statistical reproductions (@pytest.mark.slow)
+# the fast suite (CI), on up to 4 cores (pytest-xdist); test-all adds the slow statistical
+# reproductions (@pytest.mark.slow)
 test: $(STAMP)
-	$(PY) -m pytest -m "not slow"
+	$(PY) -m pytest -m "not slow" -n auto --maxprocesses 4
 
 test-all: $(STAMP)
 	$(PY) -m pytest
