@@ -1,7 +1,7 @@
 """Returns, baselines and advantages over policy tokens (book ch. 6 and 7).
 
 Tensors are per predicted token, ``[B, T-1]`` (written ``[B, T]``), aligned as in
-``docs/CONTRACT.md``; ``mask`` is the action mask (1 on policy tokens). Rewards sit on
+``docs/CONTRACT.md``; ``mask`` is the policy mask (1 on policy tokens). Rewards sit on
 policy positions: each env step's reward is on the last token (``<eoc>``) of the call
 that earned it.
 
@@ -23,7 +23,7 @@ from agents.losses import masked_mean
 def _check_rewards_on_policy(token_rewards: torch.Tensor, mask: torch.Tensor) -> None:
     off = token_rewards * (1 - mask)
     if bool((off != 0).any()):
-        raise ValueError("token_rewards must be zero off the action mask: each reward sits on the last "
+        raise ValueError("token_rewards must be zero off the policy mask: each reward sits on the last "
                          "policy token of the call that earned it (docs/CONTRACT.md)")
 
 
@@ -34,7 +34,7 @@ def reward_to_go(token_rewards: torch.Tensor, mask: torch.Tensor, gamma: float =
     discounted. With ``gamma=1`` this is a reverse cumulative sum. Off-mask entries are 0.
 
     :param token_rewards: ``[B, T]`` rewards on policy positions.
-    :param mask: ``[B, T]`` action mask.
+    :param mask: ``[B, T]`` policy mask.
     :param gamma: discount per policy token.
     :return: ``[B, T]`` reward-to-go on policy tokens, 0 elsewhere.
     """
@@ -150,7 +150,7 @@ def gae_policy_tokens(token_rewards: torch.Tensor, values: torch.Tensor, mask: t
 
     :param token_rewards: ``[B, T]`` rewards, non-zero only on policy positions.
     :param values: ``[B, T]`` critic values ``V(ids[:t+1])`` (old values; detached here).
-    :param mask: ``[B, T]`` action mask.
+    :param mask: ``[B, T]`` policy mask.
     :param gamma: discount per policy token.
     :param lam: GAE lambda (1 gives Monte-Carlo returns minus values).
     :return: ``(advantages, returns)``, both ``[B, T]``, 0 off the mask;
@@ -186,7 +186,7 @@ def whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, eps: fl
     (the mean is added back). Off-mask entries are returned as 0.
 
     :param x: ``[B, T]`` (e.g. GAE advantages).
-    :param mask: ``[B, T]`` action mask.
+    :param mask: ``[B, T]`` policy mask.
     """
     mask = mask.to(x.dtype)
     n = mask.sum()

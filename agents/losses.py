@@ -57,7 +57,7 @@ def aggregate_loss(per_token: torch.Tensor, mask: torch.Tensor, mode: str = "tok
     ==========================  ==========================  =======================
 
     :param per_token: per-token loss terms ``[B, T]``.
-    :param mask: float 0/1 action mask ``[B, T]``.
+    :param mask: float 0/1 policy mask ``[B, T]``.
     :param mode: one of :data:`AGGREGATION_MODES`.
     :param norm_const: the constant ``C`` for ``mode='constant'`` (e.g. batch_size * max_policy_tokens).
     :return: scalar loss.
@@ -97,7 +97,7 @@ def reinforce_loss(logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Ten
 
     :param logp: log-probs of the taken tokens ``[B, T]``, with grad.
     :param advantages: ``[B]`` (one per trajectory) or ``[B, T]`` (per token); detached here.
-    :param mask: action mask ``[B, T]``.
+    :param mask: policy mask ``[B, T]``.
     :param mode: aggregation mode, see :func:`aggregate_loss`.
     :param norm_const: constant for ``mode='constant'``.
     """
@@ -125,7 +125,7 @@ def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.T
     :param logp: current log-probs ``[B, T]``, with grad.
     :param old_logp: log-probs under pi_old ``[B, T]`` (frozen; detached here).
     :param adv: advantages ``[B]`` or ``[B, T]`` (detached here).
-    :param mask: action mask ``[B, T]``.
+    :param mask: policy mask ``[B, T]``.
     :param clip_low: epsilon_low, the lower clip is ``1 - clip_low``.
     :param clip_high: epsilon_high, the upper clip is ``1 + clip_high``.
     :param dual_clip: the constant ``c > 1`` of the dual clip, or ``None`` to turn it off.
@@ -187,7 +187,7 @@ def clipped_value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: 
     :param values: current critic predictions ``[B, T]``, with grad.
     :param old_values: predictions at rollout time ``[B, T]`` (detached here).
     :param returns: value targets ``[B, T]`` (advantages + old values; detached here).
-    :param mask: action mask ``[B, T]``.
+    :param mask: policy mask ``[B, T]``.
     :param clip: eps_v, or ``None`` for the unclipped loss.
     :param mode: aggregation mode, see :func:`aggregate_loss`.
     :param norm_const: constant for ``mode='constant'``.

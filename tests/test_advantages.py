@@ -70,9 +70,9 @@ def test_gae_lambda_one_is_reward_to_go_minus_values_and_rows_are_independent():
 def test_rewards_off_the_mask_are_rejected():
     bad = REWARDS.clone()
     bad[0, 3] = 1.0  # a reward on a tool token
-    with pytest.raises(ValueError, match="zero off the action mask"):
+    with pytest.raises(ValueError, match="zero off the policy mask"):
         gae_policy_tokens(bad, VALUES, MASK)
-    with pytest.raises(ValueError, match="zero off the action mask"):
+    with pytest.raises(ValueError, match="zero off the policy mask"):
         reward_to_go(bad, MASK)
 
 
