@@ -331,8 +331,7 @@ class EpisodeSampler:
         if fresh or self.episodes is None:
             self.restart()
         quota = [-(-n_episodes // B)] * B if fresh else None
-        run = self._run(model, quota, n_episodes, play_unrecorded=False, max_env_steps=max_env_steps,
-                        on_step=on_step, decoding=decoding)
+        run = self._run(model, quota, n_episodes, max_env_steps=max_env_steps, on_step=on_step, decoding=decoding)
         if fresh:
             self.episodes = None  # the episodes in progress are not part of any batch: start over next time
         return [traj for _, traj in run.finished]
@@ -360,16 +359,16 @@ class EpisodeSampler:
             if stopped or (max_env_steps is not None and steps >= max_env_steps):
                 break
             self.restart()
-            run = self._run(model, [1] * B, B, play_unrecorded=False,
+            run = self._run(model, [1] * B, B,
                             max_env_steps=None if max_env_steps is None else max_env_steps - steps,
                             on_step=counting, decoding=decoding)
             out += [traj for _, traj in run.finished]
         self.episodes = None
         return out
 
-    def _run(self, model: TinyAgent, quota: list[int] | None, n_episodes: int, play_unrecorded: bool,
+    def _run(self, model: TinyAgent, quota: list[int] | None, n_episodes: int,
              max_env_steps: int | None, on_step: StepHook | None, decoding: dict[str, Any]) -> "_Run":
-        run = _Run(self, model, quota, n_episodes, play_unrecorded, decoding)
+        run = _Run(self, model, quota, n_episodes, decoding)
         was_training = model.training
         model.eval()
         try:
@@ -403,9 +402,9 @@ class EpisodeSampler:
             self.venv.set_options([{"task": t} for t in chunk] + [{}] * (B - len(chunk)))
             self.restart()
             self.venv.set_options(None)
-            run = self._run(model, [1] * len(chunk) + [0] * (B - len(chunk)), len(chunk), play_unrecorded=False,
-                            max_env_steps=None, on_step=None,
-                            decoding=dict(generator=generator, temperature=temperature, deterministic=deterministic))
+            decoding = dict(generator=generator, temperature=temperature, deterministic=deterministic)
+            run = self._run(model, [1] * len(chunk) + [0] * (B - len(chunk)), len(chunk), max_env_steps=None,
+                            on_step=None, decoding=decoding)
             by_row = dict(run.finished)  # each recorded env finishes exactly one episode
             out += [by_row[b] for b in range(len(chunk))]
         self.episodes = None  # the waiting envs' episodes were not recorded: start over next time
@@ -417,32 +416,26 @@ class _Run:
     and the finished episodes.
 
     :param quota: per env, how many of its next episodes to record (None: all of them, until
-        ``n_episodes`` have finished)
-    :param play_unrecorded: an env past its quota keeps playing the policy (True) or sends the
-        sampler's ``filler`` call (False)
+        ``n_episodes`` have finished); an env past its quota sends the sampler's ``filler`` call
     """
 
     def __init__(self, sampler: EpisodeSampler, model: TinyAgent, quota: list[int] | None, n_episodes: int,
-                 play_unrecorded: bool, decoding: dict[str, Any]):
+                 decoding: dict[str, Any]):
         assert sampler.episodes is not None
         self.s, self.model, self.decoding = sampler, model, decoding
         self.B = sampler.venv.num_envs
         self.quota = list(quota) if quota is not None else None
         self.target = sum(quota) if quota is not None else n_episodes
-        self.play_unrecorded = play_unrecorded
         self.cache = sampler._cache_for(model)
         self.finished: list[tuple[int, Trajectory]] = []
         self.feed: list[list[int]] = []
         for b, ep in enumerate(sampler.episodes):  # a new cache: re-read the episodes in progress
             ep.values = []  # with the current weights
-            self.feed.append(list(ep.ids) if self.plays(b) and not ep.cut else [])
+            self.feed.append(list(ep.ids) if self.records(b) and not ep.cut else [])
 
     def records(self, b: int) -> bool:
+        """Whether env ``b`` still records episodes (its calls come from the policy, else the filler)."""
         return self.quota is None or self.quota[b] > 0
-
-    def plays(self, b: int) -> bool:
-        """Whether env ``b``'s calls come from the policy (else the filler)."""
-        return self.play_unrecorded or self.records(b)
 
     @property
     def complete(self) -> bool:
@@ -455,7 +448,7 @@ class _Run:
         assert eps is not None
         writing = [False] * self.B
         for b in rows:
-            writing[b] = self.plays(b) and not eps[b].cut
+            writing[b] = self.records(b) and not eps[b].cut
         feed = [self.feed[b] if b in rows else [] for b in range(self.B)]
         calls = write_calls(self.model, self.cache, feed, writing, self.s.tok.eoc_id,
                             max_call_tokens=self.s.max_call_tokens, grammar=self.s.grammar, **self.decoding)
@@ -496,7 +489,7 @@ class _Run:
                 self.quota[b] -= 1
         eps[b] = new = self.s._new_episode(str(obs))
         self.cache.lengths[b] = 0  # the row starts over; stale keys are never read
-        self.feed[b] = list(new.ids) if self.plays(b) else []
+        self.feed[b] = list(new.ids) if self.records(b) else []
         return recorded
 
     def lockstep(self, max_env_steps: int | None, on_step: StepHook | None) -> None:
