@@ -838,10 +838,11 @@ def generate_tasks(split: str = "train", n: int = 100, seed: int = 0, templates:
 def _chosen_templates(split: str, keys: Sequence[str] | None) -> tuple[Template, ...]:
     if keys is None:
         return TEMPLATES[split]
-    unknown = set(keys) - {t.key for t in TEMPLATES[split]}
+    wanted = set(keys)
+    unknown = wanted - {t.key for t in TEMPLATES[split]}
     if unknown or not keys:
         raise ValueError(f"unknown {split} template(s) {sorted(unknown)}; see bugfix_gym.generator.TEMPLATES")
-    return tuple(t for t in TEMPLATES[split] if t.key in set(keys))
+    return tuple(t for t in TEMPLATES[split] if t.key in wanted)
 
 
 _RECENT: OrderedDict[str, Task] = OrderedDict()  # name -> per-episode task registered by draw_task, oldest first

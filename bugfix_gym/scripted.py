@@ -13,10 +13,8 @@ demonstration a base agent may imitate without ever seeing an answer.
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
 import re
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -148,7 +146,7 @@ def careful_policy(seed: int = 0, p_read: float = 0.6, p_test: float = 0.2, op_p
                 action = "revert" if info["call_mask"][CALLS.index("revert")] else next_edit()
         else:
             action = "submit"
-        if left == 1 and not action == "submit":
+        if left == 1 and action != "submit":
             action = "submit"
         plan["last"] = action
         return action

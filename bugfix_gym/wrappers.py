@@ -1,7 +1,7 @@
 """Numeric views of BugFix-v0 for libraries that need array spaces (SB3, TorchRL, Tianshou, RLlib, ...).
 
-Gymnasium's ``Text`` space does not fit SB3's vector envs, so two wrappers turn the text
-episode into arrays:
+The text env itself runs in SB3's vector envs (its spaces are ``BufferedText``), but most
+libraries' policies want arrays, so two wrappers turn the text episode into arrays:
 
 * :class:`TokenObservation` - the agent writes *tokens*: actions are
   ``MultiDiscrete([vocab_size] * max_call_tokens)`` token ids, decoded up to the first
@@ -28,8 +28,8 @@ tool output as owner 3), so the view holds exactly the ids of
 :func:`bugfix_gym.episode_tokens`, turn markers included. Owner codes come from who
 produced each token, never from the ids: the policy segment of a turn is exactly the ids
 the agent gave (up to and including its ``<eoc>``) for :class:`TokenObservation`, and
-``encode_segment(tokenizer, 2, call)`` for :class:`DiscreteCalls`; the token-level action
-mask of a trainer is ``owner == 2``.
+``encode_segment(tokenizer, 2, call)`` for :class:`DiscreteCalls`; the token-level policy
+mask of a trainer is ``owner == 2`` (:func:`bugfix_gym.tokens.policy_mask`).
 
 Info (both views): fixed keys and shapes, numbers only (no ``None``, no strings, nothing
 that grows), so that replay buffers (Tianshou), TorchRL's info reader and vector envs can
