@@ -368,6 +368,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     import torch
 
     from bugfix_gym import TaskPackError, generate_tasks, load_task_pack, make_tasks
+    from bugfix_gym.env import HIDEABLE
 
     from .ppo import TokenPPO
 
@@ -391,7 +392,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     else:
         split = args.split or "heldout"
         tasks, what, episodes = make_tasks(split), f"{split} split", args.episodes or 8
-    env_kwargs = dict(hide_outputs=["read", "test"]) if args.hide_outputs else None
+    env_kwargs = dict(hide_outputs=list(HIDEABLE)) if args.hide_outputs else None
     stats = model.evaluate(tasks, episodes, seed=args.seed, env_kwargs=env_kwargs)
     if args.json:
         print(json.dumps(_jsonable(dict(stats, model=str(args.model), tasks=what, episodes_per_task=episodes))))

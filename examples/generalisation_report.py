@@ -26,6 +26,7 @@ import torch
 from agents.ppo import TokenPPO
 from agents.rollout import sample_episodes
 from bugfix_gym import BugFixEnv, episode_stats, generate_tasks, parse_call
+from bugfix_gym.env import HIDEABLE
 
 REPORT = (("pass_rate", "pass rate"), ("valid_calls", "valid calls"), ("read_rate", "read rate"),
           ("test_rate", "test rate"), ("revert_rate", "revert use"), ("edits_per_episode", "edits / episode"),
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, ValueError) as e:
         print(f"generalisation_report.py: error: {e}", file=sys.stderr)
         return 2
-    env_kwargs = dict(hide_outputs=["read", "test"]) if args.hide_outputs else {}
+    env_kwargs = dict(hide_outputs=list(HIDEABLE)) if args.hide_outputs else {}
     tasks = generate_tasks("test", args.n, seed=args.gen_seed)
     policy = model.policy
     trajs = sample_episodes(policy.model, policy.tokenizer, tasks, 1, args.seed, env_kwargs=env_kwargs or None,
