@@ -81,6 +81,10 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--ablation", choices=("book-tasks", "blind-tools"),
                        help="with --tasks generated: the recipe on the 20 book train tasks only (book-tasks), or "
                             "with the outputs of read and test blanked (blind-tools)")
+    train.add_argument("--call-mask", choices=("none", "call_mask", "useful_calls"),
+                       help="which env call mask the grammar follows when it decodes a call: none, the legal calls "
+                            "(call_mask), or the legal calls without those the episode has shown to be useless "
+                            "(useful_calls)")
     budget = train.add_mutually_exclusive_group()
     budget.add_argument("--timesteps", type=POSITIVE_INT,
                         help="environment steps to train for (SB3's count: every vector-env step is n_envs steps)")
@@ -215,6 +219,10 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
             ppo[flag] = getattr(args, flag)
     if ppo.get("target_kl") == 0:
         ppo["target_kl"] = None
+    if args.call_mask is not None:
+        if not recipe["grammar"]:
+            raise UsageError("bugfix-gym train: error: --call-mask needs the recipe's call grammar")
+        recipe["call_mask"] = None if args.call_mask == "none" else args.call_mask
     for flag in ("timesteps", "iterations", "n_envs"):
         if getattr(args, flag) is not None:
             recipe[flag] = getattr(args, flag)
@@ -290,6 +298,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         if settings["grammar"]:
             from bugfix_gym import CALLS
             policy_kwargs["call_grammar"] = list(CALLS)
+            policy_kwargs["call_mask_key"] = settings.get("call_mask")
         _check_memory(settings, dataclasses.asdict(TinyAgentConfig(vocab_size=tok.vocab_size)))  # before any work
         base_agent = recipes.make_base_agent(settings, tok, settings["seed"])
         model = TokenPPO("TinyAgentPolicy", env, seed=settings["seed"], policy_kwargs=policy_kwargs,

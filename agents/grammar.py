@@ -8,6 +8,12 @@ may follow. The sampler masks the logits with that row before sampling and recor
 state of every policy token; the trainer applies the same rows when it scores the episode,
 so log-probabilities, entropies and PPO ratios are those of the masked distribution that
 actually produced the tokens.
+
+A call may also start from a *call mask* (:meth:`CallGrammar.start_for`): the env's bool row
+over the legal calls saying which of them are open this turn (BugFix-v0's ``info["call_mask"]``
+or ``info["useful_calls"]``). The state then carries the closed calls as bits, so the tokens
+that lead only to closed calls are masked too, and the recorded states still say exactly which
+rows were used.
 """
 
 from __future__ import annotations
@@ -25,7 +31,9 @@ class CallGrammar:
     """The legal calls as a trie of token ids: ``allowed[state]`` and ``step(state, token)``.
 
     State 0 is the start of a call. Writing a call's last word leads to a state where only
-    ``<eoc>`` is allowed; ``<eoc>`` ends the call.
+    ``<eoc>`` is allowed; ``<eoc>`` ends the call. A state is ``node + n_nodes * closed``, where
+    ``node`` is the trie node and ``closed`` the bits of the calls closed by a call mask (0: none,
+    so states below ``n_nodes`` are those of the plain grammar).
 
     :param tokenizer: the policy's tokenizer
     :param calls: the legal calls as text (e.g. ``bugfix_gym.CALLS``)
@@ -57,28 +65,59 @@ class CallGrammar:
                 node = children[node][token]
             ends.add(node)
         self._next = children
-        allowed = torch.zeros(len(children), tokenizer.vocab_size, dtype=torch.bool)  # [n_states, V]
-        for state, nxt in enumerate(children):
-            allowed[state, list(nxt)] = True
-            if state in ends:
-                allowed[state, self.eoc_id] = True
-        self.allowed = allowed
+        # through[node, t]: the bits of the calls whose path goes from node through token t (0: t is not next);
+        # ends_here[node]: the bits of the calls that end at node (so <eoc> may follow)
+        through = torch.zeros(len(children), tokenizer.vocab_size, dtype=torch.long)  # [n_nodes, V]
+        ends_here = torch.zeros(len(children), dtype=torch.long)  # [n_nodes]
+        for k, call in enumerate(self.calls):
+            node = 0
+            for token in tokenizer.encode(call):
+                through[node, token] |= 1 << k
+                node = children[node][token]
+            ends_here[node] |= 1 << k
+        self._through, self._ends_here = through, ends_here
+        self.allowed = self._rows(torch.arange(len(children)))  # [n_nodes, V] the plain grammar's rows
 
     @property
-    def n_states(self) -> int:
+    def n_nodes(self) -> int:
+        """The trie's nodes: the states of the plain grammar (no call closed)."""
         return len(self._next)
 
+    def start_for(self, open_calls: Sequence[bool] | None) -> int:
+        """The start state of a call when only the calls with ``open_calls[k]`` True may be written
+        (``open_calls`` lists ``self.calls`` in order; None: all of them)."""
+        if open_calls is None:
+            return self.start
+        if len(open_calls) != len(self.calls):
+            raise ValueError(f"a call mask of {len(open_calls)} entries for a grammar of {len(self.calls)} calls; "
+                             "the mask must list the grammar's calls in order")
+        closed = sum(1 << k for k, ok in enumerate(open_calls) if not ok)
+        if closed == (1 << len(self.calls)) - 1:
+            return self.start  # nothing open: the mask cannot be followed, write any legal call
+        return self.start + self.n_nodes * closed
+
+    def _rows(self, states: torch.Tensor) -> torch.Tensor:
+        """bool [N, V]: the tokens allowed in each state of ``states`` [N] (all >= 0)."""
+        if hasattr(self, "allowed") and bool((states < self.n_nodes).all()):
+            return self.allowed.to(states.device)[states]  # no call closed: the plain rows
+        node, closed = states % self.n_nodes, states // self.n_nodes  # [N], [N]
+        open_bits = ~closed[:, None]  # [N, 1]
+        rows = (self._through.to(states.device)[node] & open_bits) != 0  # [N, V]
+        rows[:, self.eoc_id] = (self._ends_here.to(states.device)[node] & open_bits[:, 0]) != 0
+        return rows
+
     def step(self, state: int, token: int) -> int:
-        """The state after writing ``token`` in ``state`` (the call is over after ``<eoc>``: ``start``).
+        """The state after writing ``token`` in ``state`` (after ``<eoc>`` the call is over: the start
+        state, with the same calls closed).
 
         :raises ValueError: ``token`` is not allowed in ``state``
         """
-        if token == self.eoc_id and 0 <= state < len(self._next) and bool(self.allowed[state, token]):
-            return self.start
-        try:
-            return self._next[state][token]
-        except (IndexError, KeyError):
-            raise ValueError(f"token {token} is not allowed in grammar state {state}") from None
+        if state < 0 or not bool(self._rows(torch.tensor([state]))[0, token]):
+            raise ValueError(f"token {token} is not allowed in grammar state {state}")
+        node, closed = state % self.n_nodes, state // self.n_nodes
+        if token == self.eoc_id:
+            return self.start + self.n_nodes * closed
+        return self._next[node][token] + self.n_nodes * closed
 
     def mask_logits(self, logits: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
         """``logits`` [N, V] with the tokens not allowed in ``states`` [N] set to ``-inf``.
@@ -86,6 +125,5 @@ class CallGrammar:
         Rows whose state is :data:`NO_STATE` are left unchanged.
         """
         free = states < 0  # [N]
-        allowed = self.allowed.to(logits.device)[states.clamp(min=0)]  # [N, V]
-        allowed = allowed | free[:, None]
+        allowed = self._rows(states.clamp(min=0)) | free[:, None]  # [N, V]
         return logits.masked_fill(~allowed, float("-inf"))

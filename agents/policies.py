@@ -45,6 +45,10 @@ class TinyAgentPolicy(BasePolicy):
     :param max_call_tokens: the most tokens one call may have (``<eoc>`` included)
     :param call_grammar: the legal calls (e.g. ``bugfix_gym.CALLS``): decoding is then constrained to
         them (:class:`agents.grammar.CallGrammar`), in sampling and in scoring; None writes free text
+    :param call_mask_key: with ``call_grammar``, the env ``info`` key of a call mask the sampler follows:
+        each call starts from the calls that mask leaves open (BugFix-v0: ``"call_mask"``, the legal
+        calls, or ``"useful_calls"``, which also closes edits the episode has shown to be useless).
+        None: every call of the grammar is always open. ``predict`` sees no ``info`` and ignores it
     :param optimizer_class: optimizer class (``Adam``)
     :param optimizer_kwargs: extra optimizer arguments, not the learning rate (default for Adam:
         ``eps=1e-5`` as SB3's PPO, and ``foreach=True``: the same update, computed over all parameters at once)
@@ -60,6 +64,7 @@ class TinyAgentPolicy(BasePolicy):
         model_config: TinyAgentConfig | dict | None = None,
         max_call_tokens: int = 8,
         call_grammar: Sequence[str] | None = None,
+        call_mask_key: str | None = None,
         optimizer_class: type[th.optim.Optimizer] = th.optim.Adam,
         optimizer_kwargs: dict[str, Any] | None = None,
         use_sde: bool = False,
@@ -90,6 +95,10 @@ class TinyAgentPolicy(BasePolicy):
         if self.grammar is not None and self.grammar.max_call_tokens > self.max_call_tokens:
             raise ValueError(f"the longest legal call needs {self.grammar.max_call_tokens} tokens (with <eoc>), "
                              f"more than max_call_tokens={self.max_call_tokens}")
+        if call_mask_key is not None and self.grammar is None:
+            raise ValueError(f"call_mask_key={call_mask_key!r} needs a call grammar (call_grammar=...): the call "
+                             "mask closes calls of the grammar")
+        self.call_mask_key = call_mask_key
         self.model = TinyAgent(model_config)
         self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1),  # type: ignore[call-arg]
                                               **self.optimizer_kwargs)
@@ -98,7 +107,7 @@ class TinyAgentPolicy(BasePolicy):
         data = super()._get_constructor_parameters()
         data.update(tokenizer=self.tokenizer.to_dict(), model_config=dataclasses.asdict(self.model_config),
                     max_call_tokens=self.max_call_tokens, call_grammar=self.call_grammar,
-                    optimizer_class=self.optimizer_class,
+                    call_mask_key=self.call_mask_key, optimizer_class=self.optimizer_class,
                     optimizer_kwargs=self.optimizer_kwargs, lr_schedule=self._dummy_schedule)
         return data
 

@@ -23,6 +23,7 @@ RECIPES: dict[str, dict[str, Any]] = {
         ppo=dict(n_episodes=64, n_epochs=4, n_minibatches=4, learning_rate=1e-3, gae_lambda=1.0, target_kl=0.02,
                  target_kl_mode="minibatch", ent_coef=0.0),
         grammar=True,
+        call_mask=None,
         validation=None,
     ),
     # tools pay: a fresh generated task every episode (generator "train" templates, 30% of the
@@ -40,6 +41,7 @@ RECIPES: dict[str, dict[str, Any]] = {
         ppo=dict(n_episodes=64, n_epochs=4, n_minibatches=4, learning_rate=1e-3, gae_lambda=1.0, target_kl=0.02,
                  target_kl_mode="minibatch", ent_coef=0.005, kl_coef=0.05, critic_warmup_steps=50),
         grammar=True,
+        call_mask="useful_calls",
         validation=dict(generated="heldout", n=100, gen_seed=77, every=20),
     ),
 }

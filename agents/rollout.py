@@ -77,7 +77,7 @@ class EpisodeRecord:
     ``ids`` by the tokens not fed yet).
     """
 
-    __slots__ = ("ids", "owner", "logp", "values", "rewards", "states", "cut")
+    __slots__ = ("ids", "owner", "logp", "values", "rewards", "states", "cut", "call_start")
 
     def __init__(self, prompt_ids: Sequence[int]):
         n = len(prompt_ids)
@@ -88,6 +88,7 @@ class EpisodeRecord:
         self.states: list[int] = [NO_STATE] * n
         self.values: list[float] = []
         self.cut = False  # the episode outgrew the model's context: later turns are not recorded
+        self.call_start = CallGrammar.start  # the grammar state its next call starts in
 
     def add_call(self, ids: Sequence[int], logp: Sequence[float] | None = None,
                  states: Sequence[int] | None = None) -> None:
@@ -144,7 +145,8 @@ class Calls:
 @torch.no_grad()
 def write_calls(model: TinyAgent, cache: KVCache, feed: list[list[int]], writing: Sequence[bool], eoc_id: int, *,
                 max_call_tokens: int = 8, grammar: CallGrammar | None = None, temperature: float = 1.0,
-                deterministic: bool = False, generator: torch.Generator | None = None) -> Calls:
+                deterministic: bool = False, generator: torch.Generator | None = None,
+                start_states: Sequence[int] | None = None) -> Calls:
     """Write one call for each row with ``writing[b]``, token by token with the KV cache.
 
     Every model call feeds each row its pending tokens (first ``feed[b]``: the prompt, or a
@@ -162,11 +164,16 @@ def write_calls(model: TinyAgent, cache: KVCache, feed: list[list[int]], writing
     :param temperature: sampling temperature; ``logp`` is the log-prob under the sampled distribution
     :param deterministic: greedy decoding instead of sampling
     :param generator: seeds the sampling
+    :param start_states: per row, the grammar state its call starts in (default: the grammar's start;
+        :meth:`agents.grammar.CallGrammar.start_for` makes the state of a call mask)
     """
     B = len(feed)
     device = model.tok_emb.weight.device
     out = Calls([[] for _ in range(B)], [[] for _ in range(B)], [[] for _ in range(B)], [[] for _ in range(B)])
-    state = [grammar.start if grammar is not None else NO_STATE] * B
+    if grammar is None:
+        state = [NO_STATE] * B
+    else:
+        state = list(start_states) if start_states is not None else [grammar.start] * B
     active = [b for b in range(B) if writing[b]]
     pending = [list(f) for f in feed]
     while any(pending):
@@ -240,10 +247,14 @@ class EpisodeSampler:
     :param asynchronous: step each env as soon as its call is written, through the vector env's
         ``send`` / ``receive`` (:class:`agents.RayVecEnv` has them), instead of all envs in lockstep:
         faster when tools are slow, not reproducible (the order of events depends on timing)
+    :param call_mask_key: with a grammar, start each call from the env's call mask ``info[call_mask_key]``
+        (bool per grammar call, in the grammar's order; BugFix-v0: ``"call_mask"`` or ``"useful_calls"``),
+        so closed calls cannot be written; None: every legal call is open
     """
 
     def __init__(self, venv: VecEnv, tokenizer: Tokenizer, max_call_tokens: int = 8,
-                 grammar: CallGrammar | None = None, filler: str = "", asynchronous: bool = False):
+                 grammar: CallGrammar | None = None, filler: str = "", asynchronous: bool = False,
+                 call_mask_key: str | None = None):
         if asynchronous and not (hasattr(venv, "send") and hasattr(venv, "receive")):
             raise ValueError(f"asynchronous stepping needs a vector env with send() / receive() (e.g. "
                              f"agents.RayVecEnv); {type(venv).__name__} steps all envs in lockstep only")
@@ -252,6 +263,7 @@ class EpisodeSampler:
         self.tok = tokenizer
         self.max_call_tokens = int(max_call_tokens)
         self.grammar = grammar
+        self.call_mask_key = call_mask_key
         self.filler = filler
         self.episodes: list[EpisodeRecord] | None = None
         self._cache: KVCache | None = None
@@ -260,13 +272,27 @@ class EpisodeSampler:
     def restart(self, observations: Sequence[Any] | None = None) -> None:
         """Start every sub-environment's episode from ``observations`` (default: ``venv.reset()``)."""
         obs = self.venv.reset() if observations is None else observations
-        self.episodes = [self._new_episode(o) for o in _texts(obs, self.venv.num_envs)]
+        texts = _texts(obs, self.venv.num_envs)
+        self.episodes = [self._new_episode(o, self._reset_info(b)) for b, o in enumerate(texts)]
+
+    def _reset_info(self, b: int) -> dict:
+        """The info of env ``b``'s latest reset (SB3's ``VecEnv.reset_infos``; empty when it has none)."""
+        infos = getattr(self.venv, "reset_infos", None)
+        return infos[b] if infos is not None and b < len(infos) and isinstance(infos[b], dict) else {}
+
+    def call_start(self, info: dict) -> int:
+        """The grammar state the next call starts in, after a step (or reset) that returned ``info``."""
+        if self.grammar is None:
+            return NO_STATE
+        if self.call_mask_key is None or self.call_mask_key not in info:
+            return self.grammar.start
+        return self.grammar.start_for([bool(x) for x in info[self.call_mask_key]])
 
     def get_state(self) -> list[dict[str, Any]] | None:
         """The episodes in progress as plain data (to stop and resume a training run)."""
         if self.episodes is None:
             return None
-        keys = ("ids", "owner", "logp", "rewards", "states", "cut")
+        keys = ("ids", "owner", "logp", "rewards", "states", "cut", "call_start")
         return [{k: getattr(ep, k) for k in keys} for ep in self.episodes]
 
     def set_state(self, state: list[dict[str, Any]] | None) -> None:
@@ -282,6 +308,7 @@ class EpisodeSampler:
             for k in ("ids", "owner", "logp", "rewards", "states"):
                 setattr(ep, k, list(data[k]))
             ep.cut = bool(data["cut"])
+            ep.call_start = int(data.get("call_start", CallGrammar.start))
             self.episodes.append(ep)
 
     def _cache_for(self, model: TinyAgent) -> KVCache:
@@ -296,8 +323,10 @@ class EpisodeSampler:
         cache.lengths.zero_()
         return cache
 
-    def _new_episode(self, prompt: Any) -> EpisodeRecord:
-        return EpisodeRecord(encode_segment(self.tok, OWNER_PROMPT, str(prompt)))
+    def _new_episode(self, prompt: Any, info: dict) -> EpisodeRecord:
+        ep = EpisodeRecord(encode_segment(self.tok, OWNER_PROMPT, str(prompt)))
+        ep.call_start = self.call_start(info)
+        return ep
 
     def collect(self, model: TinyAgent, n_episodes: int, *, fresh: bool = True,
                 generator: torch.Generator | None = None, temperature: float = 1.0, deterministic: bool = False,
@@ -451,7 +480,8 @@ class _Run:
             writing[b] = self.records(b) and not eps[b].cut
         feed = [self.feed[b] if b in rows else [] for b in range(self.B)]
         calls = write_calls(self.model, self.cache, feed, writing, self.s.tok.eoc_id,
-                            max_call_tokens=self.s.max_call_tokens, grammar=self.s.grammar, **self.decoding)
+                            max_call_tokens=self.s.max_call_tokens, grammar=self.s.grammar,
+                            start_states=[ep.call_start for ep in eps], **self.decoding)
         actions = []
         for b in rows:
             eps[b].values += calls.fed_values[b]
@@ -479,6 +509,7 @@ class _Run:
                 ep.add_tool(out)
                 # the call's last token (not fed yet) and the tool output, in one prefill
                 self.feed[b] = [ep.ids[len(ep.ids) - len(out) - 1]] + out if not ep.cut else []
+                ep.call_start = self.s.call_start(info)
             return False
         if written:
             ep.add_tool(self.s._tool_ids(ep, _terminal_text(info), max_len))
@@ -487,7 +518,7 @@ class _Run:
             self.finished.append((b, ep.trajectory(info)))
             if self.quota is not None:
                 self.quota[b] -= 1
-        eps[b] = new = self.s._new_episode(str(obs))
+        eps[b] = new = self.s._new_episode(str(obs), self.s._reset_info(b))
         self.cache.lengths[b] = 0  # the row starts over; stale keys are never read
         self.feed[b] = list(new.ids) if self.records(b) else []
         return recorded

@@ -13,7 +13,7 @@ import numpy as np
 
 from . import tools
 from .generator import AMBIGUOUS, GENERATED_SPLITS, draw_task
-from .ops import apply_op, describe_change
+from .ops import FIX_OPS, apply_op, describe_change
 from .runner import run_tests
 from .spaces import BufferedText
 from .tasks import Task, get_task, make_tasks, task_from_data, task_to_data
@@ -79,7 +79,11 @@ class BugFixEnv(gym.Env):
     ``task``, ``turn`` (= ``n_turns``), ``actions`` (calls so far, as written), ``ops`` (edit
     ops applied), ``n_invalid``, ``valid`` (this call), ``submitted``, ``hidden_pass``,
     ``stop`` (``"submit"``, ``"budget"`` or ``None``), ``call_mask`` (bool[9]: which calls
-    are legal now; ``revert`` is legal only after the source changed).
+    are legal now; ``revert`` is legal only after the source changed), ``useful_calls``
+    (bool[9]: ``call_mask`` without the calls this episode has already shown to be useless:
+    an edit that answered "no change" on the current source, an edit whose result failed a
+    visible test, and ``submit`` of a source that failed a visible test (visible tests are
+    hidden tests too); only test reports the agent saw count, and the env does not enforce it).
 
     ## Arguments
     ``gym.make("BugFix-v0", split="train", tasks=None, max_turns=6, call_cost=0.0,
@@ -157,6 +161,8 @@ class BugFixEnv(gym.Env):
         self.task: Task | None = None
         self.source = ""
         self.transcript: list[tuple[int, str]] = []
+        self._edits: dict[tuple[str, str], str] = {}  # (source, op) -> the source that edit made from it
+        self._failed: set[str] = set()  # sources whose visible test report (shown, not hidden) had a failure
         self._done = True
 
     # ------------------------------------------------------------------ gymnasium API
@@ -173,6 +179,8 @@ class BugFixEnv(gym.Env):
         self.hidden_pass = False
         self.stop: str | None = None
         self._done = False
+        self._edits = {}
+        self._failed = set()
         obs = _prompt(self.task)
         self.transcript = [(OWNER_PROMPT, obs)]
         if self.render_mode == "human":
@@ -213,9 +221,12 @@ class BugFixEnv(gym.Env):
             obs = f"visible tests : {report.passed} / {report.total} passed"
             if report.first_failure:
                 obs += f" . first failure : {report.first_failure}"
+            if report.passed < report.total:
+                self._failed.add(self.source)
         elif call[0] == "edit":
             new = apply_op(self.source, call[1])
             obs = describe_change(self.source, new)
+            self._edits[(self.source, str(call[1]))] = new
             self.source = new
             self.ops.append(str(call[1]))
             reward -= self.edit_penalty
@@ -255,7 +266,8 @@ class BugFixEnv(gym.Env):
             episode = dict(task=task_to_data(self.task), source=self.source, turn=self.turn, actions=list(self.actions),
                            ops=list(self.ops), n_invalid=self.n_invalid, valid=self.valid, submitted=self.submitted,
                            hidden_pass=self.hidden_pass, stop=self.stop, done=self._done,
-                           transcript=[list(seg) for seg in self.transcript])
+                           transcript=[list(seg) for seg in self.transcript],
+                           edits=[[src, op, new] for (src, op), new in self._edits.items()], failed=sorted(self._failed))
         return {"episode": episode, "np_random": self.np_random.bit_generator.state}
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -274,6 +286,8 @@ class BugFixEnv(gym.Env):
         self.submitted, self.hidden_pass = bool(episode["submitted"]), bool(episode["hidden_pass"])
         self.stop, self._done = episode["stop"], bool(episode["done"])
         self.transcript = [(int(owner), str(text)) for owner, text in episode["transcript"]]
+        self._edits = {(str(src), str(op)): str(new) for src, op, new in episode.get("edits", [])}
+        self._failed = set(map(str, episode.get("failed", [])))
 
     # ------------------------------------------------------------------ helpers
     def call_mask(self) -> np.ndarray:
@@ -281,6 +295,21 @@ class BugFixEnv(gym.Env):
         mask = np.ones(len(tools.CALLS), dtype=bool)
         if self.task is None or self.source == self.task.source:
             mask[tools.REVERT] = False
+        return mask
+
+    def useful_calls(self) -> np.ndarray:
+        """bool[9] over ``CALLS``: :meth:`call_mask` without the calls this episode has already shown to be
+        useless: an edit that answered "no change" on the current source or made a source that failed a
+        visible test, and ``submit`` of a source that failed a visible test (the visible tests are among
+        the hidden ones, so it cannot pass). Only what the agent was shown counts: the edit's answer, and
+        a test report that was not hidden."""
+        mask = self.call_mask()
+        if self.source in self._failed:
+            mask[tools.CALL_INDEX["submit"]] = False
+        for op in FIX_OPS:
+            made = self._edits.get((self.source, op))
+            if made is not None and (made == self.source or made in self._failed):
+                mask[tools.CALL_INDEX[f"edit {op}"]] = False
         return mask
 
     def render_text(self) -> str:
@@ -344,6 +373,7 @@ class BugFixEnv(gym.Env):
             "hidden_pass": self.hidden_pass,
             "stop": self.stop,
             "call_mask": self.call_mask(),
+            "useful_calls": self.useful_calls(),
         }
 
 

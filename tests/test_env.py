@@ -19,7 +19,7 @@ from bugfix_gym.runner import run_tests
 from bugfix_gym.tasks import Task, task_from_correct, task_problems
 
 INFO_KEYS = {"task", "turn", "n_turns", "actions", "ops", "n_invalid", "valid", "submitted", "hidden_pass", "stop",
-             "call_mask"}
+             "call_mask", "useful_calls"}
 
 
 def test_raw_env_passes_gymnasium_check_env():
@@ -173,6 +173,32 @@ def test_revert_is_legal_only_after_a_change_and_restores_the_source():
     obs, _, _, _, info = env.step("revert")
     assert obs == "reverted to the original source" and info["valid"] and env.source == task.source
     assert not info["call_mask"][CALLS.index("revert")]
+
+
+def test_useful_calls_close_an_edit_only_after_the_episode_showed_it_useless():
+    env = BugFixEnv()
+    task = get_task("count_above")  # its answer is fix_comparison; it has no range() for fix_range_end
+    _, info = env.reset(options={"task": task})
+    assert np.array_equal(info["useful_calls"], info["call_mask"])  # nothing tried yet: nothing closed
+    _, _, _, _, info = env.step("edit fix_range_end")
+    assert env.source == task.source and not info["useful_calls"][CALLS.index("edit fix_range_end")]
+    assert info["useful_calls"].sum() == 7 and info["call_mask"].sum() == 8  # advice only: the call stays legal
+    _, _, _, _, info = env.step("edit fix_range_end")
+    assert info["valid"] and info["n_invalid"] == 0
+    wrong = "fix_init"  # changes the source, and the visible tests then fail
+    env.step(f"edit {wrong}")  # a change: on the new source nothing has been tried
+    assert env.useful_calls().sum() == 9
+    obs, _, _, _, _ = env.step("test")
+    assert "first failure" in obs and not env.useful_calls()[CALLS.index("submit")]  # it cannot pass
+    env.step("revert")  # back on the original source: the tried wrong edit made a source that failed a test
+    useful = env.useful_calls()
+    assert not useful[CALLS.index(f"edit {wrong}")] and not useful[CALLS.index("edit fix_range_end")]
+    assert useful[CALLS.index("edit fix_comparison")] and useful.sum() == 6
+    hidden = BugFixEnv(hide_outputs=["test"])  # a hidden test report shows nothing: nothing is closed by it
+    hidden.reset(options={"task": task})
+    for call in (f"edit {wrong}", "test", "revert"):
+        hidden.step(call)
+    assert hidden.useful_calls()[CALLS.index(f"edit {wrong}")]
 
 
 def test_tools_report_source_tests_and_changes():
