@@ -124,6 +124,8 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--seed", type=SEED, default=0, help="sampling seed (default: 0)")
     ev.add_argument("--hide-outputs", action="store_true",
                     help="blank the outputs of read and test (for models trained with --ablation blind-tools)")
+    ev.add_argument("--call-mask", choices=("none", "call_mask", "useful_calls"),
+                    help="decode under this env call mask instead of the model's own (a model with a call grammar)")
     ev.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
 
     sub.add_parser("play", help="play BugFix-v0 yourself in the terminal (bugfix_gym.play)", add_help=False)
@@ -220,8 +222,6 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
     if ppo.get("target_kl") == 0:
         ppo["target_kl"] = None
     if args.call_mask is not None:
-        if not recipe["grammar"]:
-            raise UsageError("bugfix-gym train: error: --call-mask needs the recipe's call grammar")
         recipe["call_mask"] = None if args.call_mask == "none" else args.call_mask
     for flag in ("timesteps", "iterations", "n_envs"):
         if getattr(args, flag) is not None:
@@ -401,10 +401,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
     else:
         split = args.split or "heldout"
         tasks, what, episodes = make_tasks(split), f"{split} split", args.episodes or 8
+    if args.call_mask is not None:
+        if model.policy.grammar is None:
+            raise UsageError("bugfix-gym eval: error: --call-mask needs a model with a call grammar; this one writes "
+                             "free text")
+        model.policy.call_mask_key = None if args.call_mask == "none" else args.call_mask
     env_kwargs = dict(hide_outputs=list(HIDEABLE)) if args.hide_outputs else None
     stats = model.evaluate(tasks, episodes, seed=args.seed, env_kwargs=env_kwargs)
     if args.json:
-        print(json.dumps(_jsonable(dict(stats, model=str(args.model), tasks=what, episodes_per_task=episodes))))
+        print(json.dumps(_jsonable(dict(stats, model=str(args.model), tasks=what, episodes_per_task=episodes,
+                                        call_mask=model.policy.call_mask_key))))
     else:
         print(_table({f"{args.model.name} on {what}": stats}))
     return 0

@@ -65,8 +65,9 @@ _DEFAULT_TOKENIZER: Tokenizer | None = None
 _FIXED_TOKENIZER: Tokenizer | None = None
 
 VIEW_INFO_KEYS = ("task_index", "turn", "n_turns", "n_edits", "n_invalid", "valid", "submitted", "hidden_pass",
-                  "stop_code", "last_call", "call_mask", "n_dropped_tokens")
-"""The ``info`` keys of both views: ints, bools and ``call_mask`` (bool[9]); see the module docstring."""
+                  "stop_code", "last_call", "call_mask", "useful_calls", "n_dropped_tokens")
+"""The ``info`` keys of both views: ints, bools, ``call_mask`` and ``useful_calls`` (bool[9]); see the module
+docstring."""
 STOP_REASONS: tuple[str, ...] = ("", "submit", "budget")
 """``STOP_REASONS[info["stop_code"]]`` is the text env's ``info["stop"]`` (``""`` for ``None``)."""
 
@@ -214,6 +215,7 @@ class _TokenViewWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
             "stop_code": STOP_REASONS.index(info["stop"] or ""),
             "last_call": CALL_INDEX.get(last, -1),
             "call_mask": np.array(info["call_mask"], dtype=bool),
+            "useful_calls": np.array(info["useful_calls"], dtype=bool),
             "n_dropped_tokens": self.view.n_dropped,
         }
 
@@ -292,8 +294,9 @@ class DiscreteCalls(_TokenViewWrapper):
 
     ## Observation Space
     The call mask is ``Box(0, 1, (9,), bool)``, True where the call is legal now (the text
-    env's ``info["call_mask"]``); :meth:`action_masks` returns it too (sb3-contrib
-    ``MaskablePPO``). ``layout`` puts it and the tokens under the keys a library reads:
+    env's ``info["call_mask"]``, or with ``mask="useful_calls"`` its ``info["useful_calls"]``,
+    which also closes the calls the episode has shown to be useless); :meth:`action_masks`
+    returns it too (sb3-contrib ``MaskablePPO``). ``layout`` puts it and the tokens under the keys a library reads:
 
     * ``"dict"`` (default; SB3, sb3-contrib, TorchRL's ``ActionMask`` transform):
       the token view of :class:`TokenObservation` (``ids``, ``owner``,
@@ -311,13 +314,17 @@ class DiscreteCalls(_TokenViewWrapper):
     :param tokenizer: defaults to :func:`default_tokenizer`
     :param max_len: padded observation length
     :param layout: ``"dict"``, ``"tianshou"`` or ``"rllib"``
+    :param mask: the text env's ``info`` key the call mask comes from: ``"call_mask"`` or ``"useful_calls"``
     """
 
     def __init__(self, env: gym.Env, tokenizer: Tokenizer | None = None, max_len: int = 512,
-                 layout: Layout = "dict"):
-        gym.utils.RecordConstructorArgs.__init__(self, tokenizer=tokenizer, max_len=max_len, layout=layout)
+                 layout: Layout = "dict", mask: str = "call_mask"):
+        gym.utils.RecordConstructorArgs.__init__(self, tokenizer=tokenizer, max_len=max_len, layout=layout, mask=mask)
         if layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+        if mask not in ("call_mask", "useful_calls"):
+            raise ValueError(f"mask must be 'call_mask' or 'useful_calls', got {mask!r}")
+        self.mask_key = mask
         super().__init__(env, tokenizer, max_len)
         self.layout = layout
         self.action_space = spaces.Discrete(len(CALLS))
@@ -335,7 +342,7 @@ class DiscreteCalls(_TokenViewWrapper):
         self._mask = np.zeros(len(CALLS), dtype=bool)
 
     def _observe(self, info: dict[str, Any]) -> dict[str, np.ndarray]:
-        self._mask = np.array(info["call_mask"], dtype=bool)
+        self._mask = np.array(info[self.mask_key], dtype=bool)
         arrays = self.view.arrays()
         if self.layout == "dict":
             arrays["action_mask"] = self._mask.copy()
@@ -346,7 +353,8 @@ class DiscreteCalls(_TokenViewWrapper):
         return {"observations": tokens, "action_mask": self._mask.copy()}
 
     def action_masks(self) -> np.ndarray:
-        """bool[9]: which calls are legal now (sb3-contrib convention)."""
+        """bool[9]: which calls are open now (legal, or useful with ``mask="useful_calls"``; sb3-contrib
+        convention)."""
         return self._mask.copy()
 
     def step(self, action):

@@ -73,3 +73,68 @@ def test_constrained_policy_predicts_legal_calls_and_keeps_its_grammar_through_a
         obs, _, terminated, truncated, _ = env.step(str(action))
         if terminated or truncated:
             break
+
+
+def test_a_call_mask_closes_exactly_its_calls_and_keeps_them_closed_through_the_call(tok):
+    grammar = CallGrammar(tok, bugfix_gym.CALLS)
+    assert grammar.start_for(None) == grammar.start == grammar.start_for([True] * 9)
+    open_calls = [c not in ("revert", "edit fix_init", "edit swap_minmax", "submit") for c in bugfix_gym.CALLS]
+    state = grammar.start_for(open_calls)
+    assert state >= grammar.n_nodes  # the closed calls are part of the state the tokens are recorded with
+    paths = _paths_from(grammar, state, [], tok.eoc_id)
+    assert sorted(tok.decode(p) for p in paths) == sorted(c for c, ok in zip(bugfix_gym.CALLS, open_calls) if ok)
+    only_edits = [c.startswith("edit") and c != "edit fix_init" for c in bugfix_gym.CALLS]
+    paths = _paths_from(grammar, grammar.start_for(only_edits), [], tok.eoc_id)
+    assert sorted(tok.decode(p) for p in paths) == sorted(c for c, ok in zip(bugfix_gym.CALLS, only_edits) if ok)
+    no_edit = [not c.startswith("edit") for c in bugfix_gym.CALLS]  # "edit" itself is closed: it leads nowhere
+    rows = grammar.mask_logits(torch.zeros(1, tok.vocab_size), torch.tensor([grammar.start_for(no_edit)]))
+    assert torch.isinf(rows[0, tok.ids["edit"]]) and not torch.isinf(rows[0, tok.ids["read"]])
+    assert grammar.start_for([False] * 9) == grammar.start  # nothing open: the mask cannot be followed
+    with pytest.raises(ValueError, match="must list the grammar's calls"):
+        grammar.start_for([True] * 8)
+    with pytest.raises(ValueError, match="not allowed"):
+        grammar.step(state, tok.ids["revert"])
+
+
+def _paths_from(grammar: CallGrammar, state: int, prefix: list[int], eoc: int) -> list[list[int]]:
+    """Every token path from ``state`` to the end of a call, read off the masked logits."""
+    row = grammar.mask_logits(torch.zeros(1, grammar.allowed.shape[1]), torch.tensor([state]))[0]
+    out = []
+    for t in torch.nonzero(~torch.isinf(row)).flatten().tolist():
+        out += [prefix + [t]] if t == eoc else _paths_from(grammar, grammar.step(state, t), prefix + [t], eoc)
+    return out
+
+
+def _replay_useful(task, actions: list[str]) -> bool:
+    """Whether every call of ``actions`` was open in ``info["useful_calls"]`` when it was written."""
+    env = bugfix_gym.BugFixEnv()
+    _, info = env.reset(options={"task": task})
+    for action in actions:
+        if not info["useful_calls"][bugfix_gym.CALLS.index(action)]:
+            return False
+        _, _, _, _, info = env.step(action)
+    return True
+
+
+def test_a_policy_that_follows_useful_calls_never_writes_a_closed_call_and_its_first_ratio_is_one(
+        shared_base_agent, tok, tmp_path):
+    tasks = bugfix_gym.make_tasks("train")
+    model = RecordingPPO("TinyAgentPolicy", make_vec_env("BugFix-v0", n_envs=8, seed=2), base_agent=shared_base_agent,
+                         n_episodes=16, n_minibatches=2, n_epochs=2, seed=2, critic_warmup_steps=0, target_kl=None,
+                         policy_kwargs=dict(tokenizer=tok, call_grammar=bugfix_gym.CALLS,
+                                            call_mask_key="useful_calls"))
+    played = model.sample_episodes(tasks * 3, generator=torch.Generator().manual_seed(0))
+    assert all(_replay_useful(bugfix_gym.get_task(t.task), t.info["actions"]) for t in played)
+    closed = [t for t in played if any(s >= model.policy.grammar.n_nodes for s in t.grammar_state.tolist())]
+    assert closed  # some calls were written with a call closed (revert at least, before any edit)
+    free = TokenPPO("TinyAgentPolicy", make_vec_env("BugFix-v0", n_envs=8, seed=2), base_agent=shared_base_agent,
+                    n_episodes=16, seed=2, policy_kwargs=dict(tokenizer=tok, call_grammar=bugfix_gym.CALLS))
+    unmasked = free.sample_episodes(tasks * 3, generator=torch.Generator().manual_seed(0))
+    assert not all(_replay_useful(bugfix_gym.get_task(t.task), t.info["actions"]) for t in unmasked)
+    model.train_on_batch(model.sample_episodes(n=16))
+    assert model.seen[0]["ratio_min"] == 1.0 and model.seen[0]["ratio_max"] == 1.0
+    model.save(tmp_path / "m.zip")
+    assert RecordingPPO.load(tmp_path / "m.zip").policy.call_mask_key == "useful_calls"
+    with pytest.raises(ValueError, match="needs a call grammar"):
+        TokenPPO("TinyAgentPolicy", gym.make("BugFix-v0"), base_agent=shared_base_agent,
+                 policy_kwargs=dict(tokenizer=tok, call_mask_key="useful_calls"))

@@ -85,6 +85,28 @@ def test_eval_table_and_json(saved_model, capsys):
     assert {k: stats[k] for k in direct} == json.loads(json.dumps(cli._jsonable(direct)))
 
 
+def test_eval_call_mask_overrides_the_models_own_and_needs_a_grammar(tmp_path, shared_base_agent, capsys):
+    path = tmp_path / "g.zip"
+    TokenPPO("TinyAgentPolicy", gym.make("BugFix-v0"), base_agent=shared_base_agent, n_episodes=4, seed=0,
+             policy_kwargs=dict(call_grammar=bugfix_gym.CALLS, call_mask_key="useful_calls")).save(path)
+    runs = {}
+    for flag in ([], ["--call-mask", "none"]):
+        assert main(["eval", str(path), "--split", "train", "--episodes", "2", "--json", *flag]) == 0
+        runs[tuple(flag)] = json.loads(capsys.readouterr().out)
+    assert runs[()]["call_mask"] == "useful_calls" and runs[("--call-mask", "none")]["call_mask"] is None
+    direct = TokenPPO.load(path)
+    direct.policy.call_mask_key = None
+    assert runs[("--call-mask", "none")]["pass_rate"] == direct.evaluate(bugfix_gym.make_tasks("train"), 2)["pass_rate"]
+    assert main(["eval", str(tmp_path / "g.zip"), "--call-mask", "useful_calls"]) == 0
+    capsys.readouterr()
+
+
+def test_eval_call_mask_on_a_free_text_model_is_one_line(saved_model, capsys):
+    assert main(["eval", str(saved_model), "--call-mask", "useful_calls"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "needs a model with a call grammar" in err
+
+
 def _train_args(out, timesteps=96):
     return ["train", "--timesteps", str(timesteps), "--n-envs", "4", "--n-episodes", "8", "--n-minibatches", "2",
             "--eval-episodes", "1", "--out", str(out), "--no-progress", "--seed", "5"]

@@ -122,6 +122,17 @@ def test_action_mask_and_action_masks_follow_the_legal_calls():
     assert env.action_masks().sum() == 8  # a copy each call
 
 
+def test_the_useful_calls_mask_closes_an_edit_that_changed_nothing():
+    env = DiscreteCalls(BugFixEnv(), TOK, mask="useful_calls")
+    env.reset(options={"task": "clamp"})
+    obs, *_, info = env.step(CALLS.index("edit fix_init"))  # clamp has no accumulator: no change
+    closed = [c for c, ok in zip(CALLS, env.action_masks()) if not ok]
+    assert closed == ["edit fix_init", "revert"] and obs["action_mask"].tolist() == info["useful_calls"].tolist()
+    assert info["call_mask"][CALLS.index("edit fix_init")]  # still legal: the env does not enforce the advice
+    with pytest.raises(ValueError, match="mask must be"):
+        DiscreteCalls(BugFixEnv(), TOK, mask="legal")
+
+
 def test_discrete_calls_rejects_non_integer_and_out_of_range_actions():
     env = DiscreteCalls(BugFixEnv(), TOK)
     env.reset(seed=0)
