@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 import torch
 
-from bugfix_gym import BugFixEnv, Task, Tokenizer, make_tasks, scripted_policy
+from bugfix_gym import OWNER_TOOL, BugFixEnv, Task, Tokenizer, make_tasks, scripted_policy
 
 from .losses import masked_mean
 from .model import TinyAgent, TinyAgentConfig, sequence_log_probs
@@ -30,12 +30,13 @@ def make_base_agent(tok: Tokenizer, seed: int = 0, kinds: Sequence[str] = ("rand
                     episodes_per_task: int = 8, steps: int = 200, batch_size: int = 64, lr: float = 3e-3,
                     config: TinyAgentConfig | None = None, tasks: Sequence[Task] | None = None,
                     teacher_kwargs: dict[str, dict[str, Any]] | None = None,
-                    env_kwargs: dict[str, Any] | None = None) -> TinyAgent:
+                    env_kwargs: dict[str, Any] | None = None, tool_coef: float = 0.0) -> TinyAgent:
     """TinyAgent behaviour-cloned on scripted play over the train tasks (book §6.2).
 
     Collects ``episodes_per_task`` demonstrations per train task from each scripted policy in
     ``kinds``, then takes ``steps`` Adam steps on random minibatches of cross-entropy over
-    policy tokens only. Everything is seeded: the same call returns the same weights (bit for bit
+    policy tokens (plus, with ``tool_coef``, over the tool outputs: the agent also learns to predict
+    what the tools will answer, from the episodes it watched). Everything is seeded: the same call returns the same weights (bit for bit
     under the same ``torch.get_num_threads()``; float reductions differ between thread counts).
 
     :param tok: the tokenizer (``bugfix_gym.build_tokenizer()``)
@@ -49,6 +50,7 @@ def make_base_agent(tok: Tokenizer, seed: int = 0, kinds: Sequence[str] = ("rand
     :param tasks: the tasks the scripted policies play (default: the book's 20 train tasks)
     :param teacher_kwargs: extra ``scripted_policy`` arguments per kind, e.g. ``{"careful": {"p_read": 1.0}}``
     :param env_kwargs: BugFix-v0 options of the env the demonstrations are played in (e.g. ``hide_outputs``)
+    :param tool_coef: weight of the cross-entropy on tool-output tokens (0: policy tokens only, the book's)
     """
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
@@ -68,6 +70,9 @@ def make_base_agent(tok: Tokenizer, seed: int = 0, kinds: Sequence[str] = ("rand
         T = int((data["owner"][idx] > 0).sum(1).max())  # trim shared right padding
         logp = sequence_log_probs(model, ids[:, :T])  # [b, T-1]
         loss = -masked_mean(logp, mask[:, : T - 1])  # cross-entropy on policy tokens
+        if tool_coef:
+            tool = (data["owner"][idx, 1:T] == OWNER_TOOL).float()  # [b, T-1] targets the tools wrote
+            loss = loss - tool_coef * masked_mean(logp, tool)
         opt.zero_grad()
         loss.backward()
         opt.step()

@@ -193,8 +193,7 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
     def _make_sampler(self, env: VecEnv | None) -> EpisodeSampler | None:
         if env is None:
             return None
-        return EpisodeSampler(env, self.policy.tokenizer, self.policy.max_call_tokens, grammar=self.policy.grammar,
-                              asynchronous=self.async_envs, call_mask_key=self.policy.call_mask_key)
+        return EpisodeSampler(env, self.policy.tokenizer, asynchronous=self.async_envs, **self.policy.sampler_kwargs())
 
     @staticmethod
     def _wrap_env(env: GymEnv, verbose: int = 0, monitor_wrapper: bool = True) -> VecEnv:
@@ -302,8 +301,7 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         model = self.policy.model
         if tasks is not None:
             venv = env if env is not None else task_vec_env(min(64, max(1, len(tasks))))
-            sampler = EpisodeSampler(venv, self.policy.tokenizer, self.policy.max_call_tokens,
-                                     grammar=self.policy.grammar, call_mask_key=self.policy.call_mask_key)
+            sampler = EpisodeSampler(venv, self.policy.tokenizer, **self.policy.sampler_kwargs())
             return sampler.play_tasks(model, tasks, generator=gen, temperature=temp, deterministic=deterministic)
         if env is None or env is self.env:
             if self.sampler is None:
@@ -329,8 +327,7 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
 
         self.policy.set_training_mode(False)
         return evaluate(self.policy.model, self.policy.tokenizer, tasks, episodes_per_task, seed,
-                        env_kwargs=env_kwargs, grammar=self.policy.grammar, max_call_tokens=self.policy.max_call_tokens,
-                        call_mask_key=self.policy.call_mask_key, temperature=self.temperature)
+                        env_kwargs=env_kwargs, temperature=self.temperature, **self.policy.sampler_kwargs())
 
     # ------------------------------------------------------------------ files
     def save(self, path: str | pathlib.Path | Any, exclude: Any = None, include: Any = None) -> None:

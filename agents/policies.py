@@ -111,6 +111,10 @@ class TinyAgentPolicy(BasePolicy):
                     optimizer_kwargs=self.optimizer_kwargs, lr_schedule=self._dummy_schedule)
         return data
 
+    def sampler_kwargs(self) -> dict[str, Any]:
+        """How this policy writes calls, as :class:`agents.rollout.EpisodeSampler` keyword arguments."""
+        return dict(max_call_tokens=self.max_call_tokens, grammar=self.grammar, call_mask_key=self.call_mask_key)
+
     # ------------------------------------------------------------------ acting
     def forward(self, ids: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
         """Full causal forward: ids [B, T] -> (logits [B, T, V], values [B, T])."""

@@ -2,7 +2,7 @@
 
 Loads a model saved by ``bugfix-gym train`` (e.g. ``--tasks generated``), plays one episode on
 each of ``--n`` tasks from the generator's unseen ``test`` templates (generator seed
-``--gen-seed``), decoding as in training (the model's grammar and temperature), and prints
+``--gen-seed``), decoding as in training (the model's grammar, call mask and temperature), and prints
 
 1. the behaviour report: pass rate, valid calls, read rate, test rate, revert use, edits per
    episode, first edit right (scored against each task's answer, which only the evaluator
@@ -76,8 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     tasks = generate_tasks("test", args.n, seed=args.gen_seed)
     policy = model.policy
     trajs = sample_episodes(policy.model, policy.tokenizer, tasks, 1, args.seed, env_kwargs=env_kwargs or None,
-                            grammar=policy.grammar, max_call_tokens=policy.max_call_tokens,
-                            temperature=model.temperature)
+                            temperature=model.temperature, **policy.sampler_kwargs())
     stats = episode_stats([t.info for t in trajs], [t.reward for t in trajs], [t.fix_op for t in tasks])
     print(f"{args.model} on {args.n} unseen generated test tasks (gen-seed {args.gen_seed}, sampling seed "
           f"{args.seed}, one episode each)")
