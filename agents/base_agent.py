@@ -36,8 +36,9 @@ def make_base_agent(tok: Tokenizer, seed: int = 0, kinds: Sequence[str] = ("rand
     Collects ``episodes_per_task`` demonstrations per train task from each scripted policy in
     ``kinds``, then takes ``steps`` Adam steps on random minibatches of cross-entropy over
     policy tokens (plus, with ``tool_coef``, over the tool outputs: the agent also learns to predict
-    what the tools will answer, from the episodes it watched). Everything is seeded: the same call returns the same weights (bit for bit
-    under the same ``torch.get_num_threads()``; float reductions differ between thread counts).
+    what the tools will answer, from the episodes it watched). Everything is seeded: the same call
+    returns the same weights (bit for bit under the same ``torch.get_num_threads()``; float
+    reductions differ between thread counts).
 
     :param tok: the tokenizer (``bugfix_gym.build_tokenizer()``)
     :param seed: seeds the model init, the scripted policies and the minibatches

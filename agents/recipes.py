@@ -29,7 +29,8 @@ RECIPES: dict[str, dict[str, Any]] = {
     # tools pay: a fresh generated task every episode (generator "train" templates, 30% of the
     # episodes from the templates where reading alone cannot decide), a base agent that imitates
     # blind-op careful play (read, edit, test, revert, edit, submit), TokenPPO held near it by a
-    # KL term, grammar-constrained calls, and the weights that did best on generated heldout tasks
+    # KL term, grammar-constrained calls that follow the env's useful-call mask (no edit or submit the
+    # episode has already shown to be useless), and the weights that did best on generated heldout tasks
     "generated": dict(
         env=dict(generated="train", ambiguous_share=0.3, invalid_cost=0.1),
         iterations=None,

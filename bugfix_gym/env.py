@@ -267,7 +267,8 @@ class BugFixEnv(gym.Env):
                            ops=list(self.ops), n_invalid=self.n_invalid, valid=self.valid, submitted=self.submitted,
                            hidden_pass=self.hidden_pass, stop=self.stop, done=self._done,
                            transcript=[list(seg) for seg in self.transcript],
-                           edits=[[src, op, new] for (src, op), new in self._edits.items()], failed=sorted(self._failed))
+                           edits=[[src, op, new] for (src, op), new in self._edits.items()],
+                           failed=sorted(self._failed))
         return {"episode": episode, "np_random": self.np_random.bit_generator.state}
 
     def set_state(self, state: dict[str, Any]) -> None:

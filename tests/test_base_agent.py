@@ -22,6 +22,23 @@ def test_same_call_same_weights_and_seed_matters(tok):
     assert any(not torch.equal(sa[k], sc[k]) for k in sa)
 
 
+def test_tool_coef_also_teaches_the_tool_outputs(tok):
+    """With ``tool_coef`` the agent learns to predict what the tools answer; at 0 it does not learn them."""
+    from agents.model import sequence_log_probs
+    from agents.rollout import collate, scripted_rollout
+
+    kw = dict(episodes_per_task=2, steps=40, batch_size=16, kinds=("careful",))
+    plain, both = make_base_agent(tok, seed=3, **kw), make_base_agent(tok, seed=3, tool_coef=1.0, **kw)
+    env = bugfix_gym.BugFixEnv(split="heldout")
+    policy = bugfix_gym.scripted_policy("careful", seed=11)
+    data = collate([scripted_rollout(policy, env, task, tok) for task in bugfix_gym.make_tasks("heldout")], tok.pad_id)
+    tool = (data["owner"][:, 1:] == bugfix_gym.OWNER_TOOL).float()  # [N, T-1]
+    with torch.no_grad():
+        nll = {name: -float((sequence_log_probs(m, data["ids"]) * tool).sum() / tool.sum())
+               for name, m in (("plain", plain), ("both", both))}
+    assert nll["both"] < 0.7 * nll["plain"]  # held-out episodes: it learnt the tools, not these transcripts
+
+
 @pytest.mark.slow
 def test_base_agent_lands_in_the_books_ranges(shared_base_agent, tok):
     """Book: valid calls 0.98, submit 0.78-0.83, pass 0.12-0.19 on both splits (16 episodes per task)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import string
 import subprocess
 import sys
@@ -199,6 +200,19 @@ def test_useful_calls_close_an_edit_only_after_the_episode_showed_it_useless():
     for call in (f"edit {wrong}", "test", "revert"):
         hidden.step(call)
     assert hidden.useful_calls()[CALLS.index(f"edit {wrong}")]
+
+
+def test_get_state_and_set_state_carry_what_the_episode_has_shown():
+    env = BugFixEnv()
+    env.reset(options={"task": "count_above"})
+    for call in ("edit fix_range_end", "edit fix_init", "test", "revert"):
+        env.step(call)
+    copy = BugFixEnv()
+    copy.set_state(json.loads(json.dumps(env.get_state())))  # plain data, as a resumed run reads it
+    assert copy.useful_calls().tolist() == env.useful_calls().tolist() != copy.call_mask().tolist()
+    for call in ("edit fix_comparison", "test"):
+        mine, theirs = env.step(call), copy.step(call)
+        assert mine[:4] == theirs[:4] and mine[4]["useful_calls"].tolist() == theirs[4]["useful_calls"].tolist()
 
 
 def test_tools_report_source_tests_and_changes():
