@@ -101,6 +101,16 @@ def test_eval_call_mask_overrides_the_models_own_and_needs_a_grammar(tmp_path, s
     capsys.readouterr()
 
 
+def test_train_call_mask_flag_sets_the_recipes_mask():
+    def settings(*flags):
+        return cli._settings(cli._parser().parse_args(["train", "--tasks", "generated", *flags]))
+
+    assert settings()["call_mask"] == "useful_calls"  # the recipe's default
+    assert settings("--call-mask", "none")["call_mask"] is None
+    assert settings("--call-mask", "call_mask")["call_mask"] == "call_mask"
+    assert cli._settings(cli._parser().parse_args(["train"]))["call_mask"] is None  # the book recipe: no mask
+
+
 def test_eval_call_mask_on_a_free_text_model_is_one_line(saved_model, capsys):
     assert main(["eval", str(saved_model), "--call-mask", "useful_calls"]) == 2
     err = capsys.readouterr().err
