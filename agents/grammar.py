@@ -47,7 +47,6 @@ class CallGrammar:
         self.calls = tuple(calls)
         self.eoc_id = tokenizer.eoc_id
         children: list[dict[int, int]] = [{}]
-        ends: set[int] = set()
         self.max_call_tokens = 0
         for call in self.calls:
             ids = tokenizer.encode(call)
@@ -63,20 +62,23 @@ class CallGrammar:
                     children[node][token] = len(children)
                     children.append({})
                 node = children[node][token]
-            ends.add(node)
         self._next = children
-        # through[node, t]: the bits of the calls whose path goes from node through token t (0: t is not next);
-        # ends_here[node]: the bits of the calls that end at node (so <eoc> may follow)
-        through = torch.zeros(len(children), tokenizer.vocab_size, dtype=torch.long)  # [n_nodes, V]
-        ends_here = torch.zeros(len(children), dtype=torch.long)  # [n_nodes]
+        # _via[node][t]: the bits of the calls whose path goes from node through token t;
+        # _ending[node]: the bits of the calls that end at node (so <eoc> may follow)
+        self._via: list[dict[int, int]] = [dict.fromkeys(nxt, 0) for nxt in children]
+        self._ending = [0] * len(children)
         for k, call in enumerate(self.calls):
             node = 0
             for token in tokenizer.encode(call):
-                through[node, token] |= 1 << k
+                self._via[node][token] |= 1 << k
                 node = children[node][token]
-            ends_here[node] |= 1 << k
-        self._through, self._ends_here = through, ends_here
-        self.allowed = self._rows(torch.arange(len(children)))  # [n_nodes, V] the plain grammar's rows
+            self._ending[node] |= 1 << k
+        through = torch.zeros(len(children), tokenizer.vocab_size, dtype=torch.long)  # [n_nodes, V]
+        for node, via in enumerate(self._via):
+            through[node, list(via)] = torch.tensor(list(via.values()), dtype=torch.long)
+        self._through = through
+        self._ends_here = torch.tensor(self._ending, dtype=torch.long)  # [n_nodes]
+        self.allowed = self._closed_rows(torch.arange(len(children)))  # [n_nodes, V] the plain grammar's rows
 
     @property
     def n_nodes(self) -> int:
@@ -98,8 +100,12 @@ class CallGrammar:
 
     def _rows(self, states: torch.Tensor) -> torch.Tensor:
         """bool [N, V]: the tokens allowed in each state of ``states`` [N] (all >= 0)."""
-        if hasattr(self, "allowed") and bool((states < self.n_nodes).all()):
+        if bool((states < self.n_nodes).all()):
             return self.allowed.to(states.device)[states]  # no call closed: the plain rows
+        return self._closed_rows(states)
+
+    def _closed_rows(self, states: torch.Tensor) -> torch.Tensor:
+        """``_rows`` worked out from the call bits of each state's node and its closed calls."""
         node, closed = states % self.n_nodes, states // self.n_nodes  # [N], [N]
         open_bits = ~closed[:, None]  # [N, 1]
         rows = (self._through.to(states.device)[node] & open_bits) != 0  # [N, V]
@@ -112,9 +118,10 @@ class CallGrammar:
 
         :raises ValueError: ``token`` is not allowed in ``state``
         """
-        if state < 0 or not bool(self._rows(torch.tensor([state]))[0, token]):
-            raise ValueError(f"token {token} is not allowed in grammar state {state}")
         node, closed = state % self.n_nodes, state // self.n_nodes
+        bits = self._ending[node] if token == self.eoc_id else self._via[node].get(token, 0)
+        if state < 0 or not bits & ~closed:  # plain ints: this runs once per sampled token
+            raise ValueError(f"token {token} is not allowed in grammar state {state}")
         if token == self.eoc_id:
             return self.start + self.n_nodes * closed
         return self._next[node][token] + self.n_nodes * closed
