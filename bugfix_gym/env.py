@@ -88,7 +88,7 @@ class BugFixEnv(gym.Env):
     ## Arguments
     ``gym.make("BugFix-v0", split="train", tasks=None, max_turns=6, call_cost=0.0,
     edit_penalty=0.0, render_mode=None, generated=None, hide_outputs=(), invalid_cost=0.0,
-    tool_latency_s=0.0, ambiguous_share=0.0)``.
+    tool_latency_s=0.0, ambiguous_share=0.0, statement_dropout=0.0)``.
 
     :param split: the book's task set, ``"train"``, ``"heldout"`` or ``"all"``
     :param tasks: a fixed list of :class:`Task` (e.g. from ``generate_tasks`` or
@@ -115,6 +115,10 @@ class BugFixEnv(gym.Env):
         unchanged
     :param invalid_cost: subtracted from the reward of every invalid call (finite, >= 0),
         so an invalid call is no longer a free "not yet"
+    :param statement_dropout: a training augmentation: at ``reset`` each word of the statement is
+        left out of the prompt with this probability (in [0, 1), drawn with ``self.np_random``), so a
+        policy cannot lean on the exact wording of the statements it trains on; the task and its
+        tests are unchanged. Evaluate with 0.
     :param tool_latency_s: seconds slept on every valid ``test`` and ``submit`` call (finite,
         >= 0), a stand-in for running the tests in a container (to measure scale-out)
 
@@ -127,7 +131,7 @@ class BugFixEnv(gym.Env):
     def __init__(self, split: str = "train", tasks: Sequence[Task] | None = None, max_turns: int = 6,
                  call_cost: float = 0.0, edit_penalty: float = 0.0, render_mode: str | None = None,
                  generated: str | None = None, hide_outputs: Sequence[str] = (), invalid_cost: float = 0.0,
-                 tool_latency_s: float = 0.0, ambiguous_share: float = 0.0):
+                 tool_latency_s: float = 0.0, ambiguous_share: float = 0.0, statement_dropout: float = 0.0):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             # gymnasium only warns here too; SB3's make_vec_env asks for "rgb_array" by default
             gym.logger.warn(f"BugFix-v0 renders as text only ({self.metadata['render_modes']}); "
@@ -150,6 +154,7 @@ class BugFixEnv(gym.Env):
         if self.generated:  # no fixed pool: every reset draws a new task
             self.tasks, self.split = [], "generated"
         self.ambiguous_share = _ambiguous_share(ambiguous_share, self.generated)
+        self.statement_dropout = _statement_dropout(statement_dropout)
         self.call_cost = _cost("call_cost", call_cost)
         self.edit_penalty = _cost("edit_penalty", edit_penalty)
         self.invalid_cost = _cost("invalid_cost", invalid_cost)
@@ -181,7 +186,7 @@ class BugFixEnv(gym.Env):
         self._done = False
         self._edits = {}
         self._failed = set()
-        obs = _prompt(self.task)
+        obs = _prompt(self.task, self._statement())
         self.transcript = [(OWNER_PROMPT, obs)]
         if self.render_mode == "human":
             self.render()
@@ -328,6 +333,15 @@ class BugFixEnv(gym.Env):
             lines.append(f"[episode over: {self.stop}]")
         return "\n".join(lines)
 
+    def _statement(self) -> str:
+        """The task's statement, each word left out with probability ``statement_dropout``."""
+        assert self.task is not None
+        if not self.statement_dropout:  # draws nothing, so the env's random stream is as without the option
+            return self.task.statement
+        words = self.task.statement.split()
+        keep = self.np_random.random(len(words)) >= self.statement_dropout
+        return " ".join(w for w, k in zip(words, keep) if k)
+
     def _choose_task(self, options: dict[str, Any] | None) -> Task:
         """The task of ``reset(options=...)``: the one named in ``options["task"]``, else a draw."""
         if options is None:
@@ -384,9 +398,9 @@ def _printable(text: str) -> str:
     return _UNPRINTABLE.sub("?", text[:MAX_OBS_CHARS].replace("\r\n", "\n"))
 
 
-def _prompt(task: Task) -> str:
+def _prompt(task: Task, statement: str) -> str:
     """The reset prompt inside the observation space; a huge statement is cut, the call menu kept."""
-    text = tools.prompt(task)
+    text = tools.prompt(task, statement)
     if len(text) > MAX_OBS_CHARS:
         menu = " . calls : " + tools.MENU  # how tools.prompt ends
         text = text[: MAX_OBS_CHARS - len(menu) - 4] + " ..." + menu
@@ -419,6 +433,13 @@ def _generator_split(generated: Any, tasks: Sequence[Task] | None) -> str | None
     if tasks is not None:
         raise ValueError("pass either tasks= (a fixed list) or generated= (a fresh task every reset), not both")
     return generated
+
+
+def _statement_dropout(p: Any) -> float:
+    p = _cost("statement_dropout", p)
+    if p >= 1:
+        raise ValueError(f"statement_dropout is a probability in [0, 1), got {p!r}")
+    return p
 
 
 def _ambiguous_share(share: Any, generated: str | None) -> float:

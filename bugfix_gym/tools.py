@@ -72,6 +72,6 @@ def _echo(text: str, limit: int = 40) -> str:
     return "'" + (clean if len(clean) <= limit else clean[: limit - 3] + "...") + "'"
 
 
-def prompt(task) -> str:
-    """The prompt the agent sees at reset: statement plus call menu."""
-    return f"fix the function {task.name} : {task.statement} . calls : {MENU}"
+def prompt(task, statement: str | None = None) -> str:
+    """The prompt the agent sees at reset: statement (the task's, unless given) plus call menu."""
+    return f"fix the function {task.name} : {task.statement if statement is None else statement} . calls : {MENU}"

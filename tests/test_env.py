@@ -365,6 +365,8 @@ def test_bad_reset_options_give_one_clear_line(options, error, message):
     (dict(generated="train", ambiguous_share=1.5), ValueError, r"ambiguous_share is a share of episodes in \[0, 1\]"),
     (dict(generated="test", ambiguous_share=0.3), ValueError, "ambiguous_share needs generated='train'"),
     (dict(ambiguous_share=0.3), ValueError, "ambiguous_share needs generated='train'"),
+    (dict(statement_dropout=1.0), ValueError, r"statement_dropout is a probability in \[0, 1\)"),
+    (dict(statement_dropout=-0.1), ValueError, "statement_dropout must be a finite number >= 0"),
     (dict(hide_outputs="read"), TypeError, r"hide_outputs must be a list of tool names such as \['read', 'test'\]"),
     (dict(hide_outputs=["read", "edit"]), ValueError, "hide_outputs can name only 'read', 'test', got 'edit'"),
 ])
@@ -447,6 +449,28 @@ def test_ambiguous_share_draws_that_share_from_the_ambiguous_templates():
     assert abs(share - expected) < 0.1 and len(set(keys) - set(AMBIGUOUS)) > 20
 
 
+def test_statement_dropout_leaves_out_statement_words_and_nothing_else():
+    from bugfix_gym import tools
+
+    plain, dropped = BugFixEnv(generated="train"), BugFixEnv(generated="train", statement_dropout=0.5)
+    kept = total = 0
+    for seed in range(40):
+        prompt, _ = plain.reset(seed=seed)
+        short, _ = dropped.reset(seed=seed)
+        task = dropped.task
+        assert task == plain.task and prompt == tools.prompt(task)  # the same task; 0 changes nothing
+        head, tail = f"fix the function {task.name} : ", f" . calls : {tools.MENU}"
+        assert short.startswith(head) and short.endswith(tail)
+        words, left = task.statement.split(), short[len(head):-len(tail)].split()
+        it = iter(words)
+        assert all(w in it for w in left)  # what is left is the statement in order, with words left out
+        kept, total = kept + len(left), total + len(words)
+        for call in ("read", "test", "edit fix_init", "submit"):  # tools, tests and reward unchanged
+            a, b = plain.step(call), dropped.step(call)
+            assert a[:4] == b[:4]
+    assert 0.4 < kept / total < 0.6
+
+
 def test_generated_tasks_stay_registered_only_while_recent(monkeypatch):
     from bugfix_gym import generator
     from bugfix_gym.tasks import REGISTRY
@@ -514,7 +538,8 @@ def test_invalid_cost_is_charged_on_each_invalid_step_only():
 
 
 @pytest.mark.parametrize("kwargs", [dict(generated="train"), dict(generated="test", invalid_cost=0.2),
-                                    dict(hide_outputs=["read", "test"], invalid_cost=0.1, call_cost=0.05)])
+                                    dict(hide_outputs=["read", "test"], invalid_cost=0.1, call_cost=0.05),
+                                    dict(generated="train", statement_dropout=0.3)])
 def test_check_env_passes_with_the_new_options(kwargs):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
