@@ -16,7 +16,8 @@ the bytes actually decompressed. Every problem is a one-line ``ValueError``.
 
 Where it differs from SB3: ``stable_baselines3``'s own ``BaseAlgorithm.load`` cannot rebuild
 these files (there is no pickled policy class to read), and a learning-rate or clip-range
-*schedule* is saved as its current value (a warning says so).
+*schedule* is saved as its starting value (a warning says so; ``bugfix-gym train --resume`` sets the
+run's schedule again).
 """
 
 from __future__ import annotations
@@ -122,9 +123,9 @@ def _json_arg(algo: Any, name: str) -> Any:
         value = value.value_schedule
     if isinstance(value, ConstantSchedule):
         value = value.val
-    if callable(value):  # a real schedule: its value now
-        warnings.warn(f"{name} is a schedule; the model file keeps its current value only", stacklevel=3)
-        value = float(value(algo._current_progress_remaining))
+    if callable(value):  # a real schedule: its value at the start (a decayed one can be 0, not a valid rate)
+        warnings.warn(f"{name} is a schedule; the model file keeps its starting value only", stacklevel=3)
+        value = float(value(1.0))
     return _plain(value, name)
 
 

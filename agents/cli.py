@@ -94,6 +94,9 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--n-epochs", type=POSITIVE_INT, help="epochs per batch")
     train.add_argument("--n-minibatches", type=POSITIVE_INT, help="minibatches per epoch")
     train.add_argument("--learning-rate", type=POSITIVE_FLOAT, help="Adam learning rate")
+    train.add_argument("--lr-schedule", choices=("constant", "linear"),
+                       help="constant learning rate, or linear from --learning-rate down to 0 at the end of the "
+                            "budget (with --timesteps; the recipe's by default)")
     train.add_argument("--gae-lambda", type=UNIT_FLOAT, help="GAE lambda, in [0, 1]")
     train.add_argument("--ent-coef", type=NON_NEGATIVE_FLOAT, help="entropy bonus coefficient")
     train.add_argument("--target-kl", type=NON_NEGATIVE_FLOAT, help="KL early-stop target; 0 turns it off")
@@ -223,6 +226,8 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
         ppo["target_kl"] = None
     if args.call_mask is not None:
         recipe["call_mask"] = None if args.call_mask == "none" else args.call_mask
+    if args.lr_schedule is not None:
+        recipe["lr_schedule"] = args.lr_schedule
     for flag in ("timesteps", "iterations", "n_envs"):
         if getattr(args, flag) is not None:
             recipe[flag] = getattr(args, flag)
@@ -230,6 +235,20 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
         recipe["iterations" if args.timesteps is not None else "timesteps"] = None
     return dict(recipe, tasks=args.tasks, seed=args.seed, eval_episodes=args.eval_episodes,
                 tensorboard=args.tensorboard)
+
+
+def _set_lr_schedule(model: Any, settings: dict[str, Any]) -> None:
+    """The recipe's learning-rate schedule: ``"linear"`` decays ``ppo.learning_rate`` to 0 over the run's env
+    steps (SB3's ``LinearSchedule`` of the progress remaining); ``"constant"`` (or none) keeps it."""
+    kind = settings.get("lr_schedule") or "constant"
+    if kind == "constant":
+        return
+    if not settings.get("timesteps"):
+        raise UsageError("bugfix-gym train: error: --lr-schedule linear decays over env steps; give --timesteps")
+    from stable_baselines3.common.utils import LinearSchedule
+
+    model.learning_rate = LinearSchedule(settings["ppo"]["learning_rate"], 0.0, 1.0)
+    model._setup_lr_schedule()
 
 
 def _eval_env(settings: dict[str, Any]) -> dict[str, Any] | None:
@@ -283,6 +302,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         except (FileNotFoundError, ValueError) as e:
             raise UsageError(f"bugfix-gym train: error: {e}") from None
         restore_training_state(model, resume_state)
+        _set_lr_schedule(model, settings)
         _check_memory(settings, model.policy_kwargs["model_config"])
         print(f"resuming {out} at iteration {model._iteration} ({model.num_timesteps} env steps done)", flush=True)
         before = None
@@ -303,6 +323,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         base_agent = recipes.make_base_agent(settings, tok, settings["seed"])
         model = TokenPPO("TinyAgentPolicy", env, seed=settings["seed"], policy_kwargs=policy_kwargs,
                          base_agent=base_agent, tensorboard_log=None, **settings["ppo"])
+        _set_lr_schedule(model, settings)
         _check_memory(settings, model.policy_kwargs["model_config"])  # the sizes the base agent brought
         out = out or new_run_dir()
         if settings["tensorboard"]:

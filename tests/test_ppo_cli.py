@@ -117,14 +117,24 @@ def test_eval_call_mask_on_a_free_text_model_is_one_line(saved_model, capsys):
     assert err.count("\n") == 1 and "needs a model with a call grammar" in err
 
 
-def _train_args(out, timesteps=96):
+def test_train_lr_schedule_flag_sets_the_recipes_schedule():
+    def settings(*flags):
+        return cli._settings(cli._parser().parse_args(["train", "--tasks", "generated", *flags]))
+
+    assert settings("--lr-schedule", "linear")["lr_schedule"] == "linear"
+    assert settings("--lr-schedule", "constant")["lr_schedule"] == "constant"
+    assert main(["train", "--iterations", "2", "--lr-schedule", "linear", "--out", "unused"]) == 2  # needs env steps
+
+
+def _train_args(out, timesteps=96, *extra):
     return ["train", "--timesteps", str(timesteps), "--n-envs", "4", "--n-episodes", "8", "--n-minibatches", "2",
-            "--eval-episodes", "1", "--out", str(out), "--no-progress", "--seed", "5"]
+            "--eval-episodes", "1", "--out", str(out), "--no-progress", "--seed", "5", *extra]
 
 
+@pytest.mark.parametrize("schedule", ["constant", "linear"])
 def test_ctrl_c_saves_the_last_iteration_and_resume_gives_the_uninterrupted_result(
-        tmp_path, small_eval, monkeypatch, capsys):
-    assert main(_train_args(tmp_path / "whole")) == 0
+        tmp_path, small_eval, monkeypatch, capsys, schedule):
+    assert main(_train_args(tmp_path / "whole", 96, "--lr-schedule", schedule)) == 0
     whole = TokenPPO.load(tmp_path / "whole" / "tokenppo.zip")
 
     original = TokenPPO.train
@@ -137,7 +147,7 @@ def test_ctrl_c_saves_the_last_iteration_and_resume_gives_the_uninterrupted_resu
         return original(self)
 
     monkeypatch.setattr(TokenPPO, "train", interrupted)
-    assert main(_train_args(tmp_path / "cut")) == 130
+    assert main(_train_args(tmp_path / "cut", 96, "--lr-schedule", schedule)) == 130
     err = capsys.readouterr().err
     assert "saved iteration 2" in err and "--resume" in err
     saved = TokenPPO.load(tmp_path / "cut" / "tokenppo.zip")
@@ -149,6 +159,8 @@ def test_ctrl_c_saves_the_last_iteration_and_resume_gives_the_uninterrupted_resu
     for (k, v), (_, w) in zip(whole.policy.state_dict().items(), resumed.policy.state_dict().items()):
         assert torch.equal(v, w), k
     assert not (tmp_path / "cut" / "resume.json").exists()
+    lr = resumed.policy.optimizer.param_groups[0]["lr"]  # the rate of the last update (SB3: at progress <= 0)
+    assert lr == (1e-3 if schedule == "constant" else 0.0)
     assert main(_train_args(tmp_path / "cut")) == 2  # a finished run is not overwritten
     assert "already holds a run" in capsys.readouterr().err
 
