@@ -7,17 +7,21 @@ each of ``--n`` tasks from the generator's unseen ``test`` templates (generator 
 1. the behaviour report: pass rate, valid calls, read rate, test rate, revert use, edits per
    episode, first edit right (scored against each task's answer, which only the evaluator
    knows), and the pass rate of the episodes that read, that tested, and that did neither;
-2. ``--transcripts`` transcripts of passed episodes that looked first (read or test before the
+2. the pass rate per test template;
+3. ``--transcripts`` transcripts of passed episodes that looked first (read or test before the
    first edit), preferring ones that reverted, then ones that tested, then more edits — the
    whole episode as the env renders it.
 
 Run: ``python examples/generalisation_report.py runs/gen/s0/tokenppo.zip`` (``--n``, ``--gen-seed``,
-``--seed``, ``--transcripts``, ``--hide-outputs`` for models trained with ``--ablation blind-tools``).
-Prints only; writes nothing.
+``--seed``, ``--transcripts``, ``--hide-outputs`` for models trained with ``--ablation blind-tools``,
+``--statement TEXT`` to give every task that statement instead of its own: a probe of how much the
+agent picks its edit from the wording rather than from the code). Prints only; writes nothing.
 """
 from __future__ import annotations
 
 import argparse
+import collections
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -55,6 +59,14 @@ def transcript(task, actions: list[str], env_kwargs: dict) -> str:
     return env.render()
 
 
+def per_template(tasks, trajs) -> dict[str, list[bool]]:
+    """Pass (hidden tests passed on submit) of each episode, grouped by the task's template, in first-seen order."""
+    out: dict[str, list[bool]] = collections.defaultdict(list)
+    for task, t in zip(tasks, trajs):
+        out[task.template].append(bool(t.info["submitted"] and t.info["hidden_pass"]))
+    return dict(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", type=Path, help="a model .zip from bugfix-gym train")
@@ -63,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     parser.add_argument("--transcripts", type=int, default=2, help="transcripts to print (default 2)")
     parser.add_argument("--hide-outputs", action="store_true", help="blank the outputs of read and test")
+    parser.add_argument("--statement", help="give every task this statement instead of its own (a probe)")
     args = parser.parse_args(argv)
     if args.n < 1 or args.transcripts < 0:
         parser.error("--n must be positive and --transcripts >= 0")
@@ -74,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     env_kwargs = dict(hide_outputs=list(HIDEABLE)) if args.hide_outputs else {}
     tasks = generate_tasks("test", args.n, seed=args.gen_seed)
+    if args.statement is not None:
+        tasks = [dataclasses.replace(task, statement=args.statement) for task in tasks]
     policy = model.policy
     trajs = sample_episodes(policy.model, policy.tokenizer, tasks, 1, args.seed, env_kwargs=env_kwargs or None,
                             temperature=model.temperature, **policy.sampler_kwargs())
@@ -82,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.seed}, one episode each)")
     for key, label in REPORT:
         print(f"  {label:<18}{stats[key]:.3f}")
+    print("  pass rate per template: " + ", ".join(
+        f"{key} {sum(ok) / len(ok):.2f} ({len(ok)})" for key, ok in per_template(tasks, trajs).items()))
     passed = [(task, t) for task, t in zip(tasks, trajs) if t.info["submitted"] and t.info["hidden_pass"]]
     looked = [(task, t) for task, t in passed if looked_first(t.info["actions"])]
     looked.sort(key=lambda pair: interest(pair[1].info["actions"]), reverse=True)  # stable: task order otherwise

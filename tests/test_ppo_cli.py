@@ -233,6 +233,8 @@ def test_generated_recipe_trains_from_its_own_base_agent_and_keeps_the_best_weig
     model = TokenPPO.load(out / "tokenppo.zip")
     assert model.policy.tokenizer.words == bugfix_gym.fixed_tokenizer().words  # reads any generated code
     assert model.policy.grammar is not None and model.kl_coef == RECIPES["generated"]["ppo"]["kl_coef"]
+    train_env = cli._make_env(json.loads((out / "run.json").read_text()), 1, 0).envs[0].unwrapped
+    assert train_env.statement_dropout == 0.3 and train_env.ambiguous_share == 0.3
     assert list((tmp_path / "cache").glob("base_agent-*.pt"))  # the recipe's base agent, cached
 
 
@@ -271,6 +273,7 @@ def test_ablations_change_the_demonstrations_the_training_envs_and_validation(
     (demo_env,) = demo_envs
     model = TokenPPO.load(out / "tokenppo.zip", env=cli._make_env(settings, 1, 0))
     train_env = model.get_env().envs[0].unwrapped
+    assert demo_env.statement_dropout == train_env.statement_dropout == 0.3  # the recipe's, as without ablation
     if ablation == "book-tasks":
         book = {t.name for t in bugfix_gym.make_tasks("train")}
         assert {t.name for t in demo_env.tasks} == book and train_env.generated is None
@@ -301,3 +304,32 @@ def test_generalisation_report_prints_the_behaviour_report_and_replays_transcrip
     text = report.transcript(task, [" read ", f" edit {task.fix_op} ", " submit "], {})
     assert text.count(">>>") == 3 and "hidden tests passed" in text  # the replay is the episode as played
     assert report.main(["/no/such/model.zip"]) == 2
+    tasks = bugfix_gym.generate_tasks("test", 3, seed=0)
+    fake = [type("T", (), {"info": {"submitted": ok, "hidden_pass": True}}) for ok in (True, False, True)]
+    groups = report.per_template(tasks, fake)
+    assert sum(map(len, groups.values())) == 3 and set(groups) == {t.template for t in tasks}
+    assert sorted(sum(groups.values(), [])) == [False, True, True]
+
+
+def test_generalisation_report_statement_probe_replaces_only_the_statement(saved_model, capsys, monkeypatch):
+    import importlib.util
+
+    import agents.rollout
+
+    spec = importlib.util.spec_from_file_location("generalisation_report", "examples/generalisation_report.py")
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    seen = []
+    original = agents.rollout.sample_episodes
+
+    def spy(model, tok, tasks, *args, **kwargs):
+        seen.extend(tasks)
+        return original(model, tok, tasks, *args, **kwargs)
+
+    monkeypatch.setattr(report, "sample_episodes", spy)
+    probe = ["--n", "4", "--transcripts", "0", "--statement", "return the right value"]
+    assert report.main([str(saved_model), *probe]) == 0
+    plain = bugfix_gym.generate_tasks("test", 4, seed=123)
+    assert [t.statement for t in seen] == ["return the right value"] * 4
+    assert [(t.name, t.source, t.hidden) for t in seen] == [(t.name, t.source, t.hidden) for t in plain]
+    assert "pass rate per template" in capsys.readouterr().out
