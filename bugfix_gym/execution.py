@@ -22,13 +22,16 @@ from __future__ import annotations
 import ast
 import builtins
 import copy
+import functools
 import math
 import re
 import sys
 from dataclasses import dataclass
+from types import CodeType
 from typing import Any, Callable, Sequence
 
 MAX_LOOP_TICKS = 100_000
+COMPILED_CACHE_SIZE = 1024  # instrumented code objects kept, most recently used first
 MAX_NAME_CHARS = 40  # an exception or type name longer than this (or not an ASCII identifier) is not repeated
 MAX_VALUE_DEPTH = 20  # test values nest lists / dicts at most this deep
 
@@ -70,11 +73,21 @@ class _TickLoops(ast.NodeTransformer):
     visit_For = visit_While = visit_AsyncFor = _tick
 
 
-def compile_function(source: str, name: str) -> tuple[Callable, Callable[[], None]]:
-    """Source -> (function, tick_reset) or raise the compile/exec error (as the test tool reports it)."""
+@functools.lru_cache(maxsize=COMPILED_CACHE_SIZE)
+def _compiled(source: str, name: str) -> CodeType:
+    """The instrumented code object of ``source`` (immutable, so shared: an episode compiles the
+    sources its task check already compiled). A source that does not compile raises, uncached."""
     tree = _TickLoops().visit(ast.parse(source))
     ast.fix_missing_locations(tree)
-    code = compile(tree, f"<task {name}>", "exec")
+    return compile(tree, f"<task {name}>", "exec")
+
+
+def compile_function(source: str, name: str) -> tuple[Callable, Callable[[], None]]:
+    """Source -> (function, tick_reset) or raise the compile/exec error (as the test tool reports it).
+
+    Every call executes the code in a new namespace, so each function has its own tick counter.
+    """
+    code = _compiled(source, name)
     counter = [0]
 
     def tick():

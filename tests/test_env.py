@@ -260,6 +260,18 @@ def test_an_infinite_loop_fails_with_timeout_instead_of_hanging():
     assert seen == [1] * MAX_LOOP_TICKS + [2] * MAX_LOOP_TICKS
 
 
+def test_compiled_code_is_shared_but_every_function_has_its_own_state():
+    source = "seen = []\ndef spin(n):\n    while True:\n        seen.append(n)\n"
+    (f, reset_f), (g, reset_g) = compile_function(source, "spin"), compile_function(source, "spin")
+    assert f.__code__ is g.__code__  # compiled once
+    assert call_one(f, reset_f, (1,)) == ("raised", "Timeout")
+    assert g.__globals__["seen"] == [] and call_one(g, reset_g, (2,)) == ("raised", "Timeout")  # own globals, own ticks
+    assert f.__globals__["seen"] == [1] * MAX_LOOP_TICKS and g.__globals__["seen"] == [2] * MAX_LOOP_TICKS
+    for _ in range(2):  # a source that does not compile raises every time (errors are not cached)
+        with pytest.raises(SyntaxError):
+            compile_function("def broken(:\n", "broken")
+
+
 def test_an_edit_that_makes_a_while_loop_spin_does_not_hang_the_env():
     # The correct function counts binary digits; its injected defect (``n > 0`` -> ``n >= 0``)
     # makes the loop spin forever once n reaches 0. fix_comparison toggles it back.
