@@ -27,20 +27,18 @@ RECIPES: dict[str, dict[str, Any]] = {
         validation=None,
     ),
     # tools pay: a fresh generated task every episode (generator "train" templates, 30% of the
-    # episodes from the templates where reading alone cannot decide; 30% of the statement's words left
-    # out, so the edit is chosen from the code, not from a phrasing learnt by heart), a base agent that imitates
+    # episodes from the templates where reading alone cannot decide), a base agent that imitates
     # blind-op careful play (read, edit, test, revert, edit, submit), TokenPPO held near it by a
     # KL term, grammar-constrained calls that follow the env's useful-call mask (no edit or submit the
     # episode has already shown to be useless), and the weights that did best on generated heldout tasks
     "generated": dict(
-        env=dict(generated="train", ambiguous_share=0.3, invalid_cost=0.1, statement_dropout=0.3),
+        env=dict(generated="train", ambiguous_share=0.3, invalid_cost=0.1),
         iterations=None,
         timesteps=360_000,
         n_envs=64,
         tokenizer="fixed",
         base_agent=dict(kinds=["careful"], teacher_kwargs={"careful": dict(p_read=1.0, p_test=0.0)},
-                        n_tasks=2000, ambiguous_share=0.3, steps=600, batch_size=32, lr=3e-3,
-                        env=dict(statement_dropout=0.3)),
+                        n_tasks=2000, ambiguous_share=0.3, steps=600, batch_size=32, lr=3e-3),
         ppo=dict(n_episodes=64, n_epochs=4, n_minibatches=4, learning_rate=1e-3, gae_lambda=1.0, target_kl=0.02,
                  target_kl_mode="minibatch", ent_coef=0.005, kl_coef=0.05, critic_warmup_steps=50),
         grammar=True,
@@ -54,11 +52,11 @@ RECIPES: dict[str, dict[str, Any]] = {
 # what it earns without fresh functions, and without what the tools show
 ABLATIONS: dict[str, dict[str, dict[str, Any]]] = {
     # the 20 book train tasks only, for the base agent's demonstrations and for RL
-    "book-tasks": dict(env=dict(split="train", invalid_cost=0.1, statement_dropout=0.3), base_agent=dict(tasks="book")),
+    "book-tasks": dict(env=dict(split="train", invalid_cost=0.1), base_agent=dict(tasks="book")),
     # read and test answer a fixed blank line, in the demonstrations, in RL and in validation
-    "blind-tools": dict(env=dict(generated="train", ambiguous_share=0.3, invalid_cost=0.1, statement_dropout=0.3,
+    "blind-tools": dict(env=dict(generated="train", ambiguous_share=0.3, invalid_cost=0.1,
                                  hide_outputs=["read", "test"]),
-                        base_agent=dict(env=dict(statement_dropout=0.3, hide_outputs=["read", "test"]))),
+                        base_agent=dict(env=dict(hide_outputs=["read", "test"]))),
 }
 
 
