@@ -233,6 +233,8 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
             recipe[flag] = getattr(args, flag)
     if args.timesteps is not None or args.iterations is not None:  # one budget: the one given
         recipe["iterations" if args.timesteps is not None else "timesteps"] = None
+    if recipe.get("lr_schedule") == "linear" and not recipe["timesteps"]:  # before any work is done
+        raise UsageError("bugfix-gym train: error: --lr-schedule linear decays over env steps; give --timesteps")
     return dict(recipe, tasks=args.tasks, seed=args.seed, eval_episodes=args.eval_episodes,
                 tensorboard=args.tensorboard)
 
@@ -240,11 +242,8 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
 def _set_lr_schedule(model: Any, settings: dict[str, Any]) -> None:
     """The recipe's learning-rate schedule: ``"linear"`` decays ``ppo.learning_rate`` to 0 over the run's env
     steps (SB3's ``LinearSchedule`` of the progress remaining); ``"constant"`` (or none) keeps it."""
-    kind = settings.get("lr_schedule") or "constant"
-    if kind == "constant":
+    if (settings.get("lr_schedule") or "constant") == "constant":
         return
-    if not settings.get("timesteps"):
-        raise UsageError("bugfix-gym train: error: --lr-schedule linear decays over env steps; give --timesteps")
     from stable_baselines3.common.utils import LinearSchedule
 
     model.learning_rate = LinearSchedule(settings["ppo"]["learning_rate"], 0.0, 1.0)
