@@ -62,8 +62,9 @@ class BugFixEnv(gym.Env):
 
     ## Rewards
     ``1.0`` on the ``submit`` step if every hidden test passes, else ``0.0``. Optional:
-    ``call_cost`` is subtracted on every step, ``edit_penalty`` on every ``edit`` step and
-    ``invalid_cost`` on every invalid call, always on the step the agent took.
+    ``call_cost`` is subtracted on every step, ``edit_penalty`` on every ``edit`` step,
+    ``no_change_cost`` on every ``edit`` that answered ``no change`` and ``invalid_cost`` on every
+    invalid call, always on the step the agent took.
 
     ## Starting State
     A task drawn uniformly from ``env.tasks`` with ``self.np_random``; with ``generated`` set,
@@ -88,7 +89,7 @@ class BugFixEnv(gym.Env):
     ## Arguments
     ``gym.make("BugFix-v0", split="train", tasks=None, max_turns=6, call_cost=0.0,
     edit_penalty=0.0, render_mode=None, generated=None, hide_outputs=(), invalid_cost=0.0,
-    tool_latency_s=0.0, ambiguous_share=0.0, statement_dropout=0.0)``.
+    tool_latency_s=0.0, ambiguous_share=0.0, statement_dropout=0.0, no_change_cost=0.0)``.
 
     :param split: the book's task set, ``"train"``, ``"heldout"`` or ``"all"``
     :param tasks: a fixed list of :class:`Task` (e.g. from ``generate_tasks`` or
@@ -97,6 +98,9 @@ class BugFixEnv(gym.Env):
     :param max_turns: the turn budget, an int >= 1
     :param call_cost: subtracted from the reward of every step (a finite number >= 0)
     :param edit_penalty: subtracted from the reward of every ``edit`` step (finite, >= 0)
+    :param no_change_cost: subtracted from the reward of every ``edit`` whose op does not apply to
+        the current source (the tool answers ``no change``; finite, >= 0), so trying ops blindly is
+        no longer free: what the agent read tells it which ops apply
     :param render_mode: ``"ansi"`` returns the transcript as text, ``"human"`` prints it; a mode the
         env does not have (SB3's default ``"rgb_array"``) warns and falls back to ``None``
     :param generated: a generator split (``"train"``, ``"heldout"`` or ``"test"``): every
@@ -131,7 +135,8 @@ class BugFixEnv(gym.Env):
     def __init__(self, split: str = "train", tasks: Sequence[Task] | None = None, max_turns: int = 6,
                  call_cost: float = 0.0, edit_penalty: float = 0.0, render_mode: str | None = None,
                  generated: str | None = None, hide_outputs: Sequence[str] = (), invalid_cost: float = 0.0,
-                 tool_latency_s: float = 0.0, ambiguous_share: float = 0.0, statement_dropout: float = 0.0):
+                 tool_latency_s: float = 0.0, ambiguous_share: float = 0.0, statement_dropout: float = 0.0,
+                 no_change_cost: float = 0.0):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             # gymnasium only warns here too; SB3's make_vec_env asks for "rgb_array" by default
             gym.logger.warn(f"BugFix-v0 renders as text only ({self.metadata['render_modes']}); "
@@ -158,6 +163,7 @@ class BugFixEnv(gym.Env):
         self.call_cost = _cost("call_cost", call_cost)
         self.edit_penalty = _cost("edit_penalty", edit_penalty)
         self.invalid_cost = _cost("invalid_cost", invalid_cost)
+        self.no_change_cost = _cost("no_change_cost", no_change_cost)
         self.tool_latency_s = _cost("tool_latency_s", tool_latency_s)
         self.hide_outputs = _hideable(hide_outputs)
         self.render_mode = render_mode
@@ -232,9 +238,9 @@ class BugFixEnv(gym.Env):
             new = apply_op(self.source, call[1])
             obs = describe_change(self.source, new)
             self._edits[(self.source, str(call[1]))] = new
+            reward -= self.edit_penalty + (self.no_change_cost if new == self.source else 0.0)
             self.source = new
             self.ops.append(str(call[1]))
-            reward -= self.edit_penalty
         elif call[0] == "revert":
             self.source = self.task.source
             obs = "reverted to the original source"

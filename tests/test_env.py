@@ -366,6 +366,7 @@ def test_bad_reset_options_give_one_clear_line(options, error, message):
     (dict(invalid_cost=float("inf")), ValueError, "invalid_cost must be a finite number >= 0"),
     (dict(invalid_cost=np.float64("nan")), ValueError, "invalid_cost must be a finite number >= 0"),
     (dict(invalid_cost=-1), ValueError, "invalid_cost must be a finite number >= 0"),
+    (dict(no_change_cost=float("nan")), ValueError, "no_change_cost must be a finite number >= 0"),
     (dict(max_turns="6"), TypeError, "max_turns must be an int >= 1, got str"),
     (dict(max_turns=2.5), TypeError, "max_turns must be an int >= 1, got float"),
     (dict(max_turns=True), TypeError, "max_turns must be an int >= 1, got bool"),
@@ -547,6 +548,17 @@ def test_invalid_cost_is_charged_on_each_invalid_step_only():
     assert got == pytest.approx([-0.6, -0.6, -0.6, -0.1, -0.1, 0.9])
     plain = [r for _, r, *_ in _play_calls(BugFixEnv(), ["dance", "read", "edit swap_minmax", "submit"])]
     assert plain == [0.0, 0.0, 0.0, 1.0]  # off by default: an invalid call costs only its turn
+
+
+def test_no_change_cost_is_charged_on_edits_that_change_nothing_only():
+    # clamp's fix is swap_minmax; fix_init finds no site in it, so the tool answers "no change"
+    calls = ["edit fix_init", "read", "edit swap_minmax", "edit fix_init", "submit"]
+    env = BugFixEnv(no_change_cost=0.25, edit_penalty=0.1)
+    steps = _play_calls(env, calls)
+    assert [obs for obs, *_ in steps][0] == "no change"
+    assert [r for _, r, *_ in steps] == pytest.approx([-0.35, 0.0, -0.1, -0.35, 1.0])
+    plain = [r for _, r, *_ in _play_calls(BugFixEnv(), calls)]
+    assert plain == [0.0, 0.0, 0.0, 0.0, 1.0]  # off by default
 
 
 @pytest.mark.parametrize("kwargs", [dict(generated="train"), dict(generated="test", invalid_cost=0.2),
