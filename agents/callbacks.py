@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 from stable_baselines3.common.callbacks import BaseCallback
@@ -42,20 +44,39 @@ class KeepBest(BaseCallback):
     keeps a copy in memory and loads it into the policy at the end, so what ``learn`` returns is
     the best model seen. ``history`` has ``(iteration, pass_rate)`` of every evaluation.
 
+    With ``average_last`` the result is instead the mean of the weights evaluated in the latest
+    ``average_last`` share of the evaluations (stochastic weight averaging over the checkpoints
+    of one run). When validation saturates, the best score no longer
+    tells weights apart, and one checkpoint carries the chance op preferences of its
+    iteration; their mean does not. The averaged weights are evaluated once more
+    (``average_pass_rate``). The evaluated weights are kept on the CPU until the end:
+    ``n_evaluations`` copies of the policy.
+
     :param tasks: validation tasks (never the ones results are reported on)
     :param every: iterations between evaluations
     :param seed: seeds the evaluation's sampling
     :param env_kwargs: BugFix-v0 options of the validation envs (those of training, e.g. ``hide_outputs``)
+    :param average_last: ``None`` keeps the best weights; a share in (0, 1] averages the weights
+        of that share of the evaluations, the latest ones (at least one)
+    :param save_dir: if given, every evaluated model is also saved there as ``iteration-NNNN.zip``
+        (``model.save``), to be evaluated along training afterwards
     :param verbose: 1 prints each evaluation
     """
 
     def __init__(self, tasks: list, every: int = 20, seed: int = 0, env_kwargs: dict[str, Any] | None = None,
-                 verbose: int = 0):
+                 average_last: float | None = None, save_dir: str | os.PathLike | None = None, verbose: int = 0):
         super().__init__(verbose)
         if every < 1:
             raise ValueError(f"every must be at least 1, got {every}")
+        if average_last is not None and not 0.0 < average_last <= 1.0:
+            raise ValueError(f"average_last must be in (0, 1] or None, got {average_last}")
         self.tasks, self.every, self.seed = list(tasks), int(every), seed
         self.env_kwargs = dict(env_kwargs or {})
+        self.average_last = average_last
+        self.save_dir = Path(save_dir) if save_dir is not None else None
+        self.averaged_iterations: list[int] = []
+        self.average_pass_rate: float | None = None
+        self._states: list[dict] = []  # with average_last: the weights of every evaluation, on the CPU
         self.iteration = 0
         self.history: list[tuple[int, float]] = []
         self.best_pass_rate, self.best_iteration = -1.0, -1
@@ -67,6 +88,11 @@ class KeepBest(BaseCallback):
         rate = float(self.model.evaluate(self.tasks, 1, seed=self.seed,  # type: ignore[attr-defined]
                                          env_kwargs=self.env_kwargs or None)["pass_rate"])
         self.history.append((self.iteration, rate))
+        if self.save_dir is not None:
+            self.save_dir.mkdir(parents=True, exist_ok=True)
+            self.model.save(self.save_dir / f"iteration-{self.iteration:04d}.zip")
+        if self.average_last is not None:
+            self._states.append({k: v.detach().to("cpu", copy=True) for k, v in self.model.policy.state_dict().items()})
         if self.verbose:
             print(f"validation pass rate {rate:.3f} at iteration {self.iteration}")
         if rate > self.best_pass_rate:
@@ -84,5 +110,23 @@ class KeepBest(BaseCallback):
     def _on_training_end(self) -> None:
         if not self.history or self.history[-1][0] != self.iteration:
             self._evaluate()
-        if self._best_state is not None:
+        if self.average_last is not None:
+            self._load_average()
+        elif self._best_state is not None:
             self.model.policy.load_state_dict(self._best_state)
+
+    def _load_average(self) -> None:
+        import math
+
+        import torch
+
+        n = max(1, math.ceil(self.average_last * len(self._states)))  # type: ignore[operator]
+        states, self._states = self._states[-n:], []
+        self.averaged_iterations = [it for it, _ in self.history[-n:]]
+        mean = {k: torch.stack([s[k] for s in states]).mean(0) if v.is_floating_point() else v
+                for k, v in states[-1].items()}
+        self.model.policy.load_state_dict(mean)
+        self.average_pass_rate = float(self.model.evaluate(  # type: ignore[attr-defined]
+            self.tasks, 1, seed=self.seed, env_kwargs=self.env_kwargs or None)["pass_rate"])
+        if self.verbose:
+            print(f"validation pass rate {self.average_pass_rate:.3f} of the mean of {n} evaluated weights")

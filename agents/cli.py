@@ -64,6 +64,7 @@ SEED = _number(int, 0, 2**32 - 1, what="a seed (0 to 2**32 - 1)")
 POSITIVE_FLOAT = _number(float, 0.0, strict_low=True, what="a positive number")
 NON_NEGATIVE_FLOAT = _number(float, 0.0, what="a number >= 0")
 UNIT_FLOAT = _number(float, 0.0, 1.0, what="a number in [0, 1]")
+SHARE = _number(float, 0.0, 1.0, strict_low=True, what="a number in (0, 1]")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -97,6 +98,12 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--lr-schedule", choices=("constant", "linear"),
                        help="constant learning rate, or linear from --learning-rate down to 0 at the end of the "
                             "budget (with --timesteps; the recipe's by default)")
+    train.add_argument("--average-last", type=SHARE, metavar="SHARE",
+                       help="keep the mean of the weights of the latest SHARE of the validation evaluations "
+                            "instead of the best ones (in (0, 1]; a recipe with validation, --tasks generated)")
+    train.add_argument("--save-evaluated", action="store_true",
+                       help="also save the weights of every validation evaluation as DIR/evaluated/iteration-N.zip "
+                            "(~2 MB each), to evaluate them with `bugfix-gym eval` (--tasks generated)")
     train.add_argument("--gae-lambda", type=UNIT_FLOAT, help="GAE lambda, in [0, 1]")
     train.add_argument("--ent-coef", type=NON_NEGATIVE_FLOAT, help="entropy bonus coefficient")
     train.add_argument("--target-kl", type=NON_NEGATIVE_FLOAT, help="KL early-stop target; 0 turns it off")
@@ -235,8 +242,13 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
         recipe["iterations" if args.timesteps is not None else "timesteps"] = None
     if recipe.get("lr_schedule") == "linear" and not recipe["timesteps"]:  # before any work is done
         raise UsageError("bugfix-gym train: error: --lr-schedule linear decays over env steps; give --timesteps")
+    if (args.average_last is not None or args.save_evaluated) and not recipe.get("validation"):
+        raise UsageError("bugfix-gym train: error: --average-last and --save-evaluated work on the validation "
+                         "evaluations, which only --tasks generated has")
+    if args.average_last is not None:
+        recipe["validation"]["average_last"] = args.average_last
     return dict(recipe, tasks=args.tasks, seed=args.seed, eval_episodes=args.eval_episodes,
-                tensorboard=args.tensorboard)
+                tensorboard=args.tensorboard, save_evaluated=args.save_evaluated)
 
 
 def _set_lr_schedule(model: Any, settings: dict[str, Any]) -> None:
@@ -343,7 +355,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     keep_best = None
     if settings.get("validation"):  # evaluated every few iterations; the best weights are the result
         keep_best = KeepBest(recipes.validation_tasks(settings), every=settings["validation"]["every"],
-                             seed=settings["seed"], env_kwargs=_eval_env(settings))
+                             seed=settings["seed"], env_kwargs=_eval_env(settings),
+                             average_last=settings["validation"].get("average_last"),
+                             save_dir=out / "evaluated" if settings.get("save_evaluated") else None)
         callbacks.append(keep_best)
     t1 = time.perf_counter()
     print(f"training TokenPPO for {remaining} {unit} ({settings['n_envs']} envs, at least "
@@ -364,10 +378,18 @@ def cmd_train(args: argparse.Namespace) -> int:
     validation = None
     if keep_best is not None:
         val = settings["validation"]
-        print(f"kept the weights of iteration {keep_best.best_iteration}: validation pass rate "
-              f"{keep_best.best_pass_rate:.3f} (best of {len(keep_best.history)} evaluations on {val['n']} "
-              f"generated {val['generated']} tasks)")
-        validation = dict(kept_iteration=keep_best.best_iteration, history=keep_best.history)
+        on = f"{len(keep_best.history)} evaluations on {val['n']} generated {val['generated']} tasks"
+        if keep_best.averaged_iterations:
+            first, last = keep_best.averaged_iterations[0], keep_best.averaged_iterations[-1]
+            print(f"kept the mean of the weights of iterations {first}-{last} ({len(keep_best.averaged_iterations)} "
+                  f"of {on}): validation pass rate {keep_best.average_pass_rate:.3f} (best single weights "
+                  f"{keep_best.best_pass_rate:.3f}, iteration {keep_best.best_iteration})")
+            validation = dict(averaged_iterations=keep_best.averaged_iterations,
+                              average_pass_rate=keep_best.average_pass_rate, history=keep_best.history)
+        else:
+            print(f"kept the weights of iteration {keep_best.best_iteration}: validation pass rate "
+                  f"{keep_best.best_pass_rate:.3f} (best of {on})")
+            validation = dict(kept_iteration=keep_best.best_iteration, history=keep_best.history)
     model_path = out / MODEL_FILE
     model.save(model_path)
     (out / RESUME_FILE).unlink(missing_ok=True)

@@ -453,3 +453,30 @@ def test_keep_best_puts_back_the_weights_of_the_best_validation_score(base, monk
     final = model.policy.state_dict()
     assert all(torch.equal(final[k], seen[2][k]) for k in final)
     assert not all(torch.equal(final[k], seen[5][k]) for k in final)
+
+
+def test_keep_best_with_average_last_puts_back_the_mean_of_the_latest_evaluated_weights(base, monkeypatch):
+    model = small(base_agent=base)
+    scores = iter([0.2, 0.9, 0.4, 0.1, 0.7])  # iterations 0, 2, 4, the end (5), then the mean
+    seen = {}
+
+    def fake_evaluate(tasks, episodes_per_task=1, seed=0, env_kwargs=None):
+        seen[len(seen)] = copy.deepcopy(model.policy.state_dict())
+        return {"pass_rate": next(scores)}
+
+    monkeypatch.setattr(model, "evaluate", fake_evaluate)
+    keep = KeepBest(["count_above"], every=2, average_last=0.5)
+    model.learn(10**9, callback=[StopAfterIterations(5), keep])
+    assert keep.history == [(0, 0.2), (2, 0.9), (4, 0.4), (5, 0.1)]
+    assert keep.averaged_iterations == [4, 5] and keep.average_pass_rate == 0.7
+    final = model.policy.state_dict()
+    for k in final:  # the mean of the weights evaluated at iterations 4 and 5, and those are what was evaluated last
+        assert torch.allclose(final[k], (seen[2][k] + seen[3][k]) / 2, atol=1e-7), k
+        assert torch.equal(final[k], seen[4][k]), k
+    assert not all(torch.equal(seen[2][k], seen[3][k]) for k in final)  # two different weights were averaged
+
+
+@pytest.mark.parametrize("share", [0.0, -0.5, 1.5])
+def test_keep_best_refuses_an_average_share_outside_0_1(share):
+    with pytest.raises(ValueError, match="average_last must be in"):
+        KeepBest(["count_above"], average_last=share)

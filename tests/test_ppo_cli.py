@@ -35,7 +35,9 @@ def test_help(argv, capsys):
     ["train", "--target-kl", "-1"], ["train", "--tasks", "mine"], ["train", "--resume", "/no/such/run"],
     ["train", "--resume", "/tmp", "--seed", "3"], ["eval"], ["eval", "m.zip", "--split", "test"],
     ["eval", "/no/such/model.zip"], ["eval", "m.zip", "--generated", "weird"], ["eval", "m.zip", "--n", "0"],
-    ["eval", "m.zip", "--split", "train", "--pack", "p.json"],
+    ["eval", "m.zip", "--split", "train", "--pack", "p.json"], ["train", "--tasks", "generated", "--average-last", "0"],
+    ["train", "--tasks", "generated", "--average-last", "1.5"], ["train", "--average-last", "0.5"],
+    ["train", "--save-evaluated"],
 ])
 def test_bad_arguments_are_one_line_exit_2(argv, capsys):
     assert main(argv) == 2
@@ -123,6 +125,8 @@ def test_train_lr_schedule_flag_sets_the_recipes_schedule():
 
     assert settings("--lr-schedule", "linear")["lr_schedule"] == "linear"
     assert settings("--lr-schedule", "constant")["lr_schedule"] == "constant"
+    assert settings("--average-last", "0.5")["validation"]["average_last"] == 0.5
+    assert settings()["validation"].get("average_last") is None and not settings()["save_evaluated"]
     assert main(["train", "--iterations", "2", "--lr-schedule", "linear", "--out", "unused"]) == 2  # needs env steps
 
 
@@ -216,20 +220,31 @@ def test_evaluate_matches_a_direct_evaluation(shared_base_agent):
     assert a == b and a["n_episodes"] == 20
 
 
+@pytest.mark.parametrize("average_last", [None, 0.5])
 def test_generated_recipe_trains_from_its_own_base_agent_and_keeps_the_best_weights(
-        tmp_path, small_eval, monkeypatch, capsys):
+        tmp_path, small_eval, monkeypatch, capsys, average_last):
     from agents.recipes import RECIPES
 
     monkeypatch.setenv("BUGFIX_GYM_CACHE", str(tmp_path / "cache"))
-    recipe = dict(RECIPES["generated"], validation=dict(generated="heldout", n=3, gen_seed=77, every=1))
+    validation = dict(generated="heldout", n=3, gen_seed=77, every=1, average_last=average_last)
+    recipe = dict(RECIPES["generated"], validation=validation)
     recipe["base_agent"] = dict(recipe["base_agent"], n_tasks=10, steps=2)
     monkeypatch.setitem(RECIPES, "generated", recipe)
     out = tmp_path / "gen"
     assert main(["train", "--tasks", "generated", "--iterations", "2", "--n-envs", "4", "--n-episodes", "8",
-                 "--n-minibatches", "2", "--eval-episodes", "1", "--out", str(out), "--no-progress"]) == 0
-    assert "kept the weights of iteration" in capsys.readouterr().out
+                 "--n-minibatches", "2", "--eval-episodes", "1", "--out", str(out), "--no-progress",
+                 "--save-evaluated"]) == 0
+    printed = capsys.readouterr().out
+    evaluated = sorted(p.name for p in (out / "evaluated").iterdir())
+    assert evaluated == ["iteration-0000.zip", "iteration-0001.zip", "iteration-0002.zip"]
+    assert TokenPPO.load(out / "evaluated" / "iteration-0002.zip")._iteration == 2
     results = json.loads((out / "results.json").read_text())
     assert [it for it, _ in results["validation"]["history"]] == [0, 1, 2]
+    if average_last is None:
+        assert "kept the weights of iteration" in printed
+    else:  # the mean of the weights of the latest half of the three evaluations: iterations 1 and 2
+        assert "kept the mean of the weights of iterations 1-2 (2 of 3 evaluations" in printed
+        assert results["validation"]["averaged_iterations"] == [1, 2]
     model = TokenPPO.load(out / "tokenppo.zip")
     assert model.policy.tokenizer.words == bugfix_gym.fixed_tokenizer().words  # reads any generated code
     assert model.policy.grammar is not None and model.kl_coef == RECIPES["generated"]["ppo"]["kl_coef"]
