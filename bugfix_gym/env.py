@@ -12,7 +12,7 @@ import gymnasium as gym
 import numpy as np
 
 from . import tools
-from .generator import AMBIGUOUS, GENERATED_SPLITS, draw_task
+from .generator import AMBIGUOUS, GENERATED_SPLITS, draw_task, with_inert_line
 from .ops import FIX_OPS, apply_op, describe_change
 from .runner import run_tests
 from .spaces import BufferedText
@@ -89,7 +89,8 @@ class BugFixEnv(gym.Env):
     ## Arguments
     ``gym.make("BugFix-v0", split="train", tasks=None, max_turns=6, call_cost=0.0,
     edit_penalty=0.0, render_mode=None, generated=None, hide_outputs=(), invalid_cost=0.0,
-    tool_latency_s=0.0, ambiguous_share=0.0, statement_dropout=0.0, no_change_cost=0.0)``.
+    tool_latency_s=0.0, ambiguous_share=0.0, statement_dropout=0.0, no_change_cost=0.0,
+    inert_lines=0.0)``.
 
     :param split: the book's task set, ``"train"``, ``"heldout"`` or ``"all"``
     :param tasks: a fixed list of :class:`Task` (e.g. from ``generate_tasks`` or
@@ -123,6 +124,11 @@ class BugFixEnv(gym.Env):
         left out of the prompt with this probability (in [0, 1), drawn with ``self.np_random``), so a
         policy cannot lean on the exact wording of the statements it trains on; the task and its
         tests are unchanged. Evaluate with 0.
+    :param inert_lines: a training augmentation: at ``reset``, with this probability (in [0, 1]),
+        the task's function gains one statement that does nothing (``<noun> = <parameter>``)
+        between two of its top-level statements (:func:`bugfix_gym.generator.with_inert_line`), so a
+        template's code is not always the same shape; every op still changes the same code, and
+        the tests and the fix are unchanged. Evaluate with 0.
     :param tool_latency_s: seconds slept on every valid ``test`` and ``submit`` call (finite,
         >= 0), a stand-in for running the tests in a container (to measure scale-out)
 
@@ -136,7 +142,7 @@ class BugFixEnv(gym.Env):
                  call_cost: float = 0.0, edit_penalty: float = 0.0, render_mode: str | None = None,
                  generated: str | None = None, hide_outputs: Sequence[str] = (), invalid_cost: float = 0.0,
                  tool_latency_s: float = 0.0, ambiguous_share: float = 0.0, statement_dropout: float = 0.0,
-                 no_change_cost: float = 0.0):
+                 no_change_cost: float = 0.0, inert_lines: float = 0.0):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             # gymnasium only warns here too; SB3's make_vec_env asks for "rgb_array" by default
             gym.logger.warn(f"BugFix-v0 renders as text only ({self.metadata['render_modes']}); "
@@ -160,6 +166,7 @@ class BugFixEnv(gym.Env):
             self.tasks, self.split = [], "generated"
         self.ambiguous_share = _ambiguous_share(ambiguous_share, self.generated)
         self.statement_dropout = _statement_dropout(statement_dropout)
+        self.inert_lines = _inert_lines(inert_lines)
         self.call_cost = _cost("call_cost", call_cost)
         self.edit_penalty = _cost("edit_penalty", edit_penalty)
         self.invalid_cost = _cost("invalid_cost", invalid_cost)
@@ -180,6 +187,8 @@ class BugFixEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
         self.task = self._choose_task(options)
+        if self.inert_lines and self.np_random.random() < self.inert_lines:
+            self.task = with_inert_line(self.task, self.np_random)
         self.source = self.task.source
         self.turn = 0
         self.actions: list[str] = []
@@ -445,6 +454,13 @@ def _statement_dropout(p: Any) -> float:
     p = _cost("statement_dropout", p)
     if p >= 1:
         raise ValueError(f"statement_dropout is a probability in [0, 1), got {p!r}")
+    return p
+
+
+def _inert_lines(p: Any) -> float:
+    p = _cost("inert_lines", p)
+    if p > 1:
+        raise ValueError(f"inert_lines is a probability in [0, 1], got {p!r}")
     return p
 
 

@@ -29,7 +29,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .ops import FIX_OPS
+from .ops import FIX_OPS, apply_op
 from .tasks import REGISTRY, Task, register, task_from_correct, task_problems
 
 GENERATED_SPLITS = ("train", "heldout", "test")
@@ -885,3 +885,28 @@ def _register_recent(task: Task) -> Task:
             if REGISTRY.get(name) is old:
                 del REGISTRY[name]
     return task
+
+
+def with_inert_line(task: Task, rng: np.random.Generator) -> Task:
+    """``task`` with one statement that does nothing added to its function's top-level body:
+    ``<noun> = <parameter>`` between two statements drawn from ``rng``. It holds
+    no site any edit op looks for, so every op changes the same code as before, and the tests
+    and the fix are the same; ``task`` itself comes back when the result fails the task check."""
+    import ast
+    import dataclasses
+
+    func = ast.parse(task.source).body[0]
+    assert isinstance(func, ast.FunctionDef)
+    params = [a.arg for a in func.args.args]
+    used = {n.id for n in ast.walk(func) if isinstance(n, ast.Name)} | set(params)
+    nouns = [w for w in NOUNS if w not in used]
+    if not params or not nouns or len(func.body) < 2:
+        return task
+    before = func.body[1 + int(rng.integers(len(func.body) - 1))]  # after the first (a guard's place)
+    lines = task.source.splitlines(keepends=True)
+    indent = lines[before.lineno - 1][: before.col_offset]
+    line = f"{indent}{nouns[int(rng.integers(len(nouns)))]} = {params[int(rng.integers(len(params)))]}\n"
+    noisy = dataclasses.replace(task, source="".join(lines[: before.lineno - 1] + [line] + lines[before.lineno - 1:]))
+    same_sites = all((apply_op(task.source, op) == task.source) == (apply_op(noisy.source, op) == noisy.source)
+                     for op in FIX_OPS)
+    return noisy if same_sites and not task_problems(noisy) else task

@@ -380,6 +380,7 @@ def test_bad_reset_options_give_one_clear_line(options, error, message):
     (dict(ambiguous_share=0.3), ValueError, "ambiguous_share needs generated='train'"),
     (dict(statement_dropout=1.0), ValueError, r"statement_dropout is a probability in \[0, 1\)"),
     (dict(statement_dropout=-0.1), ValueError, "statement_dropout must be a finite number >= 0"),
+    (dict(inert_lines=1.5), ValueError, r"inert_lines is a probability in \[0, 1\]"),
     (dict(hide_outputs="read"), TypeError, r"hide_outputs must be a list of tool names such as \['read', 'test'\]"),
     (dict(hide_outputs=["read", "edit"]), ValueError, "hide_outputs can name only 'read', 'test', got 'edit'"),
 ])
@@ -460,6 +461,37 @@ def test_ambiguous_share_draws_that_share_from_the_ambiguous_templates():
     # half the episodes from the 11 ambiguous templates, the other half from all 63 (some ambiguous too)
     expected = 0.5 + 0.5 * len(AMBIGUOUS) / len(TEMPLATES["train"])
     assert abs(share - expected) < 0.1 and len(set(keys) - set(AMBIGUOUS)) > 20
+
+
+def test_inert_lines_add_one_statement_that_changes_no_op_site_test_or_fix():
+    from bugfix_gym import FIX_OPS, apply_op
+    from bugfix_gym.generator import NOUNS
+
+    plain, noisy = BugFixEnv(generated="train"), BugFixEnv(generated="train", inert_lines=1.0)
+    changed = 0
+    for seed in range(60):
+        plain.reset(seed=seed)
+        noisy.reset(seed=seed)
+        a, b = plain.task, noisy.task
+        same = ("name", "statement", "fix_op", "visible", "hidden")
+        assert [getattr(b, k) for k in same] == [getattr(a, k) for k in same]
+        added = [line for line in b.source.splitlines() if line not in a.source.splitlines()]
+        if b.source != a.source:
+            changed += 1
+            assert len(b.source.splitlines()) == len(a.source.splitlines()) + 1 and len(added) == 1
+            noun, _, param = added[0].strip().partition(" = ")
+            assert noun in NOUNS and param in a.source.splitlines()[0]
+        for op in FIX_OPS:  # every op finds a site in the same places
+            assert (apply_op(a.source, op) == a.source) == (apply_op(b.source, op) == b.source)
+        for call in ("test", f"edit {a.fix_op}", "submit"):  # the fix passes in both, with the same reports
+            pa, pb = plain.step(call), noisy.step(call)
+            assert pa[1:4] == pb[1:4] and (call == f"edit {a.fix_op}" or pa[0] == pb[0])
+        assert pb[1] == 1.0
+    assert 20 < changed < 60  # one-statement functions and guarded ones keep their shape
+    zero = BugFixEnv(generated="train", inert_lines=0.0)
+    zero.reset(seed=5)
+    plain.reset(seed=5)
+    assert zero.task == plain.task and zero.np_random.random() == plain.np_random.random()  # 0 draws nothing
 
 
 def test_statement_dropout_leaves_out_statement_words_and_nothing_else():
@@ -563,7 +595,8 @@ def test_no_change_cost_is_charged_on_edits_that_change_nothing_only():
 
 @pytest.mark.parametrize("kwargs", [dict(generated="train"), dict(generated="test", invalid_cost=0.2),
                                     dict(hide_outputs=["read", "test"], invalid_cost=0.1, call_cost=0.05),
-                                    dict(generated="train", statement_dropout=0.3)])
+                                    dict(generated="train", statement_dropout=0.3),
+                                    dict(generated="train", inert_lines=0.5, no_change_cost=0.1)])
 def test_check_env_passes_with_the_new_options(kwargs):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
