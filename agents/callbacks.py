@@ -46,10 +46,9 @@ class KeepBest(BaseCallback):
 
     With ``average_last`` the result is instead the mean of the weights evaluated in the latest
     ``average_last`` share of the evaluations (stochastic weight averaging over the checkpoints
-    of one run). When validation saturates, the best score no longer
-    tells weights apart, and one checkpoint carries the chance op preferences of its
-    iteration; their mean does not. The averaged weights are evaluated once more
-    (``average_pass_rate``). The evaluated weights are kept on the CPU until the end:
+    of one run): when validation saturates, the best score no longer tells weights apart, and
+    a mean depends less on the chance of one iteration. The averaged weights are evaluated
+    once more (``average_pass_rate``). The evaluated weights are kept on the CPU until the end:
     ``n_evaluations`` copies of the policy.
 
     :param tasks: validation tasks (never the ones results are reported on)

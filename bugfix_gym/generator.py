@@ -891,12 +891,18 @@ def with_inert_line(task: Task, rng: np.random.Generator) -> Task:
     """``task`` with one statement that does nothing added to its function's top-level body:
     ``<noun> = <parameter>`` between two statements drawn from ``rng``. It holds
     no site any edit op looks for, so every op changes the same code as before, and the tests
-    and the fix are the same; ``task`` itself comes back when the result fails the task check."""
+    and the fix are the same. ``task`` itself comes back where there is no place for such a line
+    (a source that is not one function of two statements or more with a parameter) or where the
+    result would change an op's site or fail the task check."""
     import ast
     import dataclasses
 
-    func = ast.parse(task.source).body[0]
-    assert isinstance(func, ast.FunctionDef)
+    try:
+        func = ast.parse(task.source).body[0]
+    except (SyntaxError, ValueError, IndexError):
+        return task
+    if not isinstance(func, ast.FunctionDef):
+        return task
     params = [a.arg for a in func.args.args]
     used = {n.id for n in ast.walk(func) if isinstance(n, ast.Name)} | set(params)
     nouns = [w for w in NOUNS if w not in used]

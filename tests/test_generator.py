@@ -132,3 +132,26 @@ def test_generate_from_a_subset_of_templates():
     assert all(task_problems(t) == [] for t in tasks)
     with pytest.raises(ValueError, match="unknown train template"):
         generate_tasks("train", 3, templates=["triangle"])  # a test template is not a train template
+
+
+def test_with_inert_line_keeps_book_tasks_valid_and_leaves_one_statement_functions_alone():
+    import dataclasses
+
+    import numpy as np
+
+    from bugfix_gym import make_tasks
+    from bugfix_gym.generator import with_inert_line
+
+    rng = np.random.default_rng(0)
+    changed = 0
+    for task in make_tasks("all"):
+        noisy = with_inert_line(task, rng)
+        changed += noisy is not task
+        assert noisy is task or (not task_problems(noisy) and noisy.fix_op == task.fix_op)
+        assert all((apply_op(task.source, op) == task.source) == (apply_op(noisy.source, op) == noisy.source)
+                   for op in FIX_OPS)
+    assert changed >= 10  # most of the book's 30 functions have room for one
+    one = dataclasses.replace(make_tasks("train")[0], source="def f(a, b):\n    return min(a, b)\n")
+    assert with_inert_line(one, rng) is one
+    broken = dataclasses.replace(one, source="def f(:\n")
+    assert with_inert_line(broken, rng) is broken
