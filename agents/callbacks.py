@@ -98,6 +98,11 @@ class KeepBest(BaseCallback):
             self.best_pass_rate, self.best_iteration = rate, self.iteration
             self._best_state = copy.deepcopy(self.model.policy.state_dict())
 
+    def _on_training_start(self) -> None:
+        # count from the updates already done, so a resumed run evaluates and names weights by
+        # the run's own iterations (a model's updates so far: ``_iteration`` of the token algorithms)
+        self.iteration = int(getattr(self.model, "_iteration", 0))
+
     def _on_rollout_end(self) -> None:
         if self.iteration % self.every == 0:
             self._evaluate()

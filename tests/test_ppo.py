@@ -476,6 +476,17 @@ def test_keep_best_with_average_last_puts_back_the_mean_of_the_latest_evaluated_
     assert not all(torch.equal(seen[2][k], seen[3][k]) for k in final)  # two different weights were averaged
 
 
+def test_keep_best_counts_iterations_from_the_updates_a_resumed_model_has_done(base, tmp_path, monkeypatch):
+    model = small(base_agent=base)
+    model._iteration = 6  # as after restoring a run stopped at iteration 6
+    monkeypatch.setattr(model, "evaluate", lambda *a, **k: {"pass_rate": 0.5})
+    keep = KeepBest(["count_above"], every=2, save_dir=tmp_path / "evaluated")
+    model.learn(10**9, callback=[StopAfterIterations(3), keep])
+    assert [it for it, _ in keep.history] == [6, 8, 9]
+    assert sorted(p.name for p in (tmp_path / "evaluated").iterdir()) == [
+        "iteration-0006.zip", "iteration-0008.zip", "iteration-0009.zip"]
+
+
 @pytest.mark.parametrize("share", [0.0, -0.5, 1.5])
 def test_keep_best_refuses_an_average_share_outside_0_1(share):
     with pytest.raises(ValueError, match="average_last must be in"):
