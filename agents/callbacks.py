@@ -48,7 +48,7 @@ class KeepBest(BaseCallback):
     ``average_last`` share of the evaluations (stochastic weight averaging over the checkpoints
     of one run): when validation saturates, the best score no longer tells weights apart, and
     a mean depends less on the chance of one iteration. The averaged weights are evaluated
-    once more (``average_pass_rate``). The evaluated weights are kept on the CPU until the end:
+    once more (``average_pass_rate``). The evaluated weights are kept in memory until the end:
     ``n_evaluations`` copies of the policy.
 
     :param tasks: validation tasks (never the ones results are reported on)
@@ -75,7 +75,7 @@ class KeepBest(BaseCallback):
         self.save_dir = Path(save_dir) if save_dir is not None else None
         self.averaged_iterations: list[int] = []
         self.average_pass_rate: float | None = None
-        self._states: list[dict] = []  # with average_last: the weights of every evaluation, on the CPU
+        self._states: list[dict] = []  # with average_last: the weights of every evaluation
         self.iteration = 0
         self.history: list[tuple[int, float]] = []
         self.best_pass_rate, self.best_iteration = -1.0, -1
@@ -90,13 +90,13 @@ class KeepBest(BaseCallback):
         if self.save_dir is not None:
             self.save_dir.mkdir(parents=True, exist_ok=True)
             self.model.save(self.save_dir / f"iteration-{self.iteration:04d}.zip")
+        state = copy.deepcopy(self.model.policy.state_dict())
         if self.average_last is not None:
-            self._states.append({k: v.detach().to("cpu", copy=True) for k, v in self.model.policy.state_dict().items()})
+            self._states.append(state)
         if self.verbose:
             print(f"validation pass rate {rate:.3f} at iteration {self.iteration}")
         if rate > self.best_pass_rate:
-            self.best_pass_rate, self.best_iteration = rate, self.iteration
-            self._best_state = copy.deepcopy(self.model.policy.state_dict())
+            self.best_pass_rate, self.best_iteration, self._best_state = rate, self.iteration, state
 
     def _on_training_start(self) -> None:
         # count from the updates already done, so a resumed run evaluates and names weights by

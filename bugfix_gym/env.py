@@ -165,8 +165,8 @@ class BugFixEnv(gym.Env):
         if self.generated:  # no fixed pool: every reset draws a new task
             self.tasks, self.split = [], "generated"
         self.ambiguous_share = _ambiguous_share(ambiguous_share, self.generated)
-        self.statement_dropout = _statement_dropout(statement_dropout)
-        self.inert_lines = _inert_lines(inert_lines)
+        self.statement_dropout = _probability("statement_dropout", statement_dropout, one=False)
+        self.inert_lines = _probability("inert_lines", inert_lines)
         self.call_cost = _cost("call_cost", call_cost)
         self.edit_penalty = _cost("edit_penalty", edit_penalty)
         self.invalid_cost = _cost("invalid_cost", invalid_cost)
@@ -450,17 +450,11 @@ def _generator_split(generated: Any, tasks: Sequence[Task] | None) -> str | None
     return generated
 
 
-def _statement_dropout(p: Any) -> float:
-    p = _cost("statement_dropout", p)
-    if p >= 1:
-        raise ValueError(f"statement_dropout is a probability in [0, 1), got {p!r}")
-    return p
-
-
-def _inert_lines(p: Any) -> float:
-    p = _cost("inert_lines", p)
-    if p > 1:
-        raise ValueError(f"inert_lines is a probability in [0, 1], got {p!r}")
+def _probability(name: str, p: Any, one: bool = True) -> float:
+    """A finite ``p`` in [0, 1] (in [0, 1) without ``one``), else a one-line error naming ``name``."""
+    p = _cost(name, p)
+    if p > 1 or (p == 1 and not one):
+        raise ValueError(f"{name} is a probability in [0, {'1]' if one else '1)'}, got {p!r}")
     return p
 
 

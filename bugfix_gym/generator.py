@@ -22,9 +22,10 @@ resets do not grow the registry.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 import numpy as np
@@ -894,9 +895,6 @@ def with_inert_line(task: Task, rng: np.random.Generator) -> Task:
     and the fix are the same. ``task`` itself comes back where there is no place for such a line
     (a source that is not one function of two statements or more with a parameter) or where the
     result would change an op's site or fail the task check."""
-    import ast
-    import dataclasses
-
     try:
         func = ast.parse(task.source).body[0]
     except (SyntaxError, ValueError, IndexError):
@@ -912,7 +910,7 @@ def with_inert_line(task: Task, rng: np.random.Generator) -> Task:
     lines = task.source.splitlines(keepends=True)
     indent = lines[before.lineno - 1][: before.col_offset]
     line = f"{indent}{nouns[int(rng.integers(len(nouns)))]} = {params[int(rng.integers(len(params)))]}\n"
-    noisy = dataclasses.replace(task, source="".join(lines[: before.lineno - 1] + [line] + lines[before.lineno - 1:]))
+    noisy = replace(task, source="".join(lines[: before.lineno - 1] + [line] + lines[before.lineno - 1:]))
     same_sites = all((apply_op(task.source, op) == task.source) == (apply_op(noisy.source, op) == noisy.source)
                      for op in FIX_OPS)
     return noisy if same_sites and not task_problems(noisy) else task
