@@ -19,9 +19,9 @@ from typing import Any, Sequence
 
 import torch
 
-from bugfix_gym import OWNER_TOOL, BugFixEnv, Task, Tokenizer, make_tasks, scripted_policy
+from bugfix_gym import BugFixEnv, Task, Tokenizer, make_tasks, scripted_policy
 
-from .losses import masked_mean
+from .losses import masked_mean, tool_output_mask
 from .model import TinyAgent, TinyAgentConfig, sequence_log_probs
 from .rollout import collate, scripted_rollout
 
@@ -30,7 +30,8 @@ def make_base_agent(tok: Tokenizer, seed: int = 0, kinds: Sequence[str] = ("rand
                     episodes_per_task: int = 8, steps: int = 200, batch_size: int = 64, lr: float = 3e-3,
                     config: TinyAgentConfig | None = None, tasks: Sequence[Task] | None = None,
                     teacher_kwargs: dict[str, dict[str, Any]] | None = None,
-                    env_kwargs: dict[str, Any] | None = None, tool_coef: float = 0.0) -> TinyAgent:
+                    env_kwargs: dict[str, Any] | None = None, tool_coef: float = 0.0,
+                    tool_calls: Sequence[str] | None = None) -> TinyAgent:
     """TinyAgent behaviour-cloned on scripted play over the train tasks (book §6.2).
 
     Collects ``episodes_per_task`` demonstrations per train task from each scripted policy in
@@ -52,6 +53,7 @@ def make_base_agent(tok: Tokenizer, seed: int = 0, kinds: Sequence[str] = ("rand
     :param teacher_kwargs: extra ``scripted_policy`` arguments per kind, e.g. ``{"careful": {"p_read": 1.0}}``
     :param env_kwargs: BugFix-v0 options of the env the demonstrations are played in (e.g. ``hide_outputs``)
     :param tool_coef: weight of the cross-entropy on tool-output tokens (0: policy tokens only, the book's)
+    :param tool_calls: with ``tool_coef``, only the outputs of these calls (e.g. ``["edit"]``); None: all
     """
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
@@ -62,6 +64,8 @@ def make_base_agent(tok: Tokenizer, seed: int = 0, kinds: Sequence[str] = ("rand
         env = BugFixEnv(tasks=tasks, **(env_kwargs or {}))
         demos += [scripted_rollout(policy, env, task, tok) for task in tasks for _ in range(episodes_per_task)]
     data = collate(demos, tok.pad_id)  # ids [N, T], policy_mask [N, T-1]
+    call_ids = None if tool_calls is None else [tok.ids[c] for c in tool_calls]
+    tool_mask = tool_output_mask(data["ids"], data["owner"], call_ids)  # [N, T-1]
     model = TinyAgent(config or TinyAgentConfig(vocab_size=tok.vocab_size))
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     for _ in range(steps):
@@ -72,8 +76,7 @@ def make_base_agent(tok: Tokenizer, seed: int = 0, kinds: Sequence[str] = ("rand
         logp = sequence_log_probs(model, ids[:, :T])  # [b, T-1]
         loss = -masked_mean(logp, mask[:, : T - 1])  # cross-entropy on policy tokens
         if tool_coef:
-            tool = (data["owner"][idx, 1:T] == OWNER_TOOL).float()  # [b, T-1] targets the tools wrote
-            loss = loss - tool_coef * masked_mean(logp, tool)
+            loss = loss - tool_coef * masked_mean(logp, tool_mask[idx, : T - 1])  # targets the tools wrote
         opt.zero_grad()
         loss.backward()
         opt.step()

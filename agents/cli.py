@@ -104,6 +104,9 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--save-evaluated", action="store_true",
                        help="also save the weights of every validation evaluation as DIR/evaluated/iteration-N.zip "
                             "(~2 MB each), to evaluate them with `bugfix-gym eval` (--tasks generated)")
+    train.add_argument("--tool-coef", type=NON_NEGATIVE_FLOAT, metavar="COEF",
+                       help="weight of an auxiliary loss that predicts what each edit answered (`no change` or the "
+                            "line it changed), in behaviour cloning and in PPO; 0 turns it off")
     train.add_argument("--gae-lambda", type=UNIT_FLOAT, help="GAE lambda, in [0, 1]")
     train.add_argument("--ent-coef", type=NON_NEGATIVE_FLOAT, help="entropy bonus coefficient")
     train.add_argument("--target-kl", type=NON_NEGATIVE_FLOAT, help="KL early-stop target; 0 turns it off")
@@ -247,6 +250,12 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
                          "evaluations, which only --tasks generated has")
     if args.average_last is not None:
         recipe["validation"]["average_last"] = args.average_last
+    if args.tool_coef is not None:
+        if not isinstance(recipe["base_agent"], dict):
+            raise UsageError("bugfix-gym train: error: --tool-coef needs a recipe whose base agent is behaviour-cloned "
+                             "(--tasks generated)")
+        for part in (recipe["base_agent"], recipe["ppo"]):
+            part.update(tool_coef=args.tool_coef, tool_calls=["edit"] if args.tool_coef else None)
     return dict(recipe, tasks=args.tasks, seed=args.seed, eval_episodes=args.eval_episodes,
                 tensorboard=args.tensorboard, save_evaluated=args.save_evaluated)
 

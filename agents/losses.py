@@ -13,14 +13,17 @@ One function per idea (book ch. 6 and 8):
   clip (book §8.2, eq. 8.3), plus the diagnostics of §8.5.
 * :func:`clipped_value_loss` is the PPO2-style clipped critic loss (book §8.4).
 * :func:`kl_estimate` gives the k1 / k2 / k3 per-token KL estimators.
+* :func:`tool_output_mask` marks the tool-output tokens an auxiliary loss predicts.
 
 Entropy bonuses are left to the caller (``entropy`` comes from the model's forward).
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
+
+from bugfix_gym import OWNER_POLICY, OWNER_TOOL
 
 AGGREGATION_MODES = ("token_mean", "seq_mean_token_sum", "seq_mean_token_mean", "constant")
 KL_KINDS = ("k1", "k2", "k3")
@@ -222,3 +225,28 @@ def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "k3") ->
     if kind == "k3":
         return torch.exp(log_r) - 1.0 - log_r
     raise ValueError(f"unknown KL estimator {kind!r}; valid kinds: {', '.join(KL_KINDS)}")
+
+
+def tool_output_mask(ids: torch.Tensor, owner: torch.Tensor, call_ids: Sequence[int] | None = None
+                     ) -> torch.Tensor:
+    """Float 0/1 mask ``[B, T-1]``: 1 where the target ``ids[t+1]`` is a tool-output token.
+
+    With ``call_ids``, only the outputs answering a call whose first token is one of them
+    (e.g. the id of ``edit``: what each edit did, ``no change`` or the line it changed).
+
+    :param ids: token ids ``[B, T]``.
+    :param owner: owner codes ``[B, T]`` (prompt 1, policy 2, tool 3, pad 0).
+    :param call_ids: first tokens of the calls whose outputs count (``None``: every tool output).
+    :return: the mask, aligned with the targets ``ids[:, 1:]``.
+    """
+    tool = owner == OWNER_TOOL  # [B, T]
+    if call_ids is not None:
+        policy = owner == OWNER_POLICY  # [B, T]
+        starts = policy.clone()
+        starts[:, 1:] &= ~policy[:, :-1]  # the first token of each call
+        pos = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)  # [B, T]
+        last_start = torch.where(starts, pos, torch.zeros_like(pos)).cummax(dim=1).values  # [B, T]
+        first = ids.gather(1, last_start)  # [B, T] first token of the latest call
+        answered = torch.isin(first, torch.as_tensor(list(call_ids), device=ids.device))
+        tool &= answered & starts.cumsum(dim=1).gt(0)  # the prompt answers no call
+    return tool[:, 1:].float()

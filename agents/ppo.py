@@ -21,16 +21,19 @@ from __future__ import annotations
 import copy
 import math
 import time
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 import torch as th
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
 from stable_baselines3.common.utils import FloatSchedule
 
+from bugfix_gym import CALLS
+
 from .buffers import TokenRolloutBuffer, TokenRolloutBufferSamples
 from .checkpoint import ParameterSnapshot
-from .losses import AGGREGATION_MODES, KL_KINDS, aggregate_loss, clipped_policy_loss, clipped_value_loss, kl_estimate
+from .losses import (AGGREGATION_MODES, KL_KINDS, aggregate_loss, clipped_policy_loss, clipped_value_loss, kl_estimate,
+                     masked_mean, tool_output_mask)
 from .model import TinyAgent, score_tokens
 from .on_policy import TokenOnPolicyAlgorithm
 from .policies import TinyAgentPolicy
@@ -75,6 +78,10 @@ class TokenPPO(TokenOnPolicyAlgorithm):
     :param dual_clip: dual-clip constant c > 1 for negative advantages; None = off
     :param kl_coef: coefficient of the KL penalty to the frozen reference (initial) policy; 0 = off
     :param kl_estimator: ``"k1"``, ``"k2"`` or ``"k3"`` for that penalty
+    :param tool_coef: weight of an auxiliary cross-entropy on the tool outputs of the batch's own
+        episodes: the model also learns to predict what the tools answered (0 = off)
+    :param tool_calls: with ``tool_coef``, only the outputs of these calls (e.g. ``["edit"]``: what
+        each edit did); None = every tool output
     :param loss_mode: loss aggregation (``agents.losses.AGGREGATION_MODES``)
     :param loss_norm_const: the constant for ``loss_mode="constant"``
     :param target_kl_mode: ``"minibatch"`` (SB3: stop before a step whose minibatch KL exceeds
@@ -102,7 +109,7 @@ class TokenPPO(TokenOnPolicyAlgorithm):
         "gae_lambda", "ent_coef", "vf_coef", "batch_size", "n_epochs", "clip_range", "clip_range_vf",
         "normalize_advantage", "target_kl", "n_minibatches",
         "clip_range_high", "dual_clip", "kl_coef", "kl_estimator", "loss_mode", "loss_norm_const", "target_kl_mode",
-        "recompute_old_logp", "critic_warmup_steps", "critic_warmup_lr", "forward_chunk")
+        "recompute_old_logp", "critic_warmup_steps", "critic_warmup_lr", "forward_chunk", "tool_coef", "tool_calls")
 
     def __init__(
         self,
@@ -134,6 +141,8 @@ class TokenPPO(TokenOnPolicyAlgorithm):
         dual_clip: float | None = 3.0,
         kl_coef: float = 0.0,
         kl_estimator: str = "k3",
+        tool_coef: float = 0.0,
+        tool_calls: Sequence[str] | None = None,
         loss_mode: str = "token_mean",
         loss_norm_const: float | None = None,
         target_kl_mode: str = "minibatch",
@@ -154,7 +163,7 @@ class TokenPPO(TokenOnPolicyAlgorithm):
                         kl_estimator=kl_estimator, loss_mode=loss_mode, loss_norm_const=loss_norm_const,
                         target_kl=target_kl, target_kl_mode=target_kl_mode, clip_range=clip_range,
                         clip_range_high=clip_range_high, clip_range_vf=clip_range_vf, kl_coef=kl_coef,
-                        critic_warmup_steps=critic_warmup_steps, forward_chunk=forward_chunk)
+                        tool_coef=tool_coef, tool_calls=tool_calls, critic_warmup_steps=critic_warmup_steps, forward_chunk=forward_chunk)
         self.batch_size = batch_size
         self.n_minibatches = n_minibatches
         self.n_epochs = n_epochs
@@ -167,6 +176,8 @@ class TokenPPO(TokenOnPolicyAlgorithm):
         self.target_kl_mode = target_kl_mode
         self.kl_coef = kl_coef
         self.kl_estimator = kl_estimator
+        self.tool_coef = tool_coef
+        self.tool_calls = None if tool_calls is None else list(tool_calls)
         self.loss_mode = loss_mode
         self.loss_norm_const = loss_norm_const
         self.recompute_old_logp = recompute_old_logp
@@ -310,11 +321,20 @@ class TokenPPO(TokenOnPolicyAlgorithm):
         return score_tokens(model, sample.ids, sample.policy_mask, lengths=sample.lengths, chunk=self.forward_chunk,
                             grammar=self.policy.grammar, grammar_state=sample.grammar_state)
 
+    def _tool_mask(self, sample: TokenRolloutBufferSamples) -> th.Tensor:
+        """[b, T-1] the tool-output targets the auxiliary loss predicts (``tool_calls``' outputs)."""
+        ids = self.policy.tokenizer.ids
+        call_ids = None if self.tool_calls is None else [ids[c] for c in self.tool_calls]
+        return tool_output_mask(sample.ids, sample.owner, call_ids)
+
     def _minibatch_loss(self, sample: TokenRolloutBufferSamples, clip_low: float, clip_high: float
                         ) -> tuple[th.Tensor, dict[str, float]]:
-        """PPO loss of one minibatch of whole trajectories: one pass scores all its policy tokens."""
+        """PPO loss of one minibatch of whole trajectories: one pass scores all its policy tokens
+        (and, with ``tool_coef``, the tool outputs it predicts)."""
         mask = sample.policy_mask  # [b, T-1]
-        logp, values, entropy = self._score(self.policy.model, sample)  # 3 x [b, T-1], 0 off the mask
+        tool = self._tool_mask(sample) if self.tool_coef else None  # [b, T-1]
+        scored = sample if tool is None else sample._replace(policy_mask=th.maximum(mask, tool))
+        logp, values, entropy = self._score(self.policy.model, scored)  # 3 x [b, T-1], 0 off the scored mask
         mode, norm = self.loss_mode, self.loss_norm_const
         pg_loss, stats = clipped_policy_loss(logp, sample.old_logp, sample.advantages, mask,
                                              clip_low=clip_low, clip_high=clip_high, dual_clip=self.dual_clip,
@@ -327,8 +347,12 @@ class TokenPPO(TokenOnPolicyAlgorithm):
         if self.kl_coef and sample.ref_logp is not None:
             kl_ref = aggregate_loss(kl_estimate(logp, sample.ref_logp, self.kl_estimator), mask, mode, norm)
             loss = loss + self.kl_coef * kl_ref
+        tool_loss = th.zeros(())
+        if tool is not None:
+            tool_loss = -masked_mean(logp, tool)  # tool positions: unconstrained next-token log-probs
+            loss = loss + self.tool_coef * tool_loss
         stats.update(pg_loss=pg_loss.item(), value_loss=v_loss.item(), entropy=entropy_mean.item(),
-                     kl_ref=kl_ref.item(), loss=loss.item())
+                     kl_ref=kl_ref.item(), tool_loss=tool_loss.item(), loss=loss.item())
         return loss, stats
 
     @th.no_grad()
@@ -393,6 +417,8 @@ class TokenPPO(TokenOnPolicyAlgorithm):
             for key in ("clip_frac", "approx_kl", "entropy", "value_loss", "pg_loss", "kl_ref", "dual_clip_frac",
                         "grad_norm", "loss"):
                 rec(f"train/{SB3_KEYS.get(key, key)}", float(np.mean([e[key] for e in epochs])))
+            if self.tool_coef:
+                rec("train/tool_loss", float(np.mean([e["tool_loss"] for e in epochs])))
             rec("train/ratio_min", min(e["ratio_min"] for e in epochs))
             rec("train/ratio_max", max(e["ratio_max"] for e in epochs))
             rec("train/entropy_loss", -float(np.mean([e["entropy"] for e in epochs])))
@@ -418,7 +444,8 @@ class TokenPPO(TokenOnPolicyAlgorithm):
 def _check_ppo_args(*, n_epochs: int, n_minibatches: int, batch_size: int | None, dual_clip: float | None,
                     kl_estimator: str, loss_mode: str, loss_norm_const: float | None, target_kl: float | None,
                     target_kl_mode: str, clip_range: Any, clip_range_high: float | None,
-                    clip_range_vf: float | None, kl_coef: float, critic_warmup_steps: int,
+                    clip_range_vf: float | None, kl_coef: float, tool_coef: float,
+                    tool_calls: Sequence[str] | None, critic_warmup_steps: int,
                     forward_chunk: int | None) -> None:
     for name, value in (("n_epochs", n_epochs), ("n_minibatches", n_minibatches)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
@@ -435,8 +462,12 @@ def _check_ppo_args(*, n_epochs: int, n_minibatches: int, batch_size: int | None
             continue
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
             raise ValueError(f"{name} must be a positive number or None, got {value!r}")
-    if isinstance(kl_coef, bool) or not isinstance(kl_coef, (int, float)) or not math.isfinite(kl_coef) or kl_coef < 0:
-        raise ValueError(f"kl_coef must be a finite number >= 0, got {kl_coef!r}")
+    for name, value in (("kl_coef", kl_coef), ("tool_coef", tool_coef)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    words = sorted({call.split()[0] for call in CALLS})
+    if tool_calls is not None and (isinstance(tool_calls, str) or not set(tool_calls) <= set(words)):
+        raise ValueError(f"tool_calls must be a list of call words from {words} or None, got {tool_calls!r}")
     if dual_clip is not None and dual_clip <= 1.0:
         raise ValueError(f"dual_clip must be > 1 (typically 3) or None, got {dual_clip}")
     if kl_estimator not in KL_KINDS:

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from agents.losses import (AGGREGATION_MODES, aggregate_loss, clipped_policy_loss, clipped_value_loss,
-                           kl_estimate, masked_mean, reinforce_loss)
+                           kl_estimate, masked_mean, reinforce_loss, tool_output_mask)
 
 
 # ---------------------------------------------------------------- masked_mean / aggregate_loss
@@ -262,3 +262,19 @@ def test_k1_and_k3_are_unbiased_for_kl_pi_ref():
         assert est == pytest.approx(exact, rel=0.02), kind
     k2 = kl_estimate(pi.log()[idx], ref.log()[idx], "k2").mean().item()
     assert abs(k2 - exact) > 0.02  # k2 is biased this far from ref
+
+
+# ---------------------------------------------------------------- tool_output_mask
+
+def test_tool_output_mask_by_hand_picks_the_outputs_of_the_named_calls():
+    P, O, R = 2, 3, 1  # policy, tool, prompt owners
+    # prompt [2], call "10 11", its output [2], call "20 21", its output [2], pad
+    ids = torch.tensor([[1, 2, 10, 11, 5, 6, 20, 21, 7, 8, 0]])
+    owner = torch.tensor([[R, R, P, P, O, O, P, P, O, O, 0]])
+    # aligned with the targets ids[1:]: position t is 1 when ids[t+1] is an output of a named call
+    assert tool_output_mask(ids, owner).tolist() == [[0, 0, 0, 1, 1, 0, 0, 1, 1, 0]]
+    assert tool_output_mask(ids, owner, [10]).tolist() == [[0, 0, 0, 1, 1, 0, 0, 0, 0, 0]]
+    assert tool_output_mask(ids, owner, [20]).tolist() == [[0, 0, 0, 0, 0, 0, 0, 1, 1, 0]]
+    assert tool_output_mask(ids, owner, [11]).sum() == 0  # a call is named by its first token
+    # tool tokens before any call answer none of them, even after a first token equal to a named call's
+    assert tool_output_mask(torch.tensor([[10, 5, 6]]), torch.tensor([[R, O, O]]), [10]).sum() == 0

@@ -491,3 +491,40 @@ def test_keep_best_counts_iterations_from_the_updates_a_resumed_model_has_done(b
 def test_keep_best_refuses_an_average_share_outside_0_1(share):
     with pytest.raises(ValueError, match="average_last must be in"):
         KeepBest(["count_above"], average_last=share)
+
+
+# ---------------------------------------------------------------------- the auxiliary tool-output loss
+def _edit_output_nll(model: TokenPPO, trajs: list[Trajectory]) -> float:
+    from agents.losses import tool_output_mask
+    from agents.model import sequence_log_probs
+    from agents.rollout import collate
+
+    data = collate(trajs, model.policy.tokenizer.pad_id)
+    mask = tool_output_mask(data["ids"], data["owner"], [model.policy.tokenizer.ids["edit"]])  # [N, T-1]
+    with torch.no_grad():
+        return -float((sequence_log_probs(model.policy.model, data["ids"]) * mask).sum() / mask.sum())
+
+
+def test_tool_coef_keeps_the_first_ratio_one_and_learns_what_the_edits_answered(base):
+    """The auxiliary loss scores tool outputs in the same pass; the policy tokens' scores are unchanged."""
+    kw = dict(base_agent=base, n_episodes=12, n_minibatches=3, n_epochs=4, seed=1, learning_rate=3e-3,
+              critic_warmup_steps=0, target_kl=None)
+    plain = RecordingPPO("TinyAgentPolicy", vec(6), **kw)
+    aux = RecordingPPO("TinyAgentPolicy", vec(6), tool_coef=1.0, tool_calls=["edit"], **kw)
+    trajs = plain.sample_episodes(n=12)
+    before = _edit_output_nll(plain, trajs)
+    plain.train_on_batch(trajs)
+    aux.train_on_batch(trajs)
+    first = aux.seen[0]
+    assert first["ratio_min"] == 1.0 and first["ratio_max"] == 1.0 and first["approx_kl"] == 0.0
+    assert first["pg_loss"] == plain.seen[0]["pg_loss"]  # the same policy-token scores as without it
+    assert first["tool_loss"] > 1.0 and plain.seen[0]["tool_loss"] == 0.0  # the base agent never learnt them
+    assert _edit_output_nll(aux, trajs) < 0.8 * min(before, _edit_output_nll(plain, trajs))
+
+
+@pytest.mark.parametrize("kw, match", [(dict(tool_coef=-0.1), "tool_coef"), (dict(tool_coef=float("nan")), "tool_coef"),
+                                       (dict(tool_calls=["edit", "look"]), "tool_calls"),
+                                       (dict(tool_calls="edit"), "tool_calls")])
+def test_bad_tool_loss_settings_are_one_line_errors(kw, match):
+    with pytest.raises(ValueError, match=match):
+        TokenPPO("TinyAgentPolicy", vec(2), **kw)

@@ -37,7 +37,7 @@ def test_help(argv, capsys):
     ["eval", "/no/such/model.zip"], ["eval", "m.zip", "--generated", "weird"], ["eval", "m.zip", "--n", "0"],
     ["eval", "m.zip", "--split", "train", "--pack", "p.json"], ["train", "--tasks", "generated", "--average-last", "0"],
     ["train", "--tasks", "generated", "--average-last", "1.5"], ["train", "--average-last", "0.5"],
-    ["train", "--save-evaluated"],
+    ["train", "--save-evaluated"], ["train", "--tool-coef", "0.5"], ["train", "--tasks", "generated", "--tool-coef", "-1"],
 ])
 def test_bad_arguments_are_one_line_exit_2(argv, capsys):
     assert main(argv) == 2
@@ -128,6 +128,17 @@ def test_train_lr_schedule_flag_sets_the_recipes_schedule():
     assert settings("--average-last", "0.5")["validation"]["average_last"] == 0.5
     assert settings()["validation"].get("average_last") is None and not settings()["save_evaluated"]
     assert main(["train", "--iterations", "2", "--lr-schedule", "linear", "--out", "unused"]) == 2  # needs env steps
+
+
+def test_train_tool_coef_flag_sets_the_auxiliary_loss_of_the_base_agent_and_of_ppo():
+    def settings(*flags):
+        return cli._settings(cli._parser().parse_args(["train", "--tasks", "generated", *flags]))
+
+    on = settings("--tool-coef", "0.5")
+    for part in (on["base_agent"], on["ppo"]):
+        assert part["tool_coef"] == 0.5 and part["tool_calls"] == ["edit"]
+    off = settings("--tool-coef", "0")
+    assert off["ppo"]["tool_coef"] == 0 and off["ppo"]["tool_calls"] is None
 
 
 def _train_args(out, timesteps=96, *extra):
