@@ -107,6 +107,8 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--tool-coef", type=NON_NEGATIVE_FLOAT, metavar="COEF",
                        help="weight of an auxiliary loss that predicts what each edit answered (`no change` or the "
                             "line it changed), in behaviour cloning and in PPO; 0 turns it off")
+    train.add_argument("--no-change-cost", type=NON_NEGATIVE_FLOAT, metavar="COST",
+                       help="env option of the training envs: the price of an edit that answered `no change`")
     train.add_argument("--gae-lambda", type=UNIT_FLOAT, help="GAE lambda, in [0, 1]")
     train.add_argument("--ent-coef", type=NON_NEGATIVE_FLOAT, help="entropy bonus coefficient")
     train.add_argument("--target-kl", type=NON_NEGATIVE_FLOAT, help="KL early-stop target; 0 turns it off")
@@ -250,6 +252,8 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
                          "evaluations, which only --tasks generated has")
     if args.average_last is not None:
         recipe["validation"]["average_last"] = args.average_last
+    if args.no_change_cost is not None:
+        recipe["env"]["no_change_cost"] = args.no_change_cost
     if args.tool_coef is not None:
         if not isinstance(recipe["base_agent"], dict):
             raise UsageError("bugfix-gym train: error: --tool-coef needs a recipe whose base agent is behaviour-cloned "

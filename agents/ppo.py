@@ -163,7 +163,8 @@ class TokenPPO(TokenOnPolicyAlgorithm):
                         kl_estimator=kl_estimator, loss_mode=loss_mode, loss_norm_const=loss_norm_const,
                         target_kl=target_kl, target_kl_mode=target_kl_mode, clip_range=clip_range,
                         clip_range_high=clip_range_high, clip_range_vf=clip_range_vf, kl_coef=kl_coef,
-                        tool_coef=tool_coef, tool_calls=tool_calls, critic_warmup_steps=critic_warmup_steps, forward_chunk=forward_chunk)
+                        tool_coef=tool_coef, tool_calls=tool_calls, critic_warmup_steps=critic_warmup_steps,
+                        forward_chunk=forward_chunk)
         self.batch_size = batch_size
         self.n_minibatches = n_minibatches
         self.n_epochs = n_epochs

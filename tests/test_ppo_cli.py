@@ -37,7 +37,8 @@ def test_help(argv, capsys):
     ["eval", "/no/such/model.zip"], ["eval", "m.zip", "--generated", "weird"], ["eval", "m.zip", "--n", "0"],
     ["eval", "m.zip", "--split", "train", "--pack", "p.json"], ["train", "--tasks", "generated", "--average-last", "0"],
     ["train", "--tasks", "generated", "--average-last", "1.5"], ["train", "--average-last", "0.5"],
-    ["train", "--save-evaluated"], ["train", "--tool-coef", "0.5"], ["train", "--tasks", "generated", "--tool-coef", "-1"],
+    ["train", "--save-evaluated"], ["train", "--tool-coef", "0.5"],
+    ["train", "--tasks", "generated", "--tool-coef", "-1"], ["train", "--no-change-cost", "nan"],
 ])
 def test_bad_arguments_are_one_line_exit_2(argv, capsys):
     assert main(argv) == 2
@@ -130,7 +131,7 @@ def test_train_lr_schedule_flag_sets_the_recipes_schedule():
     assert main(["train", "--iterations", "2", "--lr-schedule", "linear", "--out", "unused"]) == 2  # needs env steps
 
 
-def test_train_tool_coef_flag_sets_the_auxiliary_loss_of_the_base_agent_and_of_ppo():
+def test_train_tool_coef_and_no_change_cost_flags_set_the_recipe():
     def settings(*flags):
         return cli._settings(cli._parser().parse_args(["train", "--tasks", "generated", *flags]))
 
@@ -139,6 +140,7 @@ def test_train_tool_coef_flag_sets_the_auxiliary_loss_of_the_base_agent_and_of_p
         assert part["tool_coef"] == 0.5 and part["tool_calls"] == ["edit"]
     off = settings("--tool-coef", "0")
     assert off["ppo"]["tool_coef"] == 0 and off["ppo"]["tool_calls"] is None
+    assert settings("--no-change-cost", "0.1")["env"]["no_change_cost"] == 0.1
 
 
 def _train_args(out, timesteps=96, *extra):
