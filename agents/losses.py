@@ -248,5 +248,5 @@ def tool_output_mask(ids: torch.Tensor, owner: torch.Tensor, call_ids: Sequence[
         last_start = torch.where(starts, pos, torch.zeros_like(pos)).cummax(dim=1).values  # [B, T]
         first = ids.gather(1, last_start)  # [B, T] first token of the latest call
         answered = torch.isin(first, torch.as_tensor(list(call_ids), device=ids.device))
-        tool &= answered & starts.cumsum(dim=1).gt(0)  # the prompt answers no call
+        tool &= answered & starts.cumsum(dim=1).gt(0)  # tool tokens before the first call answer none
     return tool[:, 1:].float()
