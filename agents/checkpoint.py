@@ -29,6 +29,7 @@ import pathlib
 import platform
 import warnings
 import zipfile
+import zlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -205,7 +206,7 @@ def read(path: str | pathlib.Path | io.BufferedIOBase) -> ModelFile:
                 raise ModelFileError(f"{name} is not a complete bugfix-gym model file: it needs 'data' and "
                                      "'policy.pth'")
             raw = {key: _read_entry(archive, entries[key], name) for key in entries}
-    except zipfile.BadZipFile as e:
+    except (zipfile.BadZipFile, zlib.error) as e:
         raise ModelFileError(f"{name} is not a bugfix-gym model file: corrupt or not a zip archive ({e})") from None
     except (OSError, EOFError, zipfile.LargeZipFile, NotImplementedError, RuntimeError) as e:
         raise ModelFileError(f"{name} cannot be read: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"

@@ -129,6 +129,20 @@ def test_a_lying_size_header_cannot_make_the_reader_read_more(good, tmp_path):
     assert "model file" in message or "allowed" in message
 
 
+def test_a_corrupt_deflate_stream_is_a_one_line_error(good, tmp_path):
+    """Bytes flipped inside a compressed entry make zlib fail mid-read: still a one-line error."""
+    path = tmp_path / "m.zip"
+    _zip(dict(_entries(good), data=b"{" + b" " * 4000 + b"}"), path)  # deflated: long runs compress well
+    with zipfile.ZipFile(path) as z:
+        info = z.getinfo("data")
+    assert info.compress_type == zipfile.ZIP_DEFLATED
+    blob = bytearray(path.read_bytes())
+    start = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)  # the compressed bytes
+    blob[start: start + 4] = b"\xff\xff\xff\xff"  # an invalid deflate block header
+    path.write_bytes(bytes(blob))
+    assert "not a bugfix-gym model file" in _one_line_error(path)
+
+
 @pytest.mark.parametrize("content, match", [
     (b"", "not a bugfix-gym model file"),
     (b"PK\x03\x04garbage", "not a bugfix-gym model file"),
