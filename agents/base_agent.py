@@ -64,8 +64,9 @@ def make_base_agent(tok: Tokenizer, seed: int = 0, kinds: Sequence[str] = ("rand
         env = BugFixEnv(tasks=tasks, **(env_kwargs or {}))
         demos += [scripted_rollout(policy, env, task, tok) for task in tasks for _ in range(episodes_per_task)]
     data = collate(demos, tok.pad_id)  # ids [N, T], policy_mask [N, T-1]
-    call_ids = None if tool_calls is None else [tok.ids[c] for c in tool_calls]
-    tool_mask = tool_output_mask(data["ids"], data["owner"], call_ids)  # [N, T-1]
+    if tool_coef:
+        call_ids = None if tool_calls is None else [tok.ids[c] for c in tool_calls]
+        tool_mask = tool_output_mask(data["ids"], data["owner"], call_ids)  # [N, T-1] targets the tools wrote
     model = TinyAgent(config or TinyAgentConfig(vocab_size=tok.vocab_size))
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     for _ in range(steps):
@@ -76,7 +77,7 @@ def make_base_agent(tok: Tokenizer, seed: int = 0, kinds: Sequence[str] = ("rand
         logp = sequence_log_probs(model, ids[:, :T])  # [b, T-1]
         loss = -masked_mean(logp, mask[:, : T - 1])  # cross-entropy on policy tokens
         if tool_coef:
-            loss = loss - tool_coef * masked_mean(logp, tool_mask[idx, : T - 1])  # targets the tools wrote
+            loss = loss - tool_coef * masked_mean(logp, tool_mask[idx, : T - 1])
         opt.zero_grad()
         loss.backward()
         opt.step()

@@ -90,12 +90,15 @@ class KeepBest(BaseCallback):
         if self.save_dir is not None:
             self.save_dir.mkdir(parents=True, exist_ok=True)
             self.model.save(self.save_dir / f"iteration-{self.iteration:04d}.zip")
+        if self.verbose:
+            print(f"validation pass rate {rate:.3f} at iteration {self.iteration}")
+        best = rate > self.best_pass_rate
+        if not best and self.average_last is None:
+            return  # these weights are neither kept nor averaged: no copy
         state = copy.deepcopy(self.model.policy.state_dict())
         if self.average_last is not None:
             self._states.append(state)
-        if self.verbose:
-            print(f"validation pass rate {rate:.3f} at iteration {self.iteration}")
-        if rate > self.best_pass_rate:
+        if best:
             self.best_pass_rate, self.best_iteration, self._best_state = rate, self.iteration, state
 
     def _on_training_start(self) -> None:
