@@ -23,6 +23,7 @@ from bugfix_gym import BugFixEnv, Task, Tokenizer, make_tasks, scripted_policy
 
 from .losses import masked_mean, tool_output_mask
 from .model import TinyAgent, TinyAgentConfig, sequence_log_probs
+from .practice import EditPractice
 from .rollout import collate, scripted_rollout
 
 
@@ -31,7 +32,7 @@ def make_base_agent(tok: Tokenizer, seed: int = 0, kinds: Sequence[str] = ("rand
                     config: TinyAgentConfig | None = None, tasks: Sequence[Task] | None = None,
                     teacher_kwargs: dict[str, dict[str, Any]] | None = None,
                     env_kwargs: dict[str, Any] | None = None, tool_coef: float = 0.0,
-                    tool_calls: Sequence[str] | None = None) -> TinyAgent:
+                    tool_calls: Sequence[str] | None = None, practice: int = 0) -> TinyAgent:
     """TinyAgent behaviour-cloned on scripted play over the train tasks (book §6.2).
 
     Collects ``episodes_per_task`` demonstrations per train task from each scripted policy in
@@ -54,7 +55,12 @@ def make_base_agent(tok: Tokenizer, seed: int = 0, kinds: Sequence[str] = ("rand
     :param env_kwargs: BugFix-v0 options of the env the demonstrations are played in (e.g. ``hide_outputs``)
     :param tool_coef: weight of the cross-entropy on tool-output tokens (0: policy tokens only, the book's)
     :param tool_calls: with ``tool_coef``, only the outputs of these calls (e.g. ``["edit"]``); None: all
+    :param practice: with ``tool_coef``, also learn the edits' answers on this many edit-practice
+        transcripts (:class:`agents.practice.EditPractice`, recombined train code), a minibatch of
+        ``batch_size`` of them per step with the same weight
     """
+    if practice and not tool_coef:
+        raise ValueError("practice needs tool_coef > 0: it is a loss on the edits' answers")
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     demos = []
@@ -67,6 +73,7 @@ def make_base_agent(tok: Tokenizer, seed: int = 0, kinds: Sequence[str] = ("rand
     if tool_coef:
         call_ids = None if tool_calls is None else [tok.ids[c] for c in tool_calls]
         tool_mask = tool_output_mask(data["ids"], data["owner"], call_ids)  # [N, T-1] targets the tools wrote
+    drills = EditPractice(tok, practice, seed=seed) if practice else None
     model = TinyAgent(config or TinyAgentConfig(vocab_size=tok.vocab_size))
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     for _ in range(steps):
@@ -78,6 +85,8 @@ def make_base_agent(tok: Tokenizer, seed: int = 0, kinds: Sequence[str] = ("rand
         loss = -masked_mean(logp, mask[:, : T - 1])  # cross-entropy on policy tokens
         if tool_coef:
             loss = loss - tool_coef * masked_mean(logp, tool_mask[idx, : T - 1])
+        if drills is not None:
+            loss = loss + tool_coef * drills.loss(model, batch_size)
         opt.zero_grad()
         loss.backward()
         opt.step()

@@ -67,6 +67,13 @@ UNIT_FLOAT = _number(float, 0.0, 1.0, what="a number in [0, 1]")
 SHARE = _number(float, 0.0, 1.0, strict_low=True, what="a number in (0, 1]")
 
 
+_UNSET = object()  # an eval flag that was not given (None is a value: 'none')
+
+
+def _foresight_arg(text: str) -> float | None:
+    return None if text == "none" else SHARE(text)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="bugfix-gym", description="Train and evaluate token-level agents on BugFix-v0.")
     sub = parser.add_subparsers(dest="command", metavar="{train,eval,play}", parser_class=_Parser)
@@ -107,6 +114,12 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--tool-coef", type=NON_NEGATIVE_FLOAT, metavar="COEF",
                        help="weight of an auxiliary loss that predicts what each edit answered (`no change` or the "
                             "line it changed), in behaviour cloning and in PPO; 0 turns it off")
+    train.add_argument("--foresight", type=SHARE, metavar="P",
+                       help="before the policy picks an edit's op, close the ops its own model gives a probability "
+                            "above P (in (0, 1]) of answering `no change` (needs --tool-coef above 0)")
+    train.add_argument("--practice", type=POSITIVE_INT, metavar="N",
+                       help="with --tool-coef: also learn what the edits answer on N edit-practice transcripts "
+                            "(recombined train-template code), in behaviour cloning and in PPO")
     train.add_argument("--no-change-cost", type=NON_NEGATIVE_FLOAT, metavar="COST",
                        help="env option of the training envs: the price of an edit that answered `no change`")
     train.add_argument("--gae-lambda", type=UNIT_FLOAT, help="GAE lambda, in [0, 1]")
@@ -141,6 +154,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="blank the outputs of read and test (for models trained with --ablation blind-tools)")
     ev.add_argument("--call-mask", choices=("none", "call_mask", "useful_calls"),
                     help="decode under this env call mask instead of the model's own (a model with a call grammar)")
+    ev.add_argument("--foresight", type=_foresight_arg, metavar="P", default=_UNSET,
+                    help="decode with this foresight threshold (in (0, 1]; 'none': off) instead of the model's own")
     ev.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
 
     sub.add_parser("play", help="play BugFix-v0 yourself in the terminal (bugfix_gym.play)", add_help=False)
@@ -260,6 +275,17 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
                              "(--tasks generated)")
         for part in (recipe["base_agent"], recipe["ppo"]):
             part.update(tool_coef=args.tool_coef, tool_calls=["edit"] if args.tool_coef else None)
+    if args.foresight is not None:
+        if not recipe["grammar"] or not recipe["ppo"].get("tool_coef"):
+            raise UsageError("bugfix-gym train: error: --foresight uses what the model learnt of the edits' answers; "
+                             "it needs a recipe with a call grammar and a --tool-coef above 0")
+        recipe["foresight"] = args.foresight
+    if args.practice is not None:
+        if not isinstance(recipe["base_agent"], dict) or not recipe["ppo"].get("tool_coef"):
+            raise UsageError("bugfix-gym train: error: --practice is a loss on the edits' answers; it needs "
+                             "--tasks generated and a --tool-coef above 0")
+        for part in (recipe["base_agent"], recipe["ppo"]):
+            part.update(practice=args.practice)
     return dict(recipe, tasks=args.tasks, seed=args.seed, eval_episodes=args.eval_episodes,
                 tensorboard=args.tensorboard, save_evaluated=args.save_evaluated)
 
@@ -343,6 +369,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             from bugfix_gym import CALLS
             policy_kwargs["call_grammar"] = list(CALLS)
             policy_kwargs["call_mask_key"] = settings.get("call_mask")
+            policy_kwargs["foresight"] = settings.get("foresight")
         _check_memory(settings, dataclasses.asdict(TinyAgentConfig(vocab_size=tok.vocab_size)))  # before any work
         base_agent = recipes.make_base_agent(settings, tok, settings["seed"])
         model = TokenPPO("TinyAgentPolicy", env, seed=settings["seed"], policy_kwargs=policy_kwargs,
@@ -461,11 +488,20 @@ def cmd_eval(args: argparse.Namespace) -> int:
             raise UsageError("bugfix-gym eval: error: --call-mask needs a model with a call grammar; this one writes "
                              "free text")
         model.policy.call_mask_key = None if args.call_mask == "none" else args.call_mask
+    if "foresight" in vars(args) and args.foresight is not _UNSET:
+        if model.policy.grammar is None:
+            raise UsageError("bugfix-gym eval: error: --foresight needs a model with a call grammar; this one writes "
+                             "free text")
+        from .rollout import Foresight
+        model.policy.foresight = None if args.foresight is None else \
+            Foresight(model.policy.grammar, model.policy.tokenizer, args.foresight)
     env_kwargs = dict(hide_outputs=list(HIDEABLE)) if args.hide_outputs else None
     stats = model.evaluate(tasks, episodes, seed=args.seed, env_kwargs=env_kwargs)
     if args.json:
         print(json.dumps(_jsonable(dict(stats, model=str(args.model), tasks=what, episodes_per_task=episodes,
-                                        call_mask=model.policy.call_mask_key))))
+                                        call_mask=model.policy.call_mask_key,
+                                        foresight=None if model.policy.foresight is None
+                                        else model.policy.foresight.threshold))))
     else:
         print(_table({f"{args.model.name} on {what}": stats}))
     return 0

@@ -364,6 +364,46 @@ class TinyAgent(nn.Module):
             logits[packing.rows, packing.cols] = self.lm_head(h)  # [N, V]
         return logits, values
 
+    @torch.no_grad()
+    def peek(self, rows: torch.Tensor, ids: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """Logits after each of ``K`` continuations of some cached rows, without changing the cache.
+
+        Row ``rows[r]`` continues with ``ids[r, k]`` (``S`` tokens) after its cached tokens, for each
+        ``k`` separately: every continuation attends to the row's cache and to its own earlier tokens,
+        as if it had been fed. One pass for all of them; the cache's keys are read in place.
+
+        :param rows: [R] long, cache rows
+        :param ids: [R, K, S] continuations
+        :param cache: the KV cache (read only)
+        :return: logits [R, K, V] at each continuation's last token
+        """
+        R, K, S = ids.shape
+        nh, hs, C = self.config.n_head, self.config.d_model // self.config.n_head, self.config.d_model
+        start = cache.lengths[rows]  # [R]
+        if int(start.max()) + S > cache.max_len:
+            raise ValueError(f"KV cache overflow: a continuation needs {int(start.max()) + S} positions, "
+                             f"max_len={cache.max_len}")
+        P = int(start.max())
+        x = self.embed(ids, start[:, None, None] + torch.arange(S, device=ids.device))  # [R, K, S, C]
+        seen = (torch.arange(P, device=ids.device) < start[:, None])[:, None, None, None, :]  # [R, 1, 1, 1, P]
+        causal = torch.ones(S, S, dtype=torch.bool, device=ids.device).tril()  # [S, S]
+        for layer, block in enumerate(self.blocks):
+            assert isinstance(block, Block)
+            attn = block.attn
+            q, k, v = attn.qkv(block.ln1(x)).split(C, dim=-1)  # 3 x [R, K, S, C]
+            q, k, v = (t.view(R, K, S, nh, hs).permute(0, 3, 1, 2, 4) for t in (q, k, v))  # [R, nh, K, S, hs]
+            keys, vals = cache.k[layer, rows, :, :P], cache.v[layer, rows, :, :P]  # [R, nh, P, hs]
+            scale = 1.0 / math.sqrt(hs)
+            to_cache = torch.einsum("rhksd,rhpd->rhksp", q, keys) * scale  # [R, nh, K, S, P]
+            to_self = torch.einsum("rhksd,rhktd->rhkst", q, k) * scale  # [R, nh, K, S, S]
+            to_cache = to_cache.masked_fill(~seen, float("-inf"))
+            to_self = to_self.masked_fill(~causal, float("-inf"))
+            w = torch.softmax(torch.cat([to_cache, to_self], dim=-1), dim=-1)  # [R, nh, K, S, P + S]
+            y = torch.einsum("rhksp,rhpd->rhksd", w[..., :P], vals) + torch.einsum("rhkst,rhktd->rhksd", w[..., P:], v)
+            x = x + attn.proj(y.permute(0, 2, 3, 1, 4).reshape(R, K, S, C))  # [R, K, S, C]
+            x = x + block.mlp(block.ln2(x))
+        return self.lm_head(self.ln_f(x[:, :, -1]))  # [R, K, V]
+
 
 def score_tokens(model: TinyAgent, ids: torch.Tensor, mask: torch.Tensor | None = None, *,
                  lengths: torch.Tensor | None = None, chunk: int | None = None, grammar: Any = None,

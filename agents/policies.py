@@ -24,7 +24,7 @@ from bugfix_gym import OWNER_PAD, OWNER_PROMPT, OWNER_TOOL, Tokenizer, build_tok
 
 from .grammar import CallGrammar
 from .model import TinyAgent, TinyAgentConfig
-from .rollout import write_calls
+from .rollout import Foresight, write_calls
 
 # keys under which a token-view observation (bugfix_gym.wrappers.TokenObservation) may hold its arrays
 _IDS_KEYS = ("ids", "input_ids", "token_ids", "tokens")
@@ -49,6 +49,9 @@ class TinyAgentPolicy(BasePolicy):
         each call starts from the calls that mask leaves open (BugFix-v0: ``"call_mask"``, the legal
         calls, or ``"useful_calls"``, which also closes edits the episode has shown to be useless).
         None: every call of the grammar is always open. ``predict`` sees no ``info`` and ignores it
+    :param foresight: with ``call_grammar``, a threshold in (0, 1]: before the policy picks an edit's op,
+        the ops its own model gives a probability above it of answering ``no change`` are closed
+        (:class:`agents.rollout.Foresight`); None: off
     :param optimizer_class: optimizer class (``Adam``)
     :param optimizer_kwargs: extra optimizer arguments, not the learning rate (default for Adam:
         ``eps=1e-5`` as SB3's PPO, and ``foreach=True``: the same update, computed over all parameters at once)
@@ -65,6 +68,7 @@ class TinyAgentPolicy(BasePolicy):
         max_call_tokens: int = 8,
         call_grammar: Sequence[str] | None = None,
         call_mask_key: str | None = None,
+        foresight: float | None = None,
         optimizer_class: type[th.optim.Optimizer] = th.optim.Adam,
         optimizer_kwargs: dict[str, Any] | None = None,
         use_sde: bool = False,
@@ -99,6 +103,9 @@ class TinyAgentPolicy(BasePolicy):
             raise ValueError(f"call_mask_key={call_mask_key!r} needs a call grammar (call_grammar=...): the call "
                              "mask closes calls of the grammar")
         self.call_mask_key = call_mask_key
+        if foresight is not None and self.grammar is None:
+            raise ValueError("foresight needs a call grammar (call_grammar=...): it closes edit ops of the grammar")
+        self.foresight = None if foresight is None else Foresight(self.grammar, self.tokenizer, foresight)
         self.model = TinyAgent(model_config)
         self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1),  # type: ignore[call-arg]
                                               **self.optimizer_kwargs)
@@ -107,13 +114,16 @@ class TinyAgentPolicy(BasePolicy):
         data = super()._get_constructor_parameters()
         data.update(tokenizer=self.tokenizer.to_dict(), model_config=dataclasses.asdict(self.model_config),
                     max_call_tokens=self.max_call_tokens, call_grammar=self.call_grammar,
-                    call_mask_key=self.call_mask_key, optimizer_class=self.optimizer_class,
+                    call_mask_key=self.call_mask_key,
+                    foresight=None if self.foresight is None else self.foresight.threshold,
+                    optimizer_class=self.optimizer_class,
                     optimizer_kwargs=self.optimizer_kwargs, lr_schedule=self._dummy_schedule)
         return data
 
     def sampler_kwargs(self) -> dict[str, Any]:
         """How this policy writes calls, as :class:`agents.rollout.EpisodeSampler` keyword arguments."""
-        return dict(max_call_tokens=self.max_call_tokens, grammar=self.grammar, call_mask_key=self.call_mask_key)
+        return dict(max_call_tokens=self.max_call_tokens, grammar=self.grammar, call_mask_key=self.call_mask_key,
+                    foresight=self.foresight)
 
     # ------------------------------------------------------------------ acting
     def forward(self, ids: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
@@ -141,7 +151,7 @@ class TinyAgentPolicy(BasePolicy):
         try:
             calls = write_calls(self.model, cache, feed, [bool(f) for f in feed], self.tokenizer.eoc_id,
                                 max_call_tokens=self.max_call_tokens, grammar=self.grammar,
-                                deterministic=deterministic, generator=generator)
+                                deterministic=deterministic, generator=generator, foresight=self.foresight)
         finally:
             self.model.train(was_training)
         return calls.tokens

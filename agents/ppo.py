@@ -37,6 +37,7 @@ from .losses import (AGGREGATION_MODES, KL_KINDS, aggregate_loss, clipped_policy
 from .model import TinyAgent, score_tokens
 from .on_policy import TokenOnPolicyAlgorithm
 from .policies import TinyAgentPolicy
+from .practice import EditPractice
 from .rollout import Trajectory
 
 #: internal statistic -> SB3 logger key (``train/<key>``); the others keep their names
@@ -82,6 +83,9 @@ class TokenPPO(TokenOnPolicyAlgorithm):
         episodes: the model also learns to predict what the tools answered (0 = off)
     :param tool_calls: with ``tool_coef``, only the outputs of these calls (e.g. ``["edit"]``: what
         each edit did); None = every tool output
+    :param practice: with ``tool_coef``, also learn the edits' answers on this many edit-practice
+        transcripts (:class:`agents.practice.EditPractice`: recombined train code, drawn with the
+        model's seed), one minibatch of them per PPO minibatch with the same weight; 0 = off
     :param loss_mode: loss aggregation (``agents.losses.AGGREGATION_MODES``)
     :param loss_norm_const: the constant for ``loss_mode="constant"``
     :param target_kl_mode: ``"minibatch"`` (SB3: stop before a step whose minibatch KL exceeds
@@ -109,7 +113,8 @@ class TokenPPO(TokenOnPolicyAlgorithm):
         "gae_lambda", "ent_coef", "vf_coef", "batch_size", "n_epochs", "clip_range", "clip_range_vf",
         "normalize_advantage", "target_kl", "n_minibatches",
         "clip_range_high", "dual_clip", "kl_coef", "kl_estimator", "loss_mode", "loss_norm_const", "target_kl_mode",
-        "recompute_old_logp", "critic_warmup_steps", "critic_warmup_lr", "forward_chunk", "tool_coef", "tool_calls")
+        "recompute_old_logp", "critic_warmup_steps", "critic_warmup_lr", "forward_chunk", "tool_coef", "tool_calls",
+        "practice")
 
     def __init__(
         self,
@@ -143,6 +148,7 @@ class TokenPPO(TokenOnPolicyAlgorithm):
         kl_estimator: str = "k3",
         tool_coef: float = 0.0,
         tool_calls: Sequence[str] | None = None,
+        practice: int = 0,
         loss_mode: str = "token_mean",
         loss_norm_const: float | None = None,
         target_kl_mode: str = "minibatch",
@@ -163,8 +169,8 @@ class TokenPPO(TokenOnPolicyAlgorithm):
                         kl_estimator=kl_estimator, loss_mode=loss_mode, loss_norm_const=loss_norm_const,
                         target_kl=target_kl, target_kl_mode=target_kl_mode, clip_range=clip_range,
                         clip_range_high=clip_range_high, clip_range_vf=clip_range_vf, kl_coef=kl_coef,
-                        tool_coef=tool_coef, tool_calls=tool_calls, critic_warmup_steps=critic_warmup_steps,
-                        forward_chunk=forward_chunk)
+                        tool_coef=tool_coef, tool_calls=tool_calls, practice=practice,
+                        critic_warmup_steps=critic_warmup_steps, forward_chunk=forward_chunk)
         self.batch_size = batch_size
         self.n_minibatches = n_minibatches
         self.n_epochs = n_epochs
@@ -179,6 +185,8 @@ class TokenPPO(TokenOnPolicyAlgorithm):
         self.kl_estimator = kl_estimator
         self.tool_coef = tool_coef
         self.tool_calls = None if tool_calls is None else list(tool_calls)
+        self.practice = practice
+        self._drills: EditPractice | None = None  # built on the first update that needs it
         self.loss_mode = loss_mode
         self.loss_norm_const = loss_norm_const
         self.recompute_old_logp = recompute_old_logp
@@ -322,6 +330,12 @@ class TokenPPO(TokenOnPolicyAlgorithm):
         return score_tokens(model, sample.ids, sample.policy_mask, lengths=sample.lengths, chunk=self.forward_chunk,
                             grammar=self.policy.grammar, grammar_state=sample.grammar_state)
 
+    def _edit_practice(self) -> EditPractice:
+        """The edit-practice transcripts (built once, seeded by the model's seed)."""
+        if self._drills is None:
+            self._drills = EditPractice(self.policy.tokenizer, self.practice, seed=self.seed or 0)
+        return self._drills
+
     def _tool_mask(self, sample: TokenRolloutBufferSamples) -> th.Tensor:
         """[b, T-1] the tool-output targets the auxiliary loss predicts (``tool_calls``' outputs)."""
         ids = self.policy.tokenizer.ids
@@ -348,12 +362,16 @@ class TokenPPO(TokenOnPolicyAlgorithm):
         if self.kl_coef and sample.ref_logp is not None:
             kl_ref = aggregate_loss(kl_estimate(logp, sample.ref_logp, self.kl_estimator), mask, mode, norm)
             loss = loss + self.kl_coef * kl_ref
-        tool_loss = th.zeros(())
+        tool_loss = practice_loss = th.zeros(())
         if tool is not None:
             tool_loss = -masked_mean(logp, tool)  # tool positions: unconstrained next-token log-probs
             loss = loss + self.tool_coef * tool_loss
+        if self.practice:
+            practice_loss = self._edit_practice().loss(self.policy.model, len(sample.ids))
+            loss = loss + self.tool_coef * practice_loss
         stats.update(pg_loss=pg_loss.item(), value_loss=v_loss.item(), entropy=entropy_mean.item(),
-                     kl_ref=kl_ref.item(), tool_loss=tool_loss.item(), loss=loss.item())
+                     kl_ref=kl_ref.item(), tool_loss=tool_loss.item(), practice_loss=practice_loss.item(),
+                     loss=loss.item())
         return loss, stats
 
     @th.no_grad()
@@ -420,6 +438,8 @@ class TokenPPO(TokenOnPolicyAlgorithm):
                 rec(f"train/{SB3_KEYS.get(key, key)}", float(np.mean([e[key] for e in epochs])))
             if self.tool_coef:
                 rec("train/tool_loss", float(np.mean([e["tool_loss"] for e in epochs])))
+            if self.practice:
+                rec("train/practice_loss", float(np.mean([e["practice_loss"] for e in epochs])))
             rec("train/ratio_min", min(e["ratio_min"] for e in epochs))
             rec("train/ratio_max", max(e["ratio_max"] for e in epochs))
             rec("train/entropy_loss", -float(np.mean([e["entropy"] for e in epochs])))
@@ -446,7 +466,7 @@ def _check_ppo_args(*, n_epochs: int, n_minibatches: int, batch_size: int | None
                     kl_estimator: str, loss_mode: str, loss_norm_const: float | None, target_kl: float | None,
                     target_kl_mode: str, clip_range: Any, clip_range_high: float | None,
                     clip_range_vf: float | None, kl_coef: float, tool_coef: float,
-                    tool_calls: Sequence[str] | None, critic_warmup_steps: int,
+                    tool_calls: Sequence[str] | None, practice: int, critic_warmup_steps: int,
                     forward_chunk: int | None) -> None:
     for name, value in (("n_epochs", n_epochs), ("n_minibatches", n_minibatches)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
@@ -466,6 +486,10 @@ def _check_ppo_args(*, n_epochs: int, n_minibatches: int, batch_size: int | None
     for name, value in (("kl_coef", kl_coef), ("tool_coef", tool_coef)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
             raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    if isinstance(practice, bool) or not isinstance(practice, (int, np.integer)) or practice < 0:
+        raise ValueError(f"practice must be a non-negative integer (transcripts), got {practice!r}")
+    if practice and not tool_coef:
+        raise ValueError("practice needs tool_coef > 0: it is a loss on the edits' answers")
     words = sorted({call.split()[0] for call in CALLS})
     if tool_calls is not None and (isinstance(tool_calls, str) or not set(tool_calls) <= set(words)):
         raise ValueError(f"tool_calls must be a list of call words from {words} or None, got {tool_calls!r}")

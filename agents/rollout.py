@@ -131,6 +131,57 @@ class EpisodeRecord:
 
 
 # ---------------------------------------------------------------------- the decoder
+class Foresight:
+    """Before the policy picks an edit's op, close the ops its own model expects to answer ``no change``.
+
+    When a call has been written up to ``edit``, the model reads each open op's continuation
+    (``op <eoc>``) and predicts the first word of the tool's answer (:meth:`TinyAgent.peek`). Ops
+    whose ``no`` has probability above ``threshold`` are closed for this call, as a call mask
+    closes calls (:meth:`CallGrammar.start_for`): the recorded grammar state carries them, so the
+    trainer scores the op with the same mask. If every open op would close, the one least
+    expected to change nothing stays open. The prediction is the agent's own: it comes from
+    what the model learnt of the edits' answers (``TokenPPO(tool_coef=...)``), nothing else.
+
+    :param grammar: the call grammar, with calls ``edit <op>``
+    :param tokenizer: the policy's tokenizer (knows ``edit`` and ``no``)
+    :param threshold: the probability of ``no change`` above which an op is closed, in (0, 1]
+    """
+
+    def __init__(self, grammar: CallGrammar, tokenizer: Tokenizer, threshold: float):
+        if not 0.0 < threshold <= 1.0:
+            raise ValueError(f"the foresight threshold must be in (0, 1], got {threshold}")
+        edit, self.no_id = tokenizer.ids.get("edit"), tokenizer.ids.get("no")
+        ops = [(k, tokenizer.encode(c)) for k, c in enumerate(grammar.calls) if c.split()[0] == "edit"]
+        if edit is None or self.no_id is None or not ops or any(len(ids) != 2 for _, ids in ops):
+            raise ValueError("foresight needs a grammar with calls 'edit <op>' and a tokenizer that knows 'edit' "
+                             "and 'no'")
+        self.grammar, self.threshold = grammar, float(threshold)
+        self.node = grammar.step(grammar.start, edit)  # the state after "edit": the op comes next
+        self.calls = [k for k, _ in ops]  # grammar call index of each op
+        self.ops = torch.tensor([ids[1] for _, ids in ops])  # [K] op token ids
+        self.eoc_id = tokenizer.eoc_id
+
+    def refine(self, model: TinyAgent, cache: KVCache, rows: list[int], state: list[int]) -> None:
+        """Close, in ``state`` (per row, in place), the ops expected to answer ``no change`` for the
+        ``rows`` whose call stands at the op; their cache holds the call so far."""
+        n = self.grammar.n_nodes
+        at = [b for b in rows if state[b] >= 0 and state[b] % n == self.node]
+        if not at:
+            return
+        K = len(self.calls)
+        cont = torch.stack([self.ops, torch.full_like(self.ops, self.eoc_id)], dim=-1)  # [K, 2] "op <eoc>"
+        device = model.tok_emb.weight.device
+        logits = model.peek(torch.tensor(at, device=device), cont.expand(len(at), K, 2).to(device), cache)  # [R, K, V]
+        p_no = torch.softmax(logits.float(), dim=-1)[..., self.no_id].tolist()  # [R][K]
+        for b, p in zip(at, p_no):
+            closed = state[b] // n
+            open_k = [i for i, k in enumerate(self.calls) if not closed >> k & 1]
+            shut = [i for i in open_k if p[i] > self.threshold]
+            if open_k and len(shut) == len(open_k):
+                shut.remove(min(open_k, key=lambda i: p[i]))
+            state[b] += n * sum(1 << self.calls[i] for i in shut)
+
+
 @dataclass
 class Calls:
     """What :func:`write_calls` wrote: per row the call's tokens, their log-probs and grammar states,
@@ -146,7 +197,7 @@ class Calls:
 def write_calls(model: TinyAgent, cache: KVCache, feed: list[list[int]], writing: Sequence[bool], eoc_id: int, *,
                 max_call_tokens: int = 8, grammar: CallGrammar | None = None, temperature: float = 1.0,
                 deterministic: bool = False, generator: torch.Generator | None = None,
-                start_states: Sequence[int] | None = None) -> Calls:
+                start_states: Sequence[int] | None = None, foresight: Foresight | None = None) -> Calls:
     """Write one call for each row with ``writing[b]``, token by token with the KV cache.
 
     Every model call feeds each row its pending tokens (first ``feed[b]``: the prompt, or a
@@ -166,6 +217,8 @@ def write_calls(model: TinyAgent, cache: KVCache, feed: list[list[int]], writing
     :param generator: seeds the sampling
     :param start_states: per row, the grammar state its call starts in (default: the grammar's start;
         :meth:`agents.grammar.CallGrammar.start_for` makes the state of a call mask)
+    :param foresight: with a grammar, close the edit ops the model expects to answer ``no change``
+        (:class:`Foresight`) before it picks one
     """
     B = len(feed)
     device = model.tok_emb.weight.device
@@ -190,6 +243,8 @@ def write_calls(model: TinyAgent, cache: KVCache, feed: list[list[int]], writing
             break
         rows_t = torch.tensor(rows, device=device)
         step_logits = logits[rows_t].float() / temperature  # [R, V]
+        if foresight is not None and grammar is not None:
+            foresight.refine(model, cache, rows, state)
         if grammar is not None:
             step_logits = grammar.mask_logits(step_logits, torch.tensor([state[b] for b in rows], device=device))
         logp_all = F.log_softmax(step_logits, dim=-1)  # [R, V]
@@ -250,11 +305,13 @@ class EpisodeSampler:
     :param call_mask_key: with a grammar, start each call from the env's call mask ``info[call_mask_key]``
         (bool per grammar call, in the grammar's order; BugFix-v0: ``"call_mask"`` or ``"useful_calls"``),
         so closed calls cannot be written; None: every legal call is open
+    :param foresight: with a grammar, close the edit ops the model expects to answer ``no change``
+        (:class:`Foresight`)
     """
 
     def __init__(self, venv: VecEnv, tokenizer: Tokenizer, max_call_tokens: int = 8,
                  grammar: CallGrammar | None = None, filler: str = "", asynchronous: bool = False,
-                 call_mask_key: str | None = None):
+                 call_mask_key: str | None = None, foresight: Foresight | None = None):
         if asynchronous and not (hasattr(venv, "send") and hasattr(venv, "receive")):
             raise ValueError(f"asynchronous stepping needs a vector env with send() / receive() (e.g. "
                              f"agents.RayVecEnv); {type(venv).__name__} steps all envs in lockstep only")
@@ -264,6 +321,7 @@ class EpisodeSampler:
         self.max_call_tokens = int(max_call_tokens)
         self.grammar = grammar
         self.call_mask_key = call_mask_key
+        self.foresight = foresight
         self.filler = filler
         self.episodes: list[EpisodeRecord] | None = None
         self._cache: KVCache | None = None
@@ -481,7 +539,8 @@ class _Run:
         feed = [self.feed[b] if b in rows else [] for b in range(self.B)]
         calls = write_calls(self.model, self.cache, feed, writing, self.s.tok.eoc_id,
                             max_call_tokens=self.s.max_call_tokens, grammar=self.s.grammar,
-                            start_states=[ep.call_start for ep in eps], **self.decoding)
+                            start_states=[ep.call_start for ep in eps], foresight=self.s.foresight,
+                            **self.decoding)
         actions = []
         for b in rows:
             eps[b].values += calls.fed_values[b]

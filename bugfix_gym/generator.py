@@ -30,7 +30,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .ops import FIX_OPS, apply_op
+from .ops import FIX_OPS, apply_op, describe_change, inject_defect
 from .tasks import REGISTRY, Task, register, task_from_correct, task_problems
 
 GENERATED_SPLITS = ("train", "heldout", "test")
@@ -914,3 +914,69 @@ def with_inert_line(task: Task, rng: np.random.Generator) -> Task:
     same_sites = all((apply_op(task.source, op) == task.source) == (apply_op(noisy.source, op) == noisy.source)
                      for op in FIX_OPS)
     return noisy if same_sites and not task_problems(noisy) else task
+
+
+def recombined_function(rng: np.random.Generator, split: str = "train", max_statements: int = 4) -> str:
+    """A function made of statements of ``split``'s templates, recombined at random: for learning
+    what the edit ops do to code, not a task (it has no statement, tests or defect).
+
+    Templates are drawn with fresh names, half of them with a defect injected. The body takes
+    1 .. ``max_statements`` statements drawn from any depth of them (a loop or ``if`` keeps its
+    own body or gets one drawn the same way) and ends with a drawn ``return``. The parameters
+    are those of one drawn template, so the names need not agree: the source parses, but may
+    not run. Mixing statements breaks the tie between an op's site and a template's shape,
+    which an agent otherwise learns instead of the site itself.
+    """
+    templates = TEMPLATES[split]
+    stmts: list[ast.stmt] = []
+    params: list[ast.arg] = []
+    for _ in range(3):
+        func = _drawn_function(templates[int(rng.integers(len(templates)))], rng)
+        params = params or func.args.args
+        stmts += [n for n in ast.walk(func) if isinstance(n, ast.stmt) and n is not func]
+    returns = [n for n in stmts if isinstance(n, ast.Return)]
+    others = [n for n in stmts if not isinstance(n, ast.Return)] or stmts
+    body = [_recombined(others, rng, depth=1, inner=stmts) for _ in range(int(rng.integers(max_statements)))]
+    body.append(returns[int(rng.integers(len(returns)))] if returns else ast.Return(value=ast.Constant(0)))
+    module = ast.parse(f"def f({', '.join(a.arg for a in params)}):\n    pass\n")
+    module.body[0].body = body  # type: ignore[attr-defined]
+    return ast.unparse(module) + "\n"
+
+
+def _drawn_function(template: Template, rng: np.random.Generator) -> ast.FunctionDef:
+    """``template``'s function with names drawn from :data:`WORDS`, with a defect injected half the time."""
+    names = {role: str(pool[int(rng.integers(len(pool)))]) for role, pool in WORDS.items()}
+    source = template.source.format(f="f", **names)
+    if rng.random() < 0.5:
+        source = inject_defect(source, template.ops[int(rng.integers(len(template.ops)))])
+    func = ast.parse(source).body[0]
+    assert isinstance(func, ast.FunctionDef)
+    return func
+
+
+def _recombined(stmts: list[ast.stmt], rng: np.random.Generator, depth: int,
+                inner: list[ast.stmt] | None = None) -> ast.stmt:
+    """A copy of a statement drawn from ``stmts``; a compound one gets a body drawn from ``inner``
+    (default ``stmts``) half the time, until ``depth`` is 0."""
+    import copy
+
+    inner = stmts if inner is None else inner
+    stmt = copy.deepcopy(stmts[int(rng.integers(len(stmts)))])
+    if isinstance(stmt, (ast.For, ast.While, ast.If)) and depth > 0 and rng.random() < 0.5:
+        stmt.body = [_recombined(inner, rng, depth - 1) for _ in range(int(rng.integers(1, 3)))]
+        stmt.orelse = []
+    return stmt
+
+
+def edit_practice(rng: np.random.Generator, n_edits: int = 3, split: str = "train") -> list[tuple[str, str]]:
+    """A recombined function (:func:`recombined_function`) and ``n_edits`` distinct ops applied to it
+    in turn: ``[(call, answer), ...]`` with ``("read", source)`` first and each edit's answer as the
+    env words it (``no change`` or the first line it changed)."""
+    source = recombined_function(rng, split)
+    out = [("read", source)]
+    for k in rng.permutation(len(FIX_OPS))[:n_edits]:
+        op = FIX_OPS[int(k)]
+        new = apply_op(source, op)
+        out.append((f"edit {op}", describe_change(source, new)))
+        source = new
+    return out

@@ -155,3 +155,67 @@ def test_with_inert_line_keeps_book_tasks_valid_and_leaves_one_statement_functio
     assert with_inert_line(one, rng) is one
     broken = dataclasses.replace(one, source="def f(:\n")
     assert with_inert_line(broken, rng) is broken
+
+
+def _statements(source: str) -> set[str]:
+    """Every simple statement of a function, unparsed (compound ones by their header only)."""
+    out = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.Return)):
+            out.add(ast.unparse(node))
+    return out
+
+
+def test_recombined_functions_parse_vary_and_come_from_the_train_templates_only():
+    import numpy as np
+
+    from bugfix_gym.generator import WORDS, recombined_function
+
+    rng = np.random.default_rng(0)
+    sources = [recombined_function(rng) for _ in range(300)]
+    for source in sources:
+        (func,) = ast.parse(source).body
+        assert isinstance(func, ast.FunctionDef) and isinstance(func.body[-1], ast.Return)
+    assert len(set(sources)) > 250  # recombined, not a handful of templates
+    # seeded: the same draws give the same functions
+    assert [recombined_function(np.random.default_rng(1)) for _ in range(3)] == \
+           [recombined_function(np.random.default_rng(1)) for _ in range(3)]
+    # a statement of a recombined function, with its names made generic, is one of some train template's
+    # statements (with or without an injected defect), never a statement only unseen templates have
+    roles = {w: role for role, pool in WORDS.items() for w in pool}
+
+    def generic(stmt: str) -> str:
+        return " ".join(f"{{{roles[w]}}}" if w in roles else w for w in stmt.replace("(", " ( ").replace(")", " ) ")
+                        .replace(",", " , ").replace("[", " [ ").replace("]", " ] ").replace(":", " : ").split())
+
+    from bugfix_gym.ops import inject_defect
+
+    def template_statements(split: str) -> set[str]:
+        out = set()
+        for t in TEMPLATES[split]:
+            source = t.source.format(f="f", **{role: pool[0] for role, pool in WORDS.items()})
+            for variant in [source] + [inject_defect(source, op) for op in t.ops]:
+                out |= {generic(s) for s in _statements(variant)}
+        return out
+
+    train = template_statements("train")
+    unseen_only = (template_statements("test") | template_statements("heldout")) - train
+    drawn = {generic(s) for source in sources for s in _statements(source)}
+    assert drawn <= train | {"return 0"}
+    assert unseen_only and not drawn & unseen_only
+
+
+def test_edit_practice_answers_as_the_env_does():
+    import numpy as np
+
+    from bugfix_gym.generator import edit_practice
+    from bugfix_gym.ops import describe_change
+
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        (read, source), *edits = edit_practice(rng)
+        assert read == "read" and len(edits) == 3 and len({call for call, _ in edits}) == 3
+        for call, answer in edits:
+            new = apply_op(source, call.split()[1])
+            assert answer == describe_change(source, new)  # what BugFixEnv's edit tool prints
+            source = new

@@ -97,6 +97,28 @@ def test_kv_cache_ragged_chunks_match_full_forward():
             torch.testing.assert_close(vo[b, :n], values[b, s: s + n], atol=1e-5, rtol=0)
 
 
+def test_peek_gives_each_continuation_the_full_forwards_logits_and_leaves_the_cache():
+    """Each of K continuations of a cached row scores as if it had been fed after the row's tokens."""
+    model = _model(seed=3)
+    lens = [5, 17, 1, 9]
+    seqs = [torch.randint(V, (n,)) for n in lens]
+    cache = model.new_cache(len(lens))
+    chunk = torch.zeros(len(lens), max(lens), dtype=torch.long)
+    for b, s in enumerate(seqs):
+        chunk[b, : len(s)] = s
+    model.extend(chunk, torch.tensor(lens), cache)
+    keys = cache.k.clone()
+    rows, cont = torch.tensor([3, 0, 2]), torch.randint(V, (3, 4, 3))  # [R], [R, K, S]
+    got = model.peek(rows, cont, cache)  # [R, K, V]
+    for r, b in enumerate(rows.tolist()):
+        for k in range(4):
+            full, _ = model(torch.cat([seqs[b], cont[r, k]])[None])
+            torch.testing.assert_close(got[r, k], full[0, -1], atol=1e-5, rtol=0)
+    assert cache.lengths.tolist() == lens and torch.equal(cache.k, keys)
+    with pytest.raises(ValueError, match="overflow"):
+        model.peek(rows, torch.zeros(3, 1, 600, dtype=torch.long), cache)
+
+
 def test_kv_cache_overflow_and_long_input_raise():
     model = _model(max_len=16)
     with pytest.raises(ValueError, match="max_len"):

@@ -522,9 +522,30 @@ def test_tool_coef_keeps_the_first_ratio_one_and_learns_what_the_edits_answered(
     assert _edit_output_nll(aux, trajs) < 0.8 * min(before, _edit_output_nll(plain, trajs))
 
 
+def test_edit_practice_adds_a_loss_on_practice_answers_and_leaves_the_policy_terms_alone(base):
+    kw = dict(base_agent=base, n_episodes=12, n_minibatches=3, n_epochs=2, seed=1, learning_rate=3e-3,
+              critic_warmup_steps=0, target_kl=None, tool_coef=1.0, tool_calls=["edit"])
+    plain = RecordingPPO("TinyAgentPolicy", vec(6), **kw)
+    drilled = RecordingPPO("TinyAgentPolicy", vec(6), practice=30, **kw)
+    trajs = plain.sample_episodes(n=12)
+    plain.train_on_batch(trajs)
+    drilled.train_on_batch(trajs)
+    first = drilled.seen[0]
+    assert first["ratio_min"] == 1.0 and first["ratio_max"] == 1.0
+    assert first["pg_loss"] == plain.seen[0]["pg_loss"] and first["tool_loss"] == plain.seen[0]["tool_loss"]
+    assert first["practice_loss"] > 0.0 and plain.seen[0]["practice_loss"] == 0.0
+    assert len(drilled._edit_practice()) == 30
+    buf = io.BytesIO()
+    drilled.save(buf)
+    buf.seek(0)
+    assert RecordingPPO.load(buf).practice == 30
+
+
 @pytest.mark.parametrize("kw, match", [(dict(tool_coef=-0.1), "tool_coef"), (dict(tool_coef=float("nan")), "tool_coef"),
                                        (dict(tool_calls=["edit", "look"]), "tool_calls"),
-                                       (dict(tool_calls="edit"), "tool_calls")])
+                                       (dict(tool_calls="edit"), "tool_calls"),
+                                       (dict(practice=10), "practice needs tool_coef"),
+                                       (dict(practice=-1, tool_coef=1.0), "practice must be")])
 def test_bad_tool_loss_settings_are_one_line_errors(kw, match):
     with pytest.raises(ValueError, match=match):
         TokenPPO("TinyAgentPolicy", vec(2), **kw)

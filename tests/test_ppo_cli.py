@@ -143,6 +143,39 @@ def test_train_tool_coef_and_no_change_cost_flags_set_the_recipe():
     assert settings("--no-change-cost", "0.1")["env"]["no_change_cost"] == 0.1
 
 
+def test_train_practice_and_foresight_flags_set_the_recipe_and_need_the_tool_loss(capsys):
+    def settings(*flags):
+        return cli._settings(cli._parser().parse_args(["train", "--tasks", "generated", *flags]))
+
+    on = settings("--tool-coef", "1.0", "--practice", "100", "--foresight", "0.5")
+    assert on["base_agent"]["practice"] == 100 and on["ppo"]["practice"] == 100 and on["foresight"] == 0.5
+    for flags in (["--practice", "100"], ["--foresight", "0.5"], ["--tool-coef", "0", "--practice", "5"]):
+        assert main(["train", "--tasks", "generated", *flags, "--out", "unused"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "--tool-coef above 0" in err
+    for bad in (["--foresight", "0"], ["--foresight", "1.5"], ["--practice", "0"]):
+        assert main(["train", "--tasks", "generated", "--tool-coef", "1", *bad, "--out", "unused"]) == 2
+        assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_eval_foresight_overrides_the_models_own_and_needs_a_grammar(tmp_path, shared_base_agent, saved_model,
+                                                                     capsys):
+    path = tmp_path / "g.zip"
+    TokenPPO("TinyAgentPolicy", gym.make("BugFix-v0"), base_agent=shared_base_agent, n_episodes=4, seed=0,
+             policy_kwargs=dict(call_grammar=bugfix_gym.CALLS, foresight=0.9)).save(path)
+    assert TokenPPO.load(path).policy.foresight.threshold == 0.9  # saved with the model
+    runs = {}
+    for flag in ([], ["--foresight", "none"], ["--foresight", "1.0"]):
+        assert main(["eval", str(path), "--split", "train", "--episodes", "2", "--json", *flag]) == 0
+        runs[tuple(flag)] = json.loads(capsys.readouterr().out)
+    assert runs[()]["foresight"] == 0.9 and runs[("--foresight", "none")]["foresight"] is None
+    # nothing is above probability 1: the same episodes as without foresight
+    assert runs[("--foresight", "1.0")]["pass_rate"] == runs[("--foresight", "none")]["pass_rate"]
+    assert main(["eval", str(saved_model), "--foresight", "0.5"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "needs a model with a call grammar" in err
+
+
 def _train_args(out, timesteps=96, *extra):
     return ["train", "--timesteps", str(timesteps), "--n-envs", "4", "--n-episodes", "8", "--n-minibatches", "2",
             "--eval-episodes", "1", "--out", str(out), "--no-progress", "--seed", "5", *extra]

@@ -310,3 +310,65 @@ def test_a_model_with_its_own_cache_kind_gets_a_new_cache_from_the_same_sampler(
     fresh = EpisodeSampler(task_vec_env(2), tok)
     b = fresh.play_tasks(shared_base_agent, tasks, generator=torch.Generator().manual_seed(0))
     assert [t.ids.tolist() for t in a] == [t.ids.tolist() for t in b]  # same weights, same episodes
+
+
+def test_foresight_at_threshold_one_closes_nothing(tok):
+    from agents.rollout import Foresight
+
+    torch.manual_seed(0)
+    model = TinyAgent(tok.vocab_size).eval()
+    grammar = CallGrammar(tok, bugfix_gym.CALLS)
+    plain = _sample(model, tok, TRAIN[:6], seed=4, grammar=grammar)
+    seeing = _sample(model, tok, TRAIN[:6], seed=4, grammar=grammar, foresight=Foresight(grammar, tok, 1.0))
+    for a, b in zip(plain, seeing):
+        assert torch.equal(a.ids, b.ids) and torch.equal(a.grammar_state, b.grammar_state)
+
+
+def test_foresight_closes_the_ops_expected_to_change_nothing_and_the_trainer_scores_the_same_mask(tok):
+    """At a threshold below every prediction all but the op least expected to answer `no change` close:
+    each op is then written with probability 1, and the recorded states reproduce that in scoring."""
+    from agents.rollout import Foresight
+
+    torch.manual_seed(0)
+    model = TinyAgent(tok.vocab_size).eval()
+    grammar = CallGrammar(tok, bugfix_gym.CALLS)
+    foresight = Foresight(grammar, tok, 1e-12)
+    trajs = _sample(model, tok, TRAIN[:8] * 2, seed=5, grammar=grammar, foresight=foresight)
+    batch = collate(trajs, tok.pad_id)
+    ops = set(foresight.ops.tolist())
+    at_op = torch.isin(batch["ids"][:, 1:], torch.tensor(sorted(ops))) & (batch["policy_mask"] > 0)
+    assert at_op.sum() >= 8  # edits were written
+    assert batch["sample_logp"][at_op].abs().max() < 1e-6  # one op open: probability 1
+    assert (batch["grammar_state"][at_op] >= grammar.n_nodes).all()  # the closed ops are in the recorded state
+    with torch.no_grad():
+        logp, _, _ = score_tokens(model, batch["ids"], batch["policy_mask"], grammar=grammar,
+                                  grammar_state=batch["grammar_state"])
+    assert ((logp - batch["sample_logp"]) * batch["policy_mask"]).abs().max() < 1e-5
+    # which op stays open is the model's own choice: the one its next-token prediction after "op <eoc>"
+    # gives the least probability of "no"
+    cache = model.new_cache(1)
+    prompt = torch.tensor([bugfix_gym.encode_segment(tok, bugfix_gym.OWNER_PROMPT, "fix the function f : x .")
+                           + tok.encode("edit")])
+    model.extend(prompt, torch.tensor([prompt.shape[1]]), cache)
+    state = [grammar.step(grammar.start, tok.ids["edit"])]
+    foresight.refine(model, cache, [0], state)
+    p_no = [torch.softmax(model(torch.cat([prompt, torch.tensor([[op, tok.eoc_id]])], 1))[0][0, -1], -1)[tok.ids["no"]]
+            for op in foresight.ops.tolist()]
+    closed = state[0] // grammar.n_nodes
+    open_ops = [k for k, call in enumerate(foresight.calls) if not closed >> call & 1]
+    assert open_ops == [int(torch.stack(p_no).argmin())]
+
+
+@pytest.mark.parametrize("threshold", [0.0, 1.5])
+def test_foresight_threshold_outside_0_1_is_an_error(tok, threshold):
+    from agents.rollout import Foresight
+
+    with pytest.raises(ValueError, match="threshold"):
+        Foresight(CallGrammar(tok, bugfix_gym.CALLS), tok, threshold)
+
+
+def test_foresight_needs_edit_calls(tok):
+    from agents.rollout import Foresight
+
+    with pytest.raises(ValueError, match="edit <op>"):
+        Foresight(CallGrammar(tok, ["read", "submit"]), tok, 0.5)
