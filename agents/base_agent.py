@@ -32,7 +32,9 @@ def make_base_agent(tok: Tokenizer, seed: int = 0, kinds: Sequence[str] = ("rand
                     config: TinyAgentConfig | None = None, tasks: Sequence[Task] | None = None,
                     teacher_kwargs: dict[str, dict[str, Any]] | None = None,
                     env_kwargs: dict[str, Any] | None = None, tool_coef: float = 0.0,
-                    tool_calls: Sequence[str] | None = None, practice: int = 0) -> TinyAgent:
+                    tool_calls: Sequence[str] | None = None, practice: int = 0,
+                    practice_tasks: str = "generated", practice_steps: int = 0, practice_batch_size: int = 64,
+                    practice_lr: float = 1e-3) -> TinyAgent:
     """TinyAgent behaviour-cloned on scripted play over the train tasks (book §6.2).
 
     Collects ``episodes_per_task`` demonstrations per train task from each scripted policy in
@@ -55,12 +57,17 @@ def make_base_agent(tok: Tokenizer, seed: int = 0, kinds: Sequence[str] = ("rand
     :param env_kwargs: BugFix-v0 options of the env the demonstrations are played in (e.g. ``hide_outputs``)
     :param tool_coef: weight of the cross-entropy on tool-output tokens (0: policy tokens only, the book's)
     :param tool_calls: with ``tool_coef``, only the outputs of these calls (e.g. ``["edit"]``); None: all
-    :param practice: with ``tool_coef``, also learn the edits' answers on this many edit-practice
-        transcripts (:class:`agents.practice.EditPractice`, recombined train code), a minibatch of
-        ``batch_size`` of them per step with the same weight
+    :param practice: this many edit-practice transcripts (:class:`agents.practice.EditPractice`,
+        recombined train code) to learn the edits' answers on: first alone, for ``practice_steps``
+        steps, then along with behaviour cloning (a minibatch of ``batch_size`` per step)
+    :param practice_tasks: whose code the practice recombines: ``"generated"`` or ``"book"`` train code
+    :param practice_steps: Adam steps on the practice transcripts' answers alone, before behaviour cloning
+    :param practice_batch_size: practice transcripts per step of those
+    :param practice_lr: learning rate of those steps (their own optimizer)
     """
-    if practice and not tool_coef:
-        raise ValueError("practice needs tool_coef > 0: it is a loss on the edits' answers")
+    if bool(practice) != bool(practice_steps):
+        raise ValueError(f"edit practice needs both practice (transcripts) and practice_steps, got {practice} and "
+                         f"{practice_steps}")
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     demos = []
@@ -73,8 +80,15 @@ def make_base_agent(tok: Tokenizer, seed: int = 0, kinds: Sequence[str] = ("rand
     if tool_coef:
         call_ids = None if tool_calls is None else [tok.ids[c] for c in tool_calls]
         tool_mask = tool_output_mask(data["ids"], data["owner"], call_ids)  # [N, T-1] targets the tools wrote
-    drills = EditPractice(tok, practice, seed=seed) if practice else None
     model = TinyAgent(config or TinyAgentConfig(vocab_size=tok.vocab_size))
+    drills = EditPractice(tok, practice, seed=seed, tasks=practice_tasks) if practice else None
+    if drills is not None:  # what the edit ops do, learnt before how to play
+        opt = torch.optim.Adam(model.parameters(), lr=practice_lr)
+        for _ in range(practice_steps):
+            loss = drills.loss(model, practice_batch_size)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     for _ in range(steps):
         idx = torch.randint(len(demos), (batch_size,), generator=gen)  # [b]
@@ -86,7 +100,7 @@ def make_base_agent(tok: Tokenizer, seed: int = 0, kinds: Sequence[str] = ("rand
         if tool_coef:
             loss = loss - tool_coef * masked_mean(logp, tool_mask[idx, : T - 1])
         if drills is not None:
-            loss = loss + tool_coef * drills.loss(model, batch_size)
+            loss = loss + drills.loss(model, batch_size)  # and kept while it learns to play
         opt.zero_grad()
         loss.backward()
         opt.step()

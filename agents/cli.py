@@ -60,6 +60,7 @@ def _number(kind: type, low: float | None = None, high: float | None = None, str
 
 
 POSITIVE_INT = _number(int, 1, what="a positive integer")
+NON_NEGATIVE_INT = _number(int, 0, what="an integer >= 0")
 SEED = _number(int, 0, 2**32 - 1, what="a seed (0 to 2**32 - 1)")
 POSITIVE_FLOAT = _number(float, 0.0, strict_low=True, what="a positive number")
 NON_NEGATIVE_FLOAT = _number(float, 0.0, what="a number >= 0")
@@ -113,13 +114,14 @@ def _parser() -> argparse.ArgumentParser:
                             "(~2 MB each), to evaluate them with `bugfix-gym eval` (--tasks generated)")
     train.add_argument("--tool-coef", type=NON_NEGATIVE_FLOAT, metavar="COEF",
                        help="weight of an auxiliary loss that predicts what each edit answered (`no change` or the "
-                            "line it changed), in behaviour cloning and in PPO; 0 turns it off")
-    train.add_argument("--foresight", type=SHARE, metavar="P",
+                            "line it changed), in behaviour cloning and in PPO; 0 turns it off, and with it "
+                            "--practice and --foresight")
+    train.add_argument("--foresight", type=_foresight_arg, metavar="P", default=_UNSET,
                        help="before the policy picks an edit's op, close the ops its own model gives a probability "
-                            "above P (in (0, 1]) of answering `no change` (needs --tool-coef above 0)")
-    train.add_argument("--practice", type=POSITIVE_INT, metavar="N",
-                       help="with --tool-coef: also learn what the edits answer on N edit-practice transcripts "
-                            "(recombined train-template code), in behaviour cloning and in PPO")
+                            "above P (in (0, 1]) of answering `no change`; 'none': off")
+    train.add_argument("--practice", type=NON_NEGATIVE_INT, metavar="N",
+                       help="also learn what the edits answer on N edit-practice transcripts (recombined "
+                            "train-template code), in behaviour cloning and in PPO; 0: off")
     train.add_argument("--no-change-cost", type=NON_NEGATIVE_FLOAT, metavar="COST",
                        help="env option of the training envs: the price of an edit that answered `no change`")
     train.add_argument("--gae-lambda", type=UNIT_FLOAT, help="GAE lambda, in [0, 1]")
@@ -237,7 +239,7 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
     """The recipe of ``--tasks`` with the flags given on the command line."""
     import copy
 
-    from .recipes import RECIPES, with_ablation
+    from .recipes import PRACTICE_STEPS, RECIPES, with_ablation
 
     recipe = copy.deepcopy(RECIPES[args.tasks])
     if args.ablation is not None:
@@ -269,23 +271,35 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
         recipe["validation"]["average_last"] = args.average_last
     if args.no_change_cost is not None:
         recipe["env"]["no_change_cost"] = args.no_change_cost
+    learnt = isinstance(recipe["base_agent"], dict)  # a behaviour-cloned base agent: --tasks generated
     if args.tool_coef is not None:
-        if not isinstance(recipe["base_agent"], dict):
+        if not learnt:
             raise UsageError("bugfix-gym train: error: --tool-coef needs a recipe whose base agent is behaviour-cloned "
                              "(--tasks generated)")
         for part in (recipe["base_agent"], recipe["ppo"]):
             part.update(tool_coef=args.tool_coef, tool_calls=["edit"] if args.tool_coef else None)
-    if args.foresight is not None:
-        if not recipe["grammar"] or not recipe["ppo"].get("tool_coef"):
-            raise UsageError("bugfix-gym train: error: --foresight uses what the model learnt of the edits' answers; "
-                             "it needs a recipe with a call grammar and a --tool-coef above 0")
-        recipe["foresight"] = args.foresight
+            if not args.tool_coef:
+                part["practice"] = 0  # what needs the loss goes with it
+        if not args.tool_coef:
+            recipe["base_agent"]["practice_steps"] = 0
+        if not args.tool_coef:
+            recipe["foresight"] = None
     if args.practice is not None:
-        if not isinstance(recipe["base_agent"], dict) or not recipe["ppo"].get("tool_coef"):
-            raise UsageError("bugfix-gym train: error: --practice is a loss on the edits' answers; it needs "
-                             "--tasks generated and a --tool-coef above 0")
+        if not learnt:
+            raise UsageError("bugfix-gym train: error: --practice needs a recipe whose base agent is behaviour-cloned "
+                             "(--tasks generated)")
         for part in (recipe["base_agent"], recipe["ppo"]):
             part.update(practice=args.practice)
+        steps = recipe["base_agent"].get("practice_steps") or PRACTICE_STEPS
+        recipe["base_agent"]["practice_steps"] = steps if args.practice else 0
+    if args.foresight is not _UNSET:
+        if args.foresight is not None and not recipe["grammar"]:
+            raise UsageError("bugfix-gym train: error: --foresight closes edit ops of the call grammar; this recipe "
+                             "has none")
+        recipe["foresight"] = args.foresight
+    if (recipe.get("foresight") or recipe["ppo"].get("practice")) and not recipe["ppo"].get("tool_coef"):
+        raise UsageError("bugfix-gym train: error: --practice and --foresight work on what the model learns of the "
+                         "edits' answers; they need a --tool-coef above 0")
     return dict(recipe, tasks=args.tasks, seed=args.seed, eval_episodes=args.eval_episodes,
                 tensorboard=args.tensorboard, save_evaluated=args.save_evaluated)
 

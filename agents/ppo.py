@@ -86,6 +86,7 @@ class TokenPPO(TokenOnPolicyAlgorithm):
     :param practice: with ``tool_coef``, also learn the edits' answers on this many edit-practice
         transcripts (:class:`agents.practice.EditPractice`: recombined train code, drawn with the
         model's seed), one minibatch of them per PPO minibatch with the same weight; 0 = off
+    :param practice_tasks: whose code the practice recombines: ``"generated"`` or ``"book"`` train code
     :param loss_mode: loss aggregation (``agents.losses.AGGREGATION_MODES``)
     :param loss_norm_const: the constant for ``loss_mode="constant"``
     :param target_kl_mode: ``"minibatch"`` (SB3: stop before a step whose minibatch KL exceeds
@@ -114,7 +115,7 @@ class TokenPPO(TokenOnPolicyAlgorithm):
         "normalize_advantage", "target_kl", "n_minibatches",
         "clip_range_high", "dual_clip", "kl_coef", "kl_estimator", "loss_mode", "loss_norm_const", "target_kl_mode",
         "recompute_old_logp", "critic_warmup_steps", "critic_warmup_lr", "forward_chunk", "tool_coef", "tool_calls",
-        "practice")
+        "practice", "practice_tasks")
 
     def __init__(
         self,
@@ -149,6 +150,7 @@ class TokenPPO(TokenOnPolicyAlgorithm):
         tool_coef: float = 0.0,
         tool_calls: Sequence[str] | None = None,
         practice: int = 0,
+        practice_tasks: str = "generated",
         loss_mode: str = "token_mean",
         loss_norm_const: float | None = None,
         target_kl_mode: str = "minibatch",
@@ -186,6 +188,7 @@ class TokenPPO(TokenOnPolicyAlgorithm):
         self.tool_coef = tool_coef
         self.tool_calls = None if tool_calls is None else list(tool_calls)
         self.practice = practice
+        self.practice_tasks = practice_tasks
         self._drills: EditPractice | None = None  # built on the first update that needs it
         self.loss_mode = loss_mode
         self.loss_norm_const = loss_norm_const
@@ -333,7 +336,8 @@ class TokenPPO(TokenOnPolicyAlgorithm):
     def _edit_practice(self) -> EditPractice:
         """The edit-practice transcripts (built once, seeded by the model's seed)."""
         if self._drills is None:
-            self._drills = EditPractice(self.policy.tokenizer, self.practice, seed=self.seed or 0)
+            self._drills = EditPractice(self.policy.tokenizer, self.practice, seed=self.seed or 0,
+                                        tasks=self.practice_tasks)
         return self._drills
 
     def _tool_mask(self, sample: TokenRolloutBufferSamples) -> th.Tensor:

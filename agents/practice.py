@@ -32,16 +32,20 @@ class EditPractice:
     :param tok: the policy's tokenizer
     :param n: number of transcripts
     :param seed: seeds the recombined functions, the ops and the minibatches
+    :param tasks: whose statements are recombined: ``"generated"`` (the generator's train templates)
+        or ``"book"`` (the book's 20 train tasks)
     """
 
-    def __init__(self, tok: Tokenizer, n: int, seed: int = 0):
+    def __init__(self, tok: Tokenizer, n: int, seed: int = 0, tasks: str = "generated"):
         if n < 1:
             raise ValueError(f"edit practice needs at least one transcript, got n={n}")
+        if tasks not in ("generated", "book"):
+            raise ValueError(f"edit practice recombines 'generated' or 'book' train code, got {tasks!r}")
         rng = np.random.default_rng(seed)
         rows = []
         for _ in range(n):
             segments = [(OWNER_PROMPT, PRACTICE_PROMPT)]
-            for call, answer in edit_practice(rng):
+            for call, answer in edit_practice(rng, split="train" if tasks == "generated" else "book"):
                 segments += [(OWNER_POLICY, call), (OWNER_TOOL, answer)]
             rows.append(episode_tokens(segments, tok))
         T = max(len(ids) for ids, _ in rows)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+PRACTICE_STEPS = 600  # the base agent's Adam steps on edit practice alone, before behaviour cloning
+
 RECIPES: dict[str, dict[str, Any]] = {
     # the book's chapter 8 (the 20 train tasks, 30 iterations of 64 episodes), with grammar-constrained
     # calls and a cost on invalid calls, so valid calls stay above 0.97 (docs/ppo.md has the runs)
@@ -28,21 +30,27 @@ RECIPES: dict[str, dict[str, Any]] = {
     ),
     # tools pay: a fresh generated task every episode (generator "train" templates, 30% of the
     # episodes from the templates where reading alone cannot decide), a base agent that imitates
-    # blind-op careful play (read, edit, test, revert, edit, submit), TokenPPO held near it by a
-    # KL term, grammar-constrained calls that follow the env's useful-call mask (no edit or submit the
-    # episode has already shown to be useless), and the weights that did best on generated heldout tasks
+    # blind-op careful play (read, edit, test, revert, edit, submit) and then learns what the edit
+    # ops answer on recombined train code (edit practice), TokenPPO held near it by a KL term that
+    # keeps learning those answers (on its own episodes and on practice), a price on edits that
+    # change nothing, grammar-constrained calls that follow the env's useful-call mask and close
+    # the ops the agent's own model expects to change nothing (foresight), and the weights that
+    # did best on generated heldout tasks
     "generated": dict(
-        env=dict(generated="train", ambiguous_share=0.3, invalid_cost=0.1),
+        env=dict(generated="train", ambiguous_share=0.3, invalid_cost=0.1, no_change_cost=0.1),
         iterations=None,
-        timesteps=360_000,
+        timesteps=100_000,
         n_envs=64,
         tokenizer="fixed",
         base_agent=dict(kinds=["careful"], teacher_kwargs={"careful": dict(p_read=1.0, p_test=0.0)},
-                        n_tasks=2000, ambiguous_share=0.3, steps=600, batch_size=32, lr=3e-3),
+                        n_tasks=2000, ambiguous_share=0.3, steps=600, batch_size=32, lr=3e-3,
+                        tool_coef=1.0, tool_calls=["edit"], practice=4000, practice_steps=PRACTICE_STEPS),
         ppo=dict(n_episodes=64, n_epochs=4, n_minibatches=4, learning_rate=1e-3, gae_lambda=1.0, target_kl=0.02,
-                 target_kl_mode="minibatch", ent_coef=0.005, kl_coef=0.05, critic_warmup_steps=50),
+                 target_kl_mode="minibatch", ent_coef=0.005, kl_coef=0.05, critic_warmup_steps=50,
+                 tool_coef=1.0, tool_calls=["edit"], practice=4000),
         grammar=True,
         call_mask="useful_calls",
+        foresight=0.5,
         validation=dict(generated="heldout", n=100, gen_seed=77, every=20),
     ),
 }
@@ -51,11 +59,11 @@ RECIPES: dict[str, dict[str, Any]] = {
 # ablations of the generalisation recipe (``bugfix-gym train --tasks generated --ablation NAME``):
 # what it earns without fresh functions, and without what the tools show
 ABLATIONS: dict[str, dict[str, dict[str, Any]]] = {
-    # the 20 book train tasks only, for the base agent's demonstrations and for RL
-    "book-tasks": dict(env=dict(split="train", invalid_cost=0.1), base_agent=dict(tasks="book")),
+    # the 20 book train tasks only, for the base agent's demonstrations, for RL and for edit practice
+    "book-tasks": dict(env=dict(split="train"), drop_env=["generated", "ambiguous_share"],
+                       base_agent=dict(tasks="book", practice_tasks="book"), ppo=dict(practice_tasks="book")),
     # read and test answer a fixed blank line, in the demonstrations, in RL and in validation
-    "blind-tools": dict(env=dict(generated="train", ambiguous_share=0.3, invalid_cost=0.1,
-                                 hide_outputs=["read", "test"]),
+    "blind-tools": dict(env=dict(hide_outputs=["read", "test"]),
                         base_agent=dict(env=dict(hide_outputs=["read", "test"]))),
 }
 
@@ -64,10 +72,12 @@ def with_ablation(recipe: dict[str, Any], name: str) -> dict[str, Any]:
     """The recipe with ablation ``name`` (a key of :data:`ABLATIONS`) applied: a new dict."""
     import copy
 
-    change = ABLATIONS[name]
+    change = copy.deepcopy(ABLATIONS[name])
     out = copy.deepcopy(recipe)
-    out["env"] = copy.deepcopy(change["env"])
-    out["base_agent"] = dict(out["base_agent"], **copy.deepcopy(change["base_agent"]))
+    env = {k: v for k, v in out["env"].items() if k not in change.get("drop_env", [])}
+    out["env"] = dict(env, **change["env"])  # the recipe's other env options (costs) stay
+    for part in ("base_agent", "ppo"):
+        out[part] = dict(out[part], **change.get(part, {}))
     out["ablation"] = name
     return out
 

@@ -14,7 +14,12 @@ Each repeat times, in turn, on the same tasks and seed:
 * **no cache**: the same sampler with :class:`PrefixRerunAgent`, a TinyAgent whose ``extend``
   re-runs every row's whole prefix for each sampled token (the naive decoder).
 
-Printed: sampling / forward (goal >= 0.4) and the KV cache's speed-up over re-running the prefix.
+* **grammar** and **grammar + foresight** (with ``--foresight P``): the sampler decoding under the
+  legal-call grammar, without and with :class:`agents.rollout.Foresight` (before each edit's op,
+  one :meth:`~agents.model.TinyAgent.peek` of every op's continuation).
+
+Printed: sampling / forward (goal >= 0.4), the KV cache's speed-up over re-running the prefix, and
+with ``--foresight`` what foresight costs: grammar + foresight / grammar throughput.
 """
 
 from __future__ import annotations
@@ -29,7 +34,8 @@ import torch
 import bugfix_gym
 from agents.base_agent import cached_base_agent
 from agents.model import TinyAgent
-from agents.rollout import EpisodeSampler, Trajectory, collate, task_vec_env
+from agents.grammar import CallGrammar
+from agents.rollout import EpisodeSampler, Foresight, Trajectory, collate, task_vec_env
 
 
 class PrefixCache:
@@ -110,6 +116,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                         help="sample from an untrained TinyAgent (long, invalid calls)")
     parser.add_argument("--no-naive", action="store_true", help="skip the (slow) no-cache path")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument("--foresight", type=float, default=None, metavar="P",
+                        help="also time decoding under the call grammar without and with foresight at P")
     args = parser.parse_args(argv)
     if args.repeats < 1 or args.batch < 1 or args.threads < 1:
         parser.error("--repeats, --batch and --threads must be positive")
@@ -129,7 +137,14 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     slow_sampler = EpisodeSampler(task_vec_env(args.batch), tok)  # its own: each sampler reuses its cache
 
     time_sampling(sampler, model, tasks, 999)  # warm-up: env test cache, allocator
-    rows: dict[str, list[float]] = {"sampling (KV cache)": [], "full forward": [], "sampling (no cache)": []}
+    rows: dict[str, list[float]] = {"sampling (KV cache)": [], "full forward": [], "sampling (no cache)": [],
+                                    "grammar": [], "grammar + foresight": []}
+    grammared: dict[str, EpisodeSampler] = {}
+    if args.foresight is not None:
+        grammar = CallGrammar(tok, bugfix_gym.CALLS)
+        grammared = {"grammar": EpisodeSampler(task_vec_env(args.batch), tok, grammar=grammar),
+                     "grammar + foresight": EpisodeSampler(task_vec_env(args.batch), tok, grammar=grammar,
+                                                           foresight=Foresight(grammar, tok, args.foresight))}
     tokens: dict[str, list[int]] = {k: [] for k in rows}
     for r in range(args.repeats):
         trajs, dt = time_sampling(sampler, model, tasks, r)
@@ -145,6 +160,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             tokens["sampling (no cache)"].append(generated_tokens(slow))
             if not all(torch.equal(a.ids, b.ids) for a, b in zip(trajs, slow)):
                 print(f"  note: repeat {r}: no-cache samples differ from cached ones (float rounding flipped a draw)")
+        for key, decoding in grammared.items():  # the same tasks and seed, in turn
+            played, dt = time_sampling(decoding, model, tasks, r)
+            rows[key].append(generated_tokens(played) / dt)
+            tokens[key].append(generated_tokens(played))
 
     med = {k: statistics.median(v) for k, v in rows.items() if v}
     print(f"\n{name}, batch {args.batch}, {args.repeats} repeats (median), torch threads {torch.get_num_threads()}")
@@ -156,6 +175,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     if "sampling (no cache)" in med:
         out["cache_speedup"] = med["sampling (KV cache)"] / med["sampling (no cache)"]
         print(f"KV cache speed-up over re-running the prefix: {out['cache_speedup']:.1f}x")
+    if grammared:
+        out["foresight_over_grammar"] = med["grammar + foresight"] / med["grammar"]
+        print(f"grammar + foresight / grammar throughput: {out['foresight_over_grammar']:.2f}")
     return out
 
 

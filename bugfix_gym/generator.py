@@ -918,7 +918,8 @@ def with_inert_line(task: Task, rng: np.random.Generator) -> Task:
 
 def recombined_function(rng: np.random.Generator, split: str = "train", max_statements: int = 4) -> str:
     """A function made of statements of ``split``'s templates, recombined at random: for learning
-    what the edit ops do to code, not a task (it has no statement, tests or defect).
+    what the edit ops do to code, not a task (it has no statement, tests or defect). ``split``
+    is a generated split, or ``"book"``: the book's 20 train tasks, as given or repaired.
 
     Templates are drawn with fresh names, half of them with a defect injected. The body takes
     1 .. ``max_statements`` statements drawn from any depth of them (a loop or ``if`` keeps its
@@ -927,11 +928,12 @@ def recombined_function(rng: np.random.Generator, split: str = "train", max_stat
     not run. Mixing statements breaks the tie between an op's site and a template's shape,
     which an agent otherwise learns instead of the site itself.
     """
-    templates = TEMPLATES[split]
+    if split not in GENERATED_SPLITS + ("book",):
+        raise ValueError(f"unknown split {split!r}; use one of {', '.join(GENERATED_SPLITS)} or 'book'")
     stmts: list[ast.stmt] = []
     params: list[ast.arg] = []
     for _ in range(3):
-        func = _drawn_function(templates[int(rng.integers(len(templates)))], rng)
+        func = _book_function(rng) if split == "book" else _drawn_function(TEMPLATES[split], rng)
         params = params or func.args.args
         stmts += [n for n in ast.walk(func) if isinstance(n, ast.stmt) and n is not func]
     returns = [n for n in stmts if isinstance(n, ast.Return)]
@@ -943,12 +945,25 @@ def recombined_function(rng: np.random.Generator, split: str = "train", max_stat
     return ast.unparse(module) + "\n"
 
 
-def _drawn_function(template: Template, rng: np.random.Generator) -> ast.FunctionDef:
-    """``template``'s function with names drawn from :data:`WORDS`, with a defect injected half the time."""
+def _drawn_function(templates: Sequence[Template], rng: np.random.Generator) -> ast.FunctionDef:
+    """A drawn template's function with names drawn from :data:`WORDS`, with a defect injected half the time."""
+    template = templates[int(rng.integers(len(templates)))]
     names = {role: str(pool[int(rng.integers(len(pool)))]) for role, pool in WORDS.items()}
     source = template.source.format(f="f", **names)
     if rng.random() < 0.5:
         source = inject_defect(source, template.ops[int(rng.integers(len(template.ops)))])
+    func = ast.parse(source).body[0]
+    assert isinstance(func, ast.FunctionDef)
+    return func
+
+
+def _book_function(rng: np.random.Generator) -> ast.FunctionDef:
+    """A drawn book train task's function: as given (buggy) or repaired, half the time each."""
+    from .tasks import make_tasks
+
+    tasks = make_tasks("train")
+    task = tasks[int(rng.integers(len(tasks)))]
+    source = task.source if rng.random() < 0.5 else apply_op(task.source, task.fix_op)
     func = ast.parse(source).body[0]
     assert isinstance(func, ast.FunctionDef)
     return func

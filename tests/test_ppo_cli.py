@@ -149,12 +149,18 @@ def test_train_practice_and_foresight_flags_set_the_recipe_and_need_the_tool_los
 
     on = settings("--tool-coef", "1.0", "--practice", "100", "--foresight", "0.5")
     assert on["base_agent"]["practice"] == 100 and on["ppo"]["practice"] == 100 and on["foresight"] == 0.5
-    for flags in (["--practice", "100"], ["--foresight", "0.5"], ["--tool-coef", "0", "--practice", "5"]):
+    off = settings("--tool-coef", "0")  # the loss off takes what needs it along
+    assert off["ppo"]["practice"] == off["base_agent"]["practice"] == 0 and off["foresight"] is None
+    assert settings("--foresight", "none")["foresight"] is None and settings("--practice", "0")["ppo"]["practice"] == 0
+    for flags in (["--tool-coef", "0", "--practice", "5"], ["--tool-coef", "0", "--foresight", "0.5"]):
         assert main(["train", "--tasks", "generated", *flags, "--out", "unused"]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "--tool-coef above 0" in err
-    for bad in (["--foresight", "0"], ["--foresight", "1.5"], ["--practice", "0"]):
-        assert main(["train", "--tasks", "generated", "--tool-coef", "1", *bad, "--out", "unused"]) == 2
+    for flags in (["--practice", "5"], ["--foresight", "0.5"]):  # the book recipe has no learnt base agent
+        assert main(["train", *flags, "--out", "unused"]) == 2
+        assert capsys.readouterr().err.count("\n") == 1
+    for bad in (["--foresight", "0"], ["--foresight", "1.5"], ["--practice", "-1"]):
+        assert main(["train", "--tasks", "generated", *bad, "--out", "unused"]) == 2
         assert capsys.readouterr().err.count("\n") == 1
 
 
@@ -393,3 +399,25 @@ def test_generalisation_report_statement_probe_replaces_only_the_statement(saved
     assert [t.statement for t in seen] == ["return the right value"] * 4
     assert [(t.name, t.source, t.hidden) for t in seen] == [(t.name, t.source, t.hidden) for t in plain]
     assert "pass rate per template" in capsys.readouterr().out
+
+
+def test_edit_answer_probe_scores_the_models_predictions_against_what_the_ops_do(saved_model, capsys):
+    import importlib.util
+
+    from bugfix_gym import FIX_OPS, apply_op, generate_tasks
+
+    spec = importlib.util.spec_from_file_location("edit_answer_probe", "examples/edit_answer_probe.py")
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    model = TokenPPO.load(saved_model)
+    # nothing has probability above 1: every op is predicted to change the code, so the accuracy is the
+    # share of (task, op) pairs where the op does change it
+    r = probe.probe(model, "test", 4, 123, threshold=1.0)
+    sources = [t.source for t in generate_tasks("test", 4, seed=123)]
+    changed = [apply_op(s, op) != s for s in sources for op in FIX_OPS]
+    assert r["pairs"] == 20 and r["accuracy"] == sum(changed) / 20
+    assert probe.main([str(saved_model), "--n", "2"]) == 0
+    out = capsys.readouterr().out
+    assert [line.split()[0] for line in out.splitlines()[2:]] == ["train", "heldout", "test"]
+    assert probe.main([str(saved_model) + ".missing"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
