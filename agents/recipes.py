@@ -58,7 +58,7 @@ RECIPES: dict[str, dict[str, Any]] = {
 
 # ablations of the generalisation recipe (``bugfix-gym train --tasks generated --ablation NAME``):
 # what it earns without fresh functions, and without what the tools show
-ABLATIONS: dict[str, dict[str, dict[str, Any]]] = {
+ABLATIONS: dict[str, dict[str, Any]] = {
     # the 20 book train tasks only, for the base agent's demonstrations, for RL and for edit practice
     "book-tasks": dict(env=dict(split="train"), drop_env=["generated", "ambiguous_share"],
                        base_agent=dict(tasks="book", practice_tasks="book"), ppo=dict(practice_tasks="book")),

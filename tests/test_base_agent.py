@@ -39,7 +39,6 @@ def test_tool_coef_also_teaches_the_tool_outputs(tok):
     assert nll["both"] < 0.7 * nll["plain"]  # held-out episodes: it learnt the tools, not these transcripts
 
 
-
 def test_edit_practice_teaches_the_edits_answers_on_code_it_never_practised_on(tok):
     """Practice first, then behaviour cloning with practice kept: the answers of edits on fresh
     recombined code (another seed) are far better predicted than without practice."""
@@ -50,11 +49,12 @@ def test_edit_practice_teaches_the_edits_answers_on_code_it_never_practised_on(t
     plain = make_base_agent(ftok, seed=3, **kw)
     drilled = make_base_agent(ftok, seed=3, practice=200, practice_steps=60, practice_batch_size=32, **kw)
     with torch.no_grad():  # the same 64 draws of fresh transcripts for both
-        nll = {name: float(EditPractice(ftok, 64, seed=99).loss(m, 64)) for name, m in (("plain", plain),
-                                                                                           ("drilled", drilled))}
+        nll = {name: float(EditPractice(ftok, 64, seed=99).loss(m, 64))
+               for name, m in (("plain", plain), ("drilled", drilled))}
     assert nll["drilled"] < 0.6 * nll["plain"]
     with pytest.raises(ValueError, match="practice_steps"):
         make_base_agent(ftok, seed=3, practice=10, **kw)
+
 
 @pytest.mark.slow
 def test_base_agent_lands_in_the_books_ranges(shared_base_agent, tok):
