@@ -35,7 +35,7 @@ lint: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/bugfix-gym train
 
-# the generalisation recipe (docs/generalisation.md): ~16 CPU-minutes, too long for `make demo`
+# the generalisation recipe (docs/generalisation.md): ~10 minutes on a first run, too long for `make demo`
 demo-generalise: $(STAMP)
 	$(VENV)/bin/bugfix-gym train --tasks generated
 

@@ -272,6 +272,13 @@ def test_evaluate_matches_a_direct_evaluation(shared_base_agent):
     assert a == b and a["n_episodes"] == 20
 
 
+def _small_generated(recipe: dict, validation: dict, n_tasks: int) -> dict:
+    """The generalisation recipe with its base agent, practice and validation cut to a test's size."""
+    return dict(recipe, validation=validation,
+                base_agent=dict(recipe["base_agent"], n_tasks=n_tasks, steps=2, practice=20, practice_steps=2),
+                ppo=dict(recipe["ppo"], practice=20))
+
+
 @pytest.mark.parametrize("average_last", [None, 0.5])
 def test_generated_recipe_trains_from_its_own_base_agent_and_keeps_the_best_weights(
         tmp_path, small_eval, monkeypatch, capsys, average_last):
@@ -279,8 +286,7 @@ def test_generated_recipe_trains_from_its_own_base_agent_and_keeps_the_best_weig
 
     monkeypatch.setenv("BUGFIX_GYM_CACHE", str(tmp_path / "cache"))
     validation = dict(generated="heldout", n=3, gen_seed=77, every=1, average_last=average_last)
-    recipe = dict(RECIPES["generated"], validation=validation)
-    recipe["base_agent"] = dict(recipe["base_agent"], n_tasks=10, steps=2)
+    recipe = _small_generated(RECIPES["generated"], validation=validation, n_tasks=10)
     monkeypatch.setitem(RECIPES, "generated", recipe)
     out = tmp_path / "gen"
     assert main(["train", "--tasks", "generated", "--iterations", "2", "--n-envs", "4", "--n-episodes", "8",
@@ -312,8 +318,8 @@ def test_ablations_change_the_demonstrations_the_training_envs_and_validation(
     from agents.recipes import RECIPES
 
     monkeypatch.setenv("BUGFIX_GYM_CACHE", str(tmp_path / "cache"))
-    recipe = dict(RECIPES["generated"], validation=dict(generated="heldout", n=3, gen_seed=77, every=1))
-    recipe["base_agent"] = dict(recipe["base_agent"], n_tasks=40, steps=2)
+    recipe = _small_generated(RECIPES["generated"], validation=dict(generated="heldout", n=3, gen_seed=77, every=1),
+                              n_tasks=40)
     monkeypatch.setitem(RECIPES, "generated", recipe)
     demo_envs = []
 
