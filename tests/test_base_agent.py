@@ -44,10 +44,10 @@ def test_edit_practice_teaches_the_edits_answers_on_code_it_never_practised_on(t
     recombined code (another seed) are far better predicted than without practice."""
     from agents.practice import EditPractice
 
-    kw = dict(episodes_per_task=1, steps=20, batch_size=16, kinds=("careful",))
+    kw = dict(episodes_per_task=1, steps=5, batch_size=8, kinds=("careful",))
     ftok = bugfix_gym.fixed_tokenizer()
     plain = make_base_agent(ftok, seed=3, **kw)
-    drilled = make_base_agent(ftok, seed=3, practice=200, practice_steps=60, practice_batch_size=32, **kw)
+    drilled = make_base_agent(ftok, seed=3, practice=100, practice_steps=25, practice_batch_size=16, **kw)
     with torch.no_grad():  # the same 64 draws of fresh transcripts for both
         nll = {name: float(EditPractice(ftok, 64, seed=99).loss(m, 64))
                for name, m in (("plain", plain), ("drilled", drilled))}
