@@ -278,11 +278,9 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
                              "(--tasks generated)")
         for part in (recipe["base_agent"], recipe["ppo"]):
             part.update(tool_coef=args.tool_coef, tool_calls=["edit"] if args.tool_coef else None)
-            if not args.tool_coef:
-                part["practice"] = 0  # what needs the loss goes with it
-        if not args.tool_coef:
-            recipe["base_agent"]["practice_steps"] = 0
-        if not args.tool_coef:
+        if not args.tool_coef:  # what needs the loss goes with it
+            recipe["base_agent"].update(practice=0, practice_steps=0)
+            recipe["ppo"]["practice"] = 0
             recipe["foresight"] = None
     if args.practice is not None:
         if not learnt:
@@ -502,7 +500,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             raise UsageError("bugfix-gym eval: error: --call-mask needs a model with a call grammar; this one writes "
                              "free text")
         model.policy.call_mask_key = None if args.call_mask == "none" else args.call_mask
-    if "foresight" in vars(args) and args.foresight is not _UNSET:
+    if args.foresight is not _UNSET:
         if model.policy.grammar is None:
             raise UsageError("bugfix-gym eval: error: --foresight needs a model with a call grammar; this one writes "
                              "free text")

@@ -112,6 +112,21 @@ class CallGrammar:
         rows[:, self.eoc_id] = (self._ends_here.to(states.device)[node] & open_bits[:, 0]) != 0
         return rows
 
+    def node(self, state: int) -> int:
+        """The trie node of ``state`` (>= 0), without the calls it has closed."""
+        return state % self.n_nodes
+
+    def close(self, state: int, calls: Sequence[int]) -> int:
+        """``state`` (>= 0) with the calls at indices ``calls`` closed too."""
+        closed = state // self.n_nodes
+        for k in calls:
+            closed |= 1 << k
+        return self.node(state) + self.n_nodes * closed
+
+    def is_open(self, state: int, call: int) -> bool:
+        """Whether the call at index ``call`` is open in ``state`` (>= 0)."""
+        return not (state // self.n_nodes) >> call & 1
+
     def step(self, state: int, token: int) -> int:
         """The state after writing ``token`` in ``state`` (after ``<eoc>`` the call is over: the start
         state, with the same calls closed).

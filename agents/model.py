@@ -387,13 +387,13 @@ class TinyAgent(nn.Module):
         x = self.embed(ids, start[:, None, None] + torch.arange(S, device=ids.device))  # [R, K, S, C]
         seen = (torch.arange(P, device=ids.device) < start[:, None])[:, None, None, None, :]  # [R, 1, 1, 1, P]
         causal = torch.ones(S, S, dtype=torch.bool, device=ids.device).tril()  # [S, S]
+        scale = 1.0 / math.sqrt(hs)
         for layer, block in enumerate(self.blocks):
             assert isinstance(block, Block)
             attn = block.attn
             q, k, v = attn.qkv(block.ln1(x)).split(C, dim=-1)  # 3 x [R, K, S, C]
             q, k, v = (t.view(R, K, S, nh, hs).permute(0, 3, 1, 2, 4) for t in (q, k, v))  # [R, nh, K, S, hs]
             keys, vals = cache.k[layer, rows, :, :P], cache.v[layer, rows, :, :P]  # [R, nh, P, hs]
-            scale = 1.0 / math.sqrt(hs)
             to_cache = torch.einsum("rhksd,rhpd->rhksp", q, keys) * scale  # [R, nh, K, S, P]
             to_self = torch.einsum("rhksd,rhktd->rhkst", q, k) * scale  # [R, nh, K, S, S]
             to_cache = to_cache.masked_fill(~seen, float("-inf"))

@@ -172,7 +172,8 @@ class TokenPPO(TokenOnPolicyAlgorithm):
                         target_kl=target_kl, target_kl_mode=target_kl_mode, clip_range=clip_range,
                         clip_range_high=clip_range_high, clip_range_vf=clip_range_vf, kl_coef=kl_coef,
                         tool_coef=tool_coef, tool_calls=tool_calls, practice=practice,
-                        critic_warmup_steps=critic_warmup_steps, forward_chunk=forward_chunk)
+                        practice_tasks=practice_tasks, critic_warmup_steps=critic_warmup_steps,
+                        forward_chunk=forward_chunk)
         self.batch_size = batch_size
         self.n_minibatches = n_minibatches
         self.n_epochs = n_epochs
@@ -470,7 +471,7 @@ def _check_ppo_args(*, n_epochs: int, n_minibatches: int, batch_size: int | None
                     kl_estimator: str, loss_mode: str, loss_norm_const: float | None, target_kl: float | None,
                     target_kl_mode: str, clip_range: Any, clip_range_high: float | None,
                     clip_range_vf: float | None, kl_coef: float, tool_coef: float,
-                    tool_calls: Sequence[str] | None, practice: int, critic_warmup_steps: int,
+                    tool_calls: Sequence[str] | None, practice: int, practice_tasks: str, critic_warmup_steps: int,
                     forward_chunk: int | None) -> None:
     for name, value in (("n_epochs", n_epochs), ("n_minibatches", n_minibatches)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
@@ -494,6 +495,8 @@ def _check_ppo_args(*, n_epochs: int, n_minibatches: int, batch_size: int | None
         raise ValueError(f"practice must be a non-negative integer (transcripts), got {practice!r}")
     if practice and not tool_coef:
         raise ValueError("practice needs tool_coef > 0: it is a loss on the edits' answers")
+    if practice_tasks not in ("generated", "book"):
+        raise ValueError(f"practice_tasks must be 'generated' or 'book', got {practice_tasks!r}")
     words = sorted({call.split()[0] for call in CALLS})
     if tool_calls is not None and (isinstance(tool_calls, str) or not set(tool_calls) <= set(words)):
         raise ValueError(f"tool_calls must be a list of call words from {words} or None, got {tool_calls!r}")

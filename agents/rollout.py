@@ -159,27 +159,25 @@ class Foresight:
         self.node = grammar.step(grammar.start, edit)  # the state after "edit": the op comes next
         self.calls = [k for k, _ in ops]  # grammar call index of each op
         self.ops = torch.tensor([ids[1] for _, ids in ops])  # [K] op token ids
-        self.eoc_id = tokenizer.eoc_id
+        self.continuations = torch.stack([self.ops, torch.full_like(self.ops, tokenizer.eoc_id)], dim=-1)  # [K, 2]
 
     def refine(self, model: TinyAgent, cache: KVCache, rows: list[int], state: list[int]) -> None:
         """Close, in ``state`` (per row, in place), the ops expected to answer ``no change`` for the
         ``rows`` whose call stands at the op; their cache holds the call so far."""
-        n = self.grammar.n_nodes
-        at = [b for b in rows if state[b] >= 0 and state[b] % n == self.node]
+        g = self.grammar
+        at = [b for b in rows if state[b] >= 0 and g.node(state[b]) == self.node]
         if not at:
             return
-        K = len(self.calls)
-        cont = torch.stack([self.ops, torch.full_like(self.ops, self.eoc_id)], dim=-1)  # [K, 2] "op <eoc>"
         device = model.tok_emb.weight.device
-        logits = model.peek(torch.tensor(at, device=device), cont.expand(len(at), K, 2).to(device), cache)  # [R, K, V]
+        cont = self.continuations.to(device).expand(len(at), *self.continuations.shape)  # [R, K, 2] "op <eoc>"
+        logits = model.peek(torch.tensor(at, device=device), cont, cache)  # [R, K, V]
         p_no = torch.softmax(logits.float(), dim=-1)[..., self.no_id].tolist()  # [R][K]
         for b, p in zip(at, p_no):
-            closed = state[b] // n
-            open_k = [i for i, k in enumerate(self.calls) if not closed >> k & 1]
+            open_k = [i for i, k in enumerate(self.calls) if g.is_open(state[b], k)]
             shut = [i for i in open_k if p[i] > self.threshold]
             if open_k and len(shut) == len(open_k):
                 shut.remove(min(open_k, key=lambda i: p[i]))
-            state[b] += n * sum(1 << self.calls[i] for i in shut)
+            state[b] = g.close(state[b], [self.calls[i] for i in shut])
 
 
 @dataclass

@@ -23,6 +23,7 @@ resets do not grow the registry.
 from __future__ import annotations
 
 import ast
+import copy
 import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass, replace
@@ -31,7 +32,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .ops import FIX_OPS, apply_op, describe_change, inject_defect
-from .tasks import REGISTRY, Task, register, task_from_correct, task_problems
+from .tasks import REGISTRY, Task, make_tasks, register, task_from_correct, task_problems
 
 GENERATED_SPLITS = ("train", "heldout", "test")
 RECENT_LIMIT = 1024  # per-episode tasks kept registered (by name and uid), oldest dropped first
@@ -921,9 +922,10 @@ def recombined_function(rng: np.random.Generator, split: str = "train", max_stat
     what the edit ops do to code, not a task (it has no statement, tests or defect). ``split``
     is a generated split, or ``"book"``: the book's 20 train tasks, as given or repaired.
 
-    Templates are drawn with fresh names, half of them with a defect injected. The body takes
-    1 .. ``max_statements`` statements drawn from any depth of them (a loop or ``if`` keeps its
-    own body or gets one drawn the same way) and ends with a drawn ``return``. The parameters
+    Three templates (or book functions) are drawn, with fresh names and half of them with a
+    defect injected. The body takes 0 .. ``max_statements - 1`` statements other than ``return``
+    drawn from any depth of them (a loop or ``if`` keeps its own body or, half the time, gets one
+    drawn from all their statements) and ends with a drawn ``return``. The parameters
     are those of one drawn template, so the names need not agree: the source parses, but may
     not run. Mixing statements breaks the tie between an op's site and a template's shape,
     which an agent otherwise learns instead of the site itself.
@@ -952,18 +954,18 @@ def _drawn_function(templates: Sequence[Template], rng: np.random.Generator) -> 
     source = template.source.format(f="f", **names)
     if rng.random() < 0.5:
         source = inject_defect(source, template.ops[int(rng.integers(len(template.ops)))])
-    func = ast.parse(source).body[0]
-    assert isinstance(func, ast.FunctionDef)
-    return func
+    return _function(source)
 
 
 def _book_function(rng: np.random.Generator) -> ast.FunctionDef:
     """A drawn book train task's function: as given (buggy) or repaired, half the time each."""
-    from .tasks import make_tasks
-
     tasks = make_tasks("train")
     task = tasks[int(rng.integers(len(tasks)))]
-    source = task.source if rng.random() < 0.5 else apply_op(task.source, task.fix_op)
+    return _function(task.source if rng.random() < 0.5 else apply_op(task.source, task.fix_op))
+
+
+def _function(source: str) -> ast.FunctionDef:
+    """The one function a template or task source defines."""
     func = ast.parse(source).body[0]
     assert isinstance(func, ast.FunctionDef)
     return func
@@ -973,8 +975,6 @@ def _recombined(stmts: list[ast.stmt], rng: np.random.Generator, depth: int,
                 inner: list[ast.stmt] | None = None) -> ast.stmt:
     """A copy of a statement drawn from ``stmts``; a compound one gets a body drawn from ``inner``
     (default ``stmts``) half the time, until ``depth`` is 0."""
-    import copy
-
     inner = stmts if inner is None else inner
     stmt = copy.deepcopy(stmts[int(rng.integers(len(stmts)))])
     if isinstance(stmt, (ast.For, ast.While, ast.If)) and depth > 0 and rng.random() < 0.5:
