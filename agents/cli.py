@@ -83,7 +83,7 @@ def _parser() -> argparse.ArgumentParser:
                            description="Train TokenPPO from the behaviour-cloned base agent, print a before/after "
                                        "table (train tasks, the book's held-out tasks, unseen generated templates), "
                                        "save the model and a learning-curve PNG under the output folder. Flags "
-                                       "left out take the recipe's value (agents/recipes.py).")
+                                       "left out take the recipe's value (agents/bugfix/recipes.py).")
     train.add_argument("--tasks", choices=("book", "generated"), default="book",
                        help="book: the book's 20 train tasks; generated: a fresh generated task every episode "
                             "(the generalisation recipe) (default: book)")
@@ -239,7 +239,7 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
     """The recipe of ``--tasks`` with the flags given on the command line."""
     import copy
 
-    from .recipes import PRACTICE_STEPS, RECIPES, with_ablation
+    from agents.bugfix.recipes import PRACTICE_STEPS, RECIPES, with_ablation
 
     recipe = copy.deepcopy(RECIPES[args.tasks])
     if args.ablation is not None:
@@ -320,7 +320,7 @@ def _eval_env(settings: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _check_memory(settings: dict[str, Any], model_config: dict[str, Any]) -> None:
-    from .runs import available_memory_bytes, estimate_memory_bytes
+    from agents.files.runs import available_memory_bytes, estimate_memory_bytes
 
     ppo = settings["ppo"]
     need = estimate_memory_bytes(ppo["n_episodes"], settings["n_envs"], model_config["max_len"],
@@ -341,11 +341,11 @@ def _check_memory(settings: dict[str, Any], model_config: dict[str, Any]) -> Non
 def cmd_train(args: argparse.Namespace) -> int:
     import torch
 
-    from . import recipes
-    from .callbacks import KeepBest, StopAfterIterations
-    from .model import TinyAgentConfig
-    from .ppo import DivergenceError, TokenPPO
-    from .runs import MODEL_FILE, RESUME_FILE, RUN_FILE, Snapshots, new_run_dir, restore_training_state
+    from agents.bugfix import recipes
+    from agents.algorithms.callbacks import KeepBest, StopAfterIterations
+    from agents.model.tinyagent import TinyAgentConfig
+    from agents.algorithms.ppo import DivergenceError, TokenPPO
+    from agents.files.runs import MODEL_FILE, RESUME_FILE, RUN_FILE, Snapshots, new_run_dir, restore_training_state
 
     torch.set_num_threads(1)  # a ~150k-parameter model: one thread beats two on a small, shared CPU
     t0 = time.perf_counter()
@@ -473,7 +473,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from bugfix_gym import TaskPackError, generate_tasks, load_task_pack, make_tasks
     from bugfix_gym.env import HIDEABLE
 
-    from .ppo import TokenPPO
+    from agents.algorithms.ppo import TokenPPO
 
     torch.set_num_threads(1)
     try:
@@ -504,7 +504,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         if model.policy.grammar is None:
             raise UsageError("bugfix-gym eval: error: --foresight needs a model with a call grammar; this one writes "
                              "free text")
-        from .rollout import Foresight
+        from agents.decoding.foresight import Foresight
         model.policy.foresight = None if args.foresight is None else \
             Foresight(model.policy.grammar, model.policy.tokenizer, args.foresight)
     env_kwargs = dict(hide_outputs=list(HIDEABLE)) if args.hide_outputs else None

@@ -37,11 +37,11 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.logger import configure
 
 import bugfix_gym
-from agents.base_agent import cached_base_agent
-from agents.buffers import TokenRolloutBuffer
-from agents.callbacks import StopAfterIterations
-from agents.model import TinyAgent, score_tokens, sequence_log_probs
-from agents.ppo import TokenPPO
+from agents.bugfix.base_agent import cached_base_agent
+from agents.algorithms.buffers import TokenRolloutBuffer
+from agents.algorithms.callbacks import StopAfterIterations
+from agents.model.tinyagent import TinyAgent, score_tokens, sequence_log_probs
+from agents.algorithms.ppo import TokenPPO
 from bugfix_gym import OWNER_PROMPT, OWNER_TOOL, Tokenizer, build_tokenizer, encode_segment
 
 

@@ -5,7 +5,7 @@
 
 A ``Reinforce`` step is: sample 64 whole episodes (64 BugFix-v0 envs in a ``DummyVecEnv``, fresh
 on-policy batches), collate, one policy-gradient update. Its floor is what any trainer must pay
-for the same work: one bare :meth:`agents.rollout.EpisodeSampler.collect` of 64 episodes (no SB3
+for the same work: one bare :meth:`agents.rollout.sampler.EpisodeSampler.collect` of 64 episodes (no SB3
 callbacks, logger or buffer) plus one raw forward + backward + Adam step over the collected batch
 (the same length-sorted chunks). Printed: the wall time per step and per 80 steps (the book's
 run), and step / floor (goal <= 1.3).
@@ -22,11 +22,12 @@ import torch
 from stable_baselines3.common.env_util import make_vec_env
 
 import bugfix_gym
-from agents.base_agent import cached_base_agent
-from agents.callbacks import StopAfterIterations
-from agents.model import TinyAgent, score_tokens
-from agents.reinforce import Reinforce
-from agents.rollout import EpisodeSampler, Trajectory, collate
+from agents.bugfix.base_agent import cached_base_agent
+from agents.algorithms.callbacks import StopAfterIterations
+from agents.model.tinyagent import TinyAgent, score_tokens
+from agents.algorithms.reinforce import Reinforce
+from agents.rollout.sampler import EpisodeSampler
+from agents.rollout.trajectory import Trajectory, collate
 
 
 def reinforce_steps(base: TinyAgent, tok: bugfix_gym.Tokenizer, steps: int, seed: int) -> tuple[float, list[dict]]:

@@ -6,7 +6,7 @@ re-running the prefix, measured side by side in one run on the same model.
 
 Each repeat times, in turn, on the same tasks and seed:
 
-* **sampling**: policy + tool tokens per second of :meth:`agents.rollout.EpisodeSampler.play_tasks`
+* **sampling**: policy + tool tokens per second of :meth:`agents.rollout.sampler.EpisodeSampler.play_tasks`
   (one episode of each of ``--batch`` train tasks, lockstep in a ``DummyVecEnv`` of BugFix-v0, KV
   cache, env steps included);
 * **full forward**: tokens per second of a no-grad forward over the same episodes, collated
@@ -15,8 +15,8 @@ Each repeat times, in turn, on the same tasks and seed:
   re-runs every row's whole prefix for each sampled token (the naive decoder).
 
 * **grammar** and **grammar + foresight** (with ``--foresight P``): the sampler decoding under the
-  legal-call grammar, without and with :class:`agents.rollout.Foresight` (before each edit's op,
-  one :meth:`~agents.model.TinyAgent.peek` of every op's continuation).
+  legal-call grammar, without and with :class:`agents.decoding.foresight.Foresight` (before each edit's op,
+  one :meth:`~agents.model.tinyagent.TinyAgent.peek` of every op's continuation).
 
 Printed: sampling / forward (goal >= 0.4), the KV cache's speed-up over re-running the prefix, and
 with ``--foresight`` what foresight costs: grammar + foresight / grammar throughput.
@@ -32,10 +32,13 @@ from typing import Sequence
 import torch
 
 import bugfix_gym
-from agents.base_agent import cached_base_agent
-from agents.model import TinyAgent
-from agents.grammar import CallGrammar
-from agents.rollout import EpisodeSampler, Foresight, Trajectory, collate, task_vec_env
+from agents.bugfix.base_agent import cached_base_agent
+from agents.model.tinyagent import TinyAgent
+from agents.decoding.grammar import CallGrammar
+from agents.rollout.sampler import EpisodeSampler
+from agents.decoding.foresight import Foresight
+from agents.rollout.trajectory import Trajectory, collate
+from agents.bugfix.evaluation import task_vec_env
 
 
 class PrefixCache:

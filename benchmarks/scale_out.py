@@ -179,7 +179,7 @@ def tokenppo_iteration_seconds(model: TokenPPO, tool_latency_s: float, n_iterati
     ``n_episodes`` episodes have finished (policy forward passes plus env steps); the update
     is everything between the end of one rollout and the start of the next (PPO epochs).
     """
-    from agents.callbacks import StopAfterIterations
+    from agents.algorithms.callbacks import StopAfterIterations
 
     model.env.env_method("set_wrapper_attr", "tool_latency_s", tool_latency_s)
     clock = IterationClock()
@@ -283,7 +283,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
     cores = os.cpu_count() or 1
     workers = sorted(set(args.workers))
     if any(b.startswith("RayVecEnv") for b in args.backends):
-        from agents.ray_vec_env import init_ray
+        from agents.rollout.ray_vec_env import init_ray
 
         init_ray(num_cpus=cores)  # one local session for every RayVecEnv of the run
 

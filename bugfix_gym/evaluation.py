@@ -1,6 +1,6 @@
 """Episode statistics, and the evaluation of scripted policies (callables ``(obs, info) -> call``).
 
-Token models are evaluated by the agents' episode sampler (``agents.rollout.evaluate``), which
+Token models are evaluated by the agents' episode sampler (``agents.bugfix.evaluation.evaluate``), which
 plays them in lockstep with a KV cache; both report :func:`episode_stats`.
 """
 

@@ -18,7 +18,7 @@ import argparse
 import torch
 import torch.nn.functional as F
 
-from agents.rollout import collate
+from agents.rollout.trajectory import collate
 from ch6_common import base_agent, sample, set_threads, tok, train_tasks
 
 BOOK_DIRECT = (70, 70, 0)  # positions with a logit gradient, policy tokens of successes, outside the mask

@@ -13,8 +13,8 @@ import time
 
 import torch
 
-from agents.losses import aggregate_loss, reinforce_loss
-from agents.rollout import collate
+from agents.algorithms.losses import aggregate_loss, reinforce_loss
+from agents.rollout.trajectory import collate
 from ch6_common import base_agent, probe, set_threads, tok
 
 MODES = ("token_mean", "seq_mean_token_sum", "seq_mean_token_mean", "constant")

@@ -17,9 +17,10 @@ from typing import Any, Sequence
 import torch
 
 import bugfix_gym as bg
-from agents.base_agent import cached_base_agent, make_base_agent
-from agents.model import TinyAgent
-from agents.rollout import Trajectory, rollout_stats, sample_episodes
+from agents.bugfix.base_agent import cached_base_agent, make_base_agent
+from agents.model.tinyagent import TinyAgent
+from agents.rollout.trajectory import Trajectory, rollout_stats
+from agents.bugfix.evaluation import sample_episodes
 
 BOOK = {
     "untrained, train": dict(reward=0.000, pass_rate=0.000, valid_calls=0.000, submit_rate=0.000, turns=6.000,

@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from agents.advantages import optimal_constant_baseline, per_task_baseline
+from agents.algorithms.advantages import optimal_constant_baseline, per_task_baseline
 from ch6_common import base_agent, episode_scores, probe, sample, set_threads, total_variance, train_tasks
 from repair_mdp import make_repair_mdp, policy_evaluation, sample_repair
 

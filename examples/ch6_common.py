@@ -3,7 +3,7 @@ seeded sampling, the per-episode score gradients used by §6.4, §6.5 and §6.8,
 REINFORCE run a held-out evaluation callback.
 
 The base agent is ``make_base_agent(tok, seed=0)`` with the project's default recipe, built
-once and cached by :func:`agents.base_agent.cached_base_agent` (keyed by a hash of the recipe),
+once and cached by :func:`agents.bugfix.base_agent.cached_base_agent` (keyed by a hash of the recipe),
 so every example uses the same weights without retraining (the chapter-8 examples too).
 
 Importing this module changes nothing: each script calls :func:`set_threads` in its ``main``.
@@ -18,9 +18,10 @@ from typing import Any, Sequence
 import torch
 from stable_baselines3.common.callbacks import BaseCallback
 
-from agents.base_agent import cached_base_agent
-from agents.model import TinyAgent, sequence_log_probs
-from agents.rollout import Trajectory, sample_episodes
+from agents.bugfix.base_agent import cached_base_agent
+from agents.model.tinyagent import TinyAgent, sequence_log_probs
+from agents.rollout.trajectory import Trajectory
+from agents.bugfix.evaluation import sample_episodes
 from bugfix_gym import build_tokenizer, make_tasks, parse_call
 
 tok = build_tokenizer(make_tasks("all"))
@@ -37,7 +38,7 @@ def set_threads() -> None:
 
 def base_agent(seed: int = 0, steps: int | None = None, verbose: bool = True) -> TinyAgent:
     """The base agent ``make_base_agent(tok, seed=seed)`` (project default recipe), or with
-    ``steps`` behaviour-cloning steps; cached on disk by ``agents.base_agent.cached_base_agent``
+    ``steps`` behaviour-cloning steps; cached on disk by ``agents.bugfix.base_agent.cached_base_agent``
     (the same weights the chapter-8 examples use)."""
     kwargs = {} if steps is None else dict(steps=steps)
     start = time.perf_counter()
@@ -84,7 +85,7 @@ def probe(model: TinyAgent, seed: int = 3) -> list[Trajectory]:
 class HeldOutEval(BaseCallback):
     """Held-out pass rate every ``every`` updates (book §6.7: 8 episodes per held-out task,
     seed ``100 + update``), measured at the start of each rollout, i.e. after ``k`` updates. In one
-    callback list with :class:`agents.callbacks.StopAfterIterations` (n), the state after the last
+    callback list with :class:`agents.algorithms.callbacks.StopAfterIterations` (n), the state after the last
     update ``n`` is evaluated too: that rollout starts before the stop.
 
     :param tasks: the held-out tasks

@@ -16,7 +16,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from agents.rollout import Trajectory
+from agents.rollout.trajectory import Trajectory
 from ch6_common import base_agent, episode_scores, probe, set_threads, short
 
 BOOK = {8: -0.092, 32: 0.165, 120: 0.418}

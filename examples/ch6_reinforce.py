@@ -1,6 +1,6 @@
 """Book §6.7: REINFORCE on TinyAgent from the base agent, 80 steps x 64 episodes, then what it learned.
 
-The book's recipe through ``agents.reinforce.Reinforce`` on ``make_vec_env("BugFix-v0", n_envs=64)``
+The book's recipe through ``agents.algorithms.reinforce.Reinforce`` on ``make_vec_env("BugFix-v0", n_envs=64)``
 over the train tasks (each env draws its tasks with its own seeded generator): 64 episodes per step,
 advantage R - b with an EMA baseline started at the base agent's measured train pass rate (16
 episodes per task), ``token_mean`` aggregation, Adam 2e-3, grad-norm clip 1.0, held-out pass rate
@@ -38,11 +38,11 @@ from pathlib import Path
 from matplotlib.figure import Figure
 from stable_baselines3.common.env_util import make_vec_env
 
-from agents.callbacks import StopAfterIterations
-from agents.grammar import CallGrammar
-from agents.model import TinyAgent
-from agents.reinforce import Reinforce
-from agents.rollout import evaluate, sample_episodes
+from agents.algorithms.callbacks import StopAfterIterations
+from agents.decoding.grammar import CallGrammar
+from agents.model.tinyagent import TinyAgent
+from agents.algorithms.reinforce import Reinforce
+from agents.bugfix.evaluation import evaluate, sample_episodes
 from bugfix_gym import CALLS, parse_call
 from ch6_common import (FIX_OP, RUNS, HeldOutEval, base_agent, heldout_tasks, set_threads,
                         short, tok, train_tasks)

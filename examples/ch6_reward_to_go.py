@@ -15,8 +15,8 @@ import time
 
 import torch
 
-from agents.advantages import reward_to_go
-from agents.rollout import Trajectory
+from agents.algorithms.advantages import reward_to_go
+from agents.rollout.trajectory import Trajectory
 from ch6_common import base_agent, episode_gradient, sample, set_threads, short, total_variance, train_tasks
 
 

@@ -24,9 +24,9 @@ from pathlib import Path
 import torch
 from matplotlib.figure import Figure
 
-from agents.losses import clipped_policy_loss
-from agents.model import sequence_log_probs
-from agents.rollout import collate
+from agents.algorithms.losses import clipped_policy_loss
+from agents.model.tinyagent import sequence_log_probs
+from agents.rollout.trajectory import collate
 from ch8_common import FIGURES, LR, base_agent, batch_logp, book_vs_ours, k3_kl, old_batch, set_threads, tok
 
 

@@ -5,7 +5,7 @@ that records what the chapter's tables need.
 Everything reuses the project's own pieces (``agents.*``): no loss, GAE, sampler or model is
 re-implemented here.
 
-* The base agent is ``agents.base_agent.cached_base_agent(tok, seed=0)``, the same weights
+* The base agent is ``agents.bugfix.base_agent.cached_base_agent(tok, seed=0)``, the same weights
   ``TokenPPO(..., base_agent="auto")`` loads, cached under ``~/.cache/bugfix_gym``.
 * The old batch (book §8.1) is 320 base-agent episodes: 16 per train task, seed 0, in task order,
   so its first 64 episodes are the first four train tasks' (the §8.3 minibatch).
@@ -27,12 +27,13 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import VecEnv
 
 import bugfix_gym  # noqa: F401  (registers BugFix-v0)
-from agents.base_agent import cached_base_agent
-from agents.buffers import TokenRolloutBuffer, TokenRolloutBufferSamples
-from agents.losses import kl_estimate, masked_mean
-from agents.model import TinyAgent, score_tokens
-from agents.ppo import TokenPPO
-from agents.rollout import Trajectory, sample_episodes
+from agents.bugfix.base_agent import cached_base_agent
+from agents.algorithms.buffers import TokenRolloutBuffer, TokenRolloutBufferSamples
+from agents.algorithms.losses import kl_estimate, masked_mean
+from agents.model.tinyagent import TinyAgent, score_tokens
+from agents.algorithms.ppo import TokenPPO
+from agents.rollout.trajectory import Trajectory
+from agents.bugfix.evaluation import sample_episodes
 from bugfix_gym import build_tokenizer, make_tasks
 
 tok = build_tokenizer()
@@ -73,7 +74,7 @@ def pass_rate(trajs: Sequence[Trajectory]) -> float:
 @torch.no_grad()
 def batch_logp(model: TinyAgent, batch: dict[str, torch.Tensor], chunk: int = 64) -> torch.Tensor:
     """Trainer log-probs of a collated batch -> [N, T-1] (0 off the policy mask), scored as TokenPPO
-    scores (:func:`agents.model.score_tokens`, length-sorted chunks of ``chunk`` episodes)."""
+    scores (:func:`agents.model.tinyagent.score_tokens`, length-sorted chunks of ``chunk`` episodes)."""
     was_training = model.training
     model.eval()
     lengths = (batch["owner"] > 0).sum(1)  # [N]

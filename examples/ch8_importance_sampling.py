@@ -2,7 +2,7 @@
 surrogate is right near pi_old and drifts away from the measured improvement as the policy moves.
 
 The old batch is 320 base-agent episodes (16 per train task, seed 0). A copy of the base agent
-takes k REINFORCE steps (the §6.7 trainer, ``agents.reinforce.Reinforce``
+takes k REINFORCE steps (the §6.7 trainer, ``agents.algorithms.reinforce.Reinforce``
 on 64 train envs, one fresh episode per env per step, Adam ``--lr`` 2e-3, EMA baseline started at
 the base agent's measured train pass rate, token_mean, seed 1). After k = 0, 1, 3, 10, 30 updates (a callback
 measures at the start of the next rollout) we reweight the old batch to the moved policy with
@@ -33,10 +33,11 @@ import numpy as np
 from matplotlib.figure import Figure
 from stable_baselines3.common.callbacks import BaseCallback
 
-from agents.callbacks import StopAfterIterations
-from agents.model import TinyAgent
-from agents.reinforce import Reinforce
-from agents.rollout import Trajectory, collate, evaluate
+from agents.algorithms.callbacks import StopAfterIterations
+from agents.model.tinyagent import TinyAgent
+from agents.algorithms.reinforce import Reinforce
+from agents.rollout.trajectory import Trajectory, collate
+from agents.bugfix.evaluation import evaluate
 from ch8_common import (FIGURES, base_agent, batch_logp, book_vs_ours, old_batch, pass_rate, sample, set_threads,
                         tok, train_env, train_tasks)
 

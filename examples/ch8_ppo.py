@@ -2,7 +2,7 @@
 early stopping on a KL target.
 
 Runs (each ``TokenPPO("TinyAgentPolicy", make_vec_env("BugFix-v0", n_envs=64, seed=0), ...)`` from
-the behaviour-cloned base agent, trained with ``learn`` until :class:`agents.callbacks.StopAfterIterations`;
+the behaviour-cloned base agent, trained with ``learn`` until :class:`agents.algorithms.callbacks.StopAfterIterations`;
 Adam 3e-4 (``--lr``), the class defaults otherwise: eps 0.2, dual clip 3, value clip 0.2, critic
 warm-up on the first batch, advantage whitening):
 
@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from agents.callbacks import StopAfterIterations
+from agents.algorithms.callbacks import StopAfterIterations
 from ch8_common import (FIGURES, LR, base_agent, heldout_tasks, old_batch, one_batch_update, pass_rate, ppo, sample,
                         set_threads, train_tasks)
 

@@ -24,9 +24,9 @@ import time
 import numpy as np
 import torch
 
-from agents.buffers import TokenRolloutBufferSamples
-from agents.model import score_tokens
-from agents.rollout import Trajectory, collate
+from agents.algorithms.buffers import TokenRolloutBufferSamples
+from agents.model.tinyagent import score_tokens
+from agents.rollout.trajectory import Trajectory, collate
 from ch8_common import (LR, RecordingPPO, base_agent, batch_logp, book_vs_ours, k3_kl, minibatch_size, old_batch,
                         one_batch_update, set_threads, tok)
 

@@ -5,7 +5,7 @@ reads the task's source the way an episode does (prompt, ``read``, the source) a
 model, for every one of the five ops, what the tool would answer to ``edit <op>``: the
 probability it gives to ``no`` (the first word of ``no change``) as the next token. An op is
 predicted to change nothing when that probability is above ``--threshold`` (foresight's rule,
-``agents.rollout.Foresight``). The truth is what ``bugfix_gym.apply_op`` does to the source.
+``agents.decoding.foresight.Foresight``). The truth is what ``bugfix_gym.apply_op`` does to the source.
 
 Printed per split: accuracy of that prediction over all (task, op) pairs, the mean probability
 of ``no`` when the op changes nothing and when it changes a line, and the templates with the
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from agents.ppo import TokenPPO
+from agents.algorithms.ppo import TokenPPO
 from bugfix_gym import FIX_OPS, OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL, BugFixEnv, apply_op, episode_tokens
 from bugfix_gym import generate_tasks
 

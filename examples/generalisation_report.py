@@ -27,8 +27,8 @@ from pathlib import Path
 
 import torch
 
-from agents.ppo import TokenPPO
-from agents.rollout import sample_episodes
+from agents.algorithms.ppo import TokenPPO
+from agents.bugfix.evaluation import sample_episodes
 from bugfix_gym import BugFixEnv, episode_stats, generate_tasks, parse_call
 from bugfix_gym.env import HIDEABLE
 

@@ -22,8 +22,9 @@ import torch.nn.functional as F
 from stable_baselines3.common.env_util import make_vec_env
 
 import bugfix_gym
-from agents.base_agent import cached_base_agent
-from agents.rollout import EpisodeSampler, collate
+from agents.bugfix.base_agent import cached_base_agent
+from agents.rollout.sampler import EpisodeSampler
+from agents.rollout.trajectory import collate
 
 
 @dataclass

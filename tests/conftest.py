@@ -30,7 +30,7 @@ def tok() -> bugfix_gym.Tokenizer:
 @pytest.fixture(scope="session")
 def shared_base_agent(tok):
     """The behaviour-cloned base agent, from the disk cache (trained once per machine and recipe)."""
-    from agents.base_agent import cached_base_agent
+    from agents.bugfix.base_agent import cached_base_agent
 
     return cached_base_agent(tok).eval()
 

@@ -1,11 +1,11 @@
-"""Tests for agents.advantages: reward-to-go, baselines, GAE across tool tokens, whitening."""
+"""Tests for agents.algorithms.advantages: reward-to-go, baselines, GAE across tool tokens, whitening."""
 import math
 
 import pytest
 import torch
 
-from agents.advantages import (EMABaseline, batch_mean, explained_variance, gae_policy_tokens,
-                               optimal_constant_baseline, per_task_baseline, reward_to_go, whiten)
+from agents.algorithms.advantages import (EMABaseline, batch_mean, explained_variance, gae_policy_tokens,
+                                          optimal_constant_baseline, per_task_baseline, reward_to_go, whiten)
 
 # One trajectory with 8 predicted positions (T-1 = 8), aligned as in docs/CONTRACT.md:
 # position t predicts ids[t+1] and mask[t] = owner[t+1] == 2. Two calls with a tool output

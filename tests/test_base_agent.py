@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import bugfix_gym
-from agents import base_agent as base_agent_module
-from agents.base_agent import cached_base_agent, make_base_agent
-from agents.rollout import evaluate
+from agents.bugfix import base_agent as base_agent_module
+from agents.bugfix.base_agent import cached_base_agent, make_base_agent
+from agents.bugfix.evaluation import evaluate
 
 
 def test_same_call_same_weights_and_seed_matters(tok):
@@ -24,8 +24,8 @@ def test_same_call_same_weights_and_seed_matters(tok):
 
 def test_tool_coef_also_teaches_the_tool_outputs(tok):
     """With ``tool_coef`` the agent learns to predict what the tools answer; at 0 it does not learn them."""
-    from agents.model import sequence_log_probs
-    from agents.rollout import collate, scripted_rollout
+    from agents.model.tinyagent import sequence_log_probs
+    from agents.rollout.trajectory import collate, scripted_rollout
 
     kw = dict(episodes_per_task=2, steps=40, batch_size=16, kinds=("careful",))
     plain, both = make_base_agent(tok, seed=3, **kw), make_base_agent(tok, seed=3, tool_coef=1.0, **kw)
@@ -42,7 +42,7 @@ def test_tool_coef_also_teaches_the_tool_outputs(tok):
 def test_edit_practice_teaches_the_edits_answers_on_code_it_never_practised_on(tok):
     """Practice first, then behaviour cloning with practice kept: the answers of edits on fresh
     recombined code (another seed) are far better predicted than without practice."""
-    from agents.practice import EditPractice
+    from agents.bugfix.practice import EditPractice
 
     kw = dict(episodes_per_task=1, steps=5, batch_size=8, kinds=("careful",))
     ftok = bugfix_gym.fixed_tokenizer()

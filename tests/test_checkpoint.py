@@ -16,9 +16,9 @@ import pytest
 import torch
 
 import bugfix_gym  # noqa: F401
-from agents import checkpoint
-from agents.ppo import TokenPPO
-from agents.reinforce import Reinforce
+from agents.files import checkpoint
+from agents.algorithms.ppo import TokenPPO
+from agents.algorithms.reinforce import Reinforce
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ import torch
 from stable_baselines3.common.env_util import make_vec_env
 
 import bugfix_gym
-from agents.grammar import NO_STATE, CallGrammar
-from agents.ppo import TokenPPO
+from agents.decoding.grammar import NO_STATE, CallGrammar
+from agents.algorithms.ppo import TokenPPO
 
 
 def _paths(grammar: CallGrammar, state: int, prefix: list[int], eoc: int) -> list[list[int]]:

@@ -1,11 +1,11 @@
-"""Tests for agents.losses: aggregation weights, REINFORCE surrogate, PPO clipping, value loss, KL estimators."""
+"""Tests for agents.algorithms.losses: aggregation weights, REINFORCE surrogate, PPO clipping, value loss, KL estimators."""
 import math
 
 import pytest
 import torch
 
-from agents.losses import (AGGREGATION_MODES, aggregate_loss, clipped_policy_loss, clipped_value_loss,
-                           kl_estimate, masked_mean, reinforce_loss, tool_output_mask)
+from agents.algorithms.losses import (AGGREGATION_MODES, aggregate_loss, clipped_policy_loss, clipped_value_loss,
+                                      kl_estimate, masked_mean, reinforce_loss, tool_output_mask)
 
 
 # ---------------------------------------------------------------- masked_mean / aggregate_loss

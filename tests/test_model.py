@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from agents.model import TinyAgent, TinyAgentConfig, score_tokens, sequence_log_probs
+from agents.model.tinyagent import TinyAgent, TinyAgentConfig, score_tokens, sequence_log_probs
 
 V = 229
 
@@ -214,7 +214,7 @@ def test_chunked_scoring_with_mask_matches_full_on_a_padded_batch():
 
 def test_grammar_masked_scoring_is_the_renormalised_allowed_distribution():
     """With a grammar, a policy position's log-prob is the log-softmax over the allowed tokens only."""
-    from agents.grammar import CallGrammar
+    from agents.decoding.grammar import CallGrammar
     from bugfix_gym import CALLS, build_tokenizer
 
     tok = build_tokenizer()

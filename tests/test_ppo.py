@@ -16,10 +16,10 @@ from stable_baselines3.common.logger import KVWriter, Logger
 import bugfix_gym  # noqa: F401  (registers BugFix-v0)
 from stable_baselines3.common.env_util import make_vec_env
 
-from agents.buffers import TokenRolloutBuffer
-from agents.callbacks import KeepBest, StopAfterIterations
-from agents.ppo import DivergenceError, TokenPPO
-from agents.rollout import Trajectory
+from agents.algorithms.buffers import TokenRolloutBuffer
+from agents.algorithms.callbacks import KeepBest, StopAfterIterations
+from agents.algorithms.ppo import DivergenceError, TokenPPO
+from agents.rollout.trajectory import Trajectory
 
 
 @pytest.fixture(scope="module")
@@ -495,9 +495,9 @@ def test_keep_best_refuses_an_average_share_outside_0_1(share):
 
 # ---------------------------------------------------------------------- the auxiliary tool-output loss
 def _edit_output_nll(model: TokenPPO, trajs: list[Trajectory]) -> float:
-    from agents.losses import tool_output_mask
-    from agents.model import sequence_log_probs
-    from agents.rollout import collate
+    from agents.algorithms.losses import tool_output_mask
+    from agents.model.tinyagent import sequence_log_probs
+    from agents.rollout.trajectory import collate
 
     data = collate(trajs, model.policy.tokenizer.pad_id)
     mask = tool_output_mask(data["ids"], data["owner"], [model.policy.tokenizer.ids["edit"]])  # [N, T-1]

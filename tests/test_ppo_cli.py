@@ -12,7 +12,7 @@ from stable_baselines3.common.env_util import make_vec_env
 import bugfix_gym  # noqa: F401
 from agents import cli
 from agents.cli import main
-from agents.ppo import TokenPPO
+from agents.algorithms.ppo import TokenPPO
 
 
 @pytest.fixture
@@ -239,7 +239,7 @@ def test_divergence_is_one_line_and_keeps_the_last_good_iteration(tmp_path, smal
 
 
 def test_two_runs_in_the_same_second_get_different_folders(tmp_path):
-    from agents.runs import new_run_dir
+    from agents.files.runs import new_run_dir
 
     a, b = new_run_dir(tmp_path), new_run_dir(tmp_path)
     assert a != b and a.is_dir() and b.is_dir()
@@ -247,16 +247,16 @@ def test_two_runs_in_the_same_second_get_different_folders(tmp_path):
 
 def test_memory_is_checked_before_training(capsys, monkeypatch, tmp_path):
     """The reported run (--n-episodes 100000) on a machine with 8 GiB available: refused in one line."""
-    import agents.runs
+    import agents.files.runs
 
-    import agents.recipes
+    import agents.bugfix.recipes
 
-    monkeypatch.setattr(agents.runs, "available_memory_bytes", lambda: 8 * 2**30)
+    monkeypatch.setattr(agents.files.runs, "available_memory_bytes", lambda: 8 * 2**30)
 
     def no_base_agent(*args, **kwargs):
         raise AssertionError("the base agent was built before the memory check")
 
-    monkeypatch.setattr(agents.recipes, "make_base_agent", no_base_agent)
+    monkeypatch.setattr(agents.bugfix.recipes, "make_base_agent", no_base_agent)
     out = tmp_path / "run"
     assert main(["train", "--n-episodes", "100000", "--n-envs", "4", "--no-progress", "--out", str(out)]) == 2
     err = capsys.readouterr().err
@@ -282,7 +282,7 @@ def _small_generated(recipe: dict, validation: dict, n_tasks: int) -> dict:
 @pytest.mark.parametrize("average_last", [None, 0.5])
 def test_generated_recipe_trains_from_its_own_base_agent_and_keeps_the_best_weights(
         tmp_path, small_eval, monkeypatch, capsys, average_last):
-    from agents.recipes import RECIPES
+    from agents.bugfix.recipes import RECIPES
 
     monkeypatch.setenv("BUGFIX_GYM_CACHE", str(tmp_path / "cache"))
     validation = dict(generated="heldout", n=3, gen_seed=77, every=1, average_last=average_last)
@@ -314,8 +314,8 @@ def test_generated_recipe_trains_from_its_own_base_agent_and_keeps_the_best_weig
 @pytest.mark.parametrize("ablation", ["book-tasks", "blind-tools"])
 def test_ablations_change_the_demonstrations_the_training_envs_and_validation(
         ablation, tmp_path, small_eval, monkeypatch, capsys):
-    import agents.base_agent
-    from agents.recipes import RECIPES
+    import agents.bugfix.base_agent
+    from agents.bugfix.recipes import RECIPES
 
     monkeypatch.setenv("BUGFIX_GYM_CACHE", str(tmp_path / "cache"))
     recipe = _small_generated(RECIPES["generated"], validation=dict(generated="heldout", n=3, gen_seed=77, every=1),
@@ -328,7 +328,7 @@ def test_ablations_change_the_demonstrations_the_training_envs_and_validation(
             super().__init__(**kwargs)
             demo_envs.append(self)
 
-    monkeypatch.setattr(agents.base_agent, "BugFixEnv", SpyEnv)
+    monkeypatch.setattr(agents.bugfix.base_agent, "BugFixEnv", SpyEnv)
     evaluated_with = []
     original = TokenPPO.evaluate
 
@@ -386,13 +386,13 @@ def test_generalisation_report_prints_the_behaviour_report_and_replays_transcrip
 def test_generalisation_report_statement_probe_replaces_only_the_statement(saved_model, capsys, monkeypatch):
     import importlib.util
 
-    import agents.rollout
+    import agents.bugfix.evaluation
 
     spec = importlib.util.spec_from_file_location("generalisation_report", "examples/generalisation_report.py")
     report = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(report)
     seen = []
-    original = agents.rollout.sample_episodes
+    original = agents.bugfix.evaluation.sample_episodes
 
     def spy(model, tok, tasks, *args, **kwargs):
         seen.extend(tasks)

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import bugfix_gym
-from agents.model import TinyAgent, TinyAgentConfig
-from agents.practice import EditPractice
+from agents.model.tinyagent import TinyAgent, TinyAgentConfig
+from agents.bugfix.practice import EditPractice
 
 
 @pytest.fixture(scope="module")

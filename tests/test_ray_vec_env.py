@@ -23,7 +23,7 @@ from bugfix_gym.wrappers import DiscreteCalls
 @pytest.fixture(scope="module")
 def ray():
     ray = pytest.importorskip("ray")
-    from agents.ray_vec_env import init_ray
+    from agents.rollout.ray_vec_env import init_ray
 
     init_ray(num_cpus=2)
     yield ray
@@ -145,7 +145,7 @@ def test_attributes_methods_and_wrapper_checks_reach_the_right_actor(ray):
 
 
 def test_without_ray_the_error_says_what_to_install(monkeypatch):
-    from agents.ray_vec_env import RayVecEnv
+    from agents.rollout.ray_vec_env import RayVecEnv
 
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now raises ImportError
     with pytest.raises(ImportError, match=r"pip install 'bugfix-gym\[ray\]'"):
@@ -180,8 +180,9 @@ def test_asynchronous_sampling_gives_whole_on_policy_episodes_and_trains(ray, sh
     import torch
 
     from agents import RayVecEnv, TokenPPO
-    from agents.model import score_tokens
-    from agents.rollout import EpisodeSampler, collate
+    from agents.model.tinyagent import score_tokens
+    from agents.rollout.sampler import EpisodeSampler
+    from agents.rollout.trajectory import collate
 
     venv = RayVecEnv([lambda: BugFixEnv(tool_latency_s=0.005) for _ in range(3)])
     try:

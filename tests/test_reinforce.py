@@ -10,11 +10,12 @@ import torch
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.logger import KVWriter, Logger
 
-from agents.base_agent import make_base_agent
-from agents.callbacks import StopAfterIterations
-from agents.model import TinyAgentConfig, sequence_log_probs
-from agents.reinforce import Reinforce, policy_gradient_step
-from agents.rollout import collate, sample_episodes
+from agents.bugfix.base_agent import make_base_agent
+from agents.algorithms.callbacks import StopAfterIterations
+from agents.model.tinyagent import TinyAgentConfig, sequence_log_probs
+from agents.algorithms.reinforce import Reinforce, policy_gradient_step
+from agents.rollout.trajectory import collate
+from agents.bugfix.evaluation import sample_episodes
 from bugfix_gym import build_tokenizer, make_tasks
 
 
@@ -137,7 +138,7 @@ def test_save_load_roundtrip_continues_identically(tiny, tmp_path):
     with pytest.raises(ValueError, match="not a bugfix-gym model file"):
         Reinforce.load(bad)
     with pytest.raises(ValueError, match="load it with Reinforce"):
-        from agents.ppo import TokenPPO
+        from agents.algorithms.ppo import TokenPPO
         TokenPPO.load(path)
 
 

@@ -12,9 +12,11 @@ from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
 import bugfix_gym
-from agents.grammar import CallGrammar
-from agents.model import TinyAgent, TinyAgentConfig, score_tokens, sequence_log_probs
-from agents.rollout import EpisodeSampler, Trajectory, collate, rollout_stats, sample_episodes, scripted_rollout
+from agents.decoding.grammar import CallGrammar
+from agents.model.tinyagent import TinyAgent, TinyAgentConfig, score_tokens, sequence_log_probs
+from agents.rollout.sampler import EpisodeSampler
+from agents.rollout.trajectory import Trajectory, collate, rollout_stats, scripted_rollout
+from agents.bugfix.evaluation import sample_episodes
 
 TRAIN = [t.name for t in bugfix_gym.make_tasks("train")]
 
@@ -289,7 +291,7 @@ def test_subproc_and_dummy_vec_envs_give_the_same_trajectories(shared_base_agent
 def test_a_model_with_its_own_cache_kind_gets_a_new_cache_from_the_same_sampler(tok, shared_base_agent):
     """The sampler reuses its KV cache across batches of one model; a subclass that keeps another
     kind of cache (e.g. the benchmark's prefix re-runner) must get its own, not the last model's."""
-    from agents.rollout import task_vec_env
+    from agents.bugfix.evaluation import task_vec_env
 
     made = []
 
@@ -313,7 +315,7 @@ def test_a_model_with_its_own_cache_kind_gets_a_new_cache_from_the_same_sampler(
 
 
 def test_foresight_at_threshold_one_closes_nothing(tok):
-    from agents.rollout import Foresight
+    from agents.decoding.foresight import Foresight
 
     torch.manual_seed(0)
     model = TinyAgent(tok.vocab_size).eval()
@@ -327,7 +329,7 @@ def test_foresight_at_threshold_one_closes_nothing(tok):
 def test_foresight_closes_the_ops_expected_to_change_nothing_and_the_trainer_scores_the_same_mask(tok):
     """At a threshold below every prediction all but the op least expected to answer `no change` close:
     each op is then written with probability 1, and the recorded states reproduce that in scoring."""
-    from agents.rollout import Foresight
+    from agents.decoding.foresight import Foresight
 
     torch.manual_seed(0)
     model = TinyAgent(tok.vocab_size).eval()
@@ -361,14 +363,14 @@ def test_foresight_closes_the_ops_expected_to_change_nothing_and_the_trainer_sco
 
 @pytest.mark.parametrize("threshold", [0.0, 1.5])
 def test_foresight_threshold_outside_0_1_is_an_error(tok, threshold):
-    from agents.rollout import Foresight
+    from agents.decoding.foresight import Foresight
 
     with pytest.raises(ValueError, match="threshold"):
         Foresight(CallGrammar(tok, bugfix_gym.CALLS), tok, threshold)
 
 
 def test_foresight_needs_edit_calls(tok):
-    from agents.rollout import Foresight
+    from agents.decoding.foresight import Foresight
 
     with pytest.raises(ValueError, match="edit <op>"):
         Foresight(CallGrammar(tok, ["read", "submit"]), tok, 0.5)

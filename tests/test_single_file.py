@@ -9,9 +9,9 @@ import sys
 import gymnasium as gym
 import torch
 
-from agents.advantages import gae_policy_tokens
-from agents.ppo import TokenPPO
-from agents.rollout import collate
+from agents.algorithms.advantages import gae_policy_tokens
+from agents.algorithms.ppo import TokenPPO
+from agents.rollout.trajectory import collate
 
 PATH = pathlib.Path(__file__).resolve().parents[1] / "examples" / "token_ppo_single_file.py"
 spec = importlib.util.spec_from_file_location("token_ppo_single_file", PATH)

@@ -39,7 +39,7 @@ class KeepBest(BaseCallback):
 
     Every ``every`` iterations (at the end of a rollout, so the weights evaluated are the ones
     that just collected it) and once more at the end, the policy plays each validation task once
-    (:meth:`~agents.on_policy.TokenOnPolicyAlgorithm.evaluate`, its own seeded sampler, so the
+    (:meth:`~agents.algorithms.on_policy.TokenOnPolicyAlgorithm.evaluate`, its own seeded sampler, so the
     training stream is untouched). SB3's ``EvalCallback`` saves its best model to a file; this
     keeps a copy in memory and loads it into the policy at the end, so what ``learn`` returns is
     the best model seen. ``history`` has ``(iteration, pass_rate)`` of every evaluation.

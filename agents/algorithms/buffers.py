@@ -26,8 +26,8 @@ from stable_baselines3.common.buffers import BaseBuffer
 from stable_baselines3.common.utils import get_device
 from stable_baselines3.common.vec_env import VecNormalize
 
-from .advantages import explained_variance, gae_policy_tokens, reward_to_go, whiten
-from .rollout import Trajectory, collate
+from agents.algorithms.advantages import explained_variance, gae_policy_tokens, reward_to_go, whiten
+from agents.rollout.trajectory import Trajectory, collate
 
 
 class TokenRolloutBufferSamples(NamedTuple):
@@ -102,7 +102,7 @@ class TokenRolloutBuffer(BaseBuffer):
         self.generator_ready = False
 
     def add(self, trajectories: Trajectory | Sequence[Trajectory]) -> None:
-        """Store whole episodes (one :class:`~agents.rollout.Trajectory` or a list)."""
+        """Store whole episodes (one :class:`~agents.rollout.trajectory.Trajectory` or a list)."""
         if isinstance(trajectories, Trajectory):
             trajectories = [trajectories]
         self.trajectories.extend(trajectories)
@@ -141,7 +141,7 @@ class TokenRolloutBuffer(BaseBuffer):
 
     def compute_returns_and_advantage(self, last_values: th.Tensor | None = None,
                                       dones: np.ndarray | None = None) -> None:
-        """GAE over policy tokens (:func:`agents.advantages.gae_policy_tokens`: prompt and tool
+        """GAE over policy tokens (:func:`agents.algorithms.advantages.gae_policy_tokens`: prompt and tool
         tokens are skipped, carrying the next value and running advantage across them), value
         targets = advantages + old values, then whitening over all policy tokens of the batch.
 

@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from agents.losses import masked_mean
+from agents.algorithms.losses import masked_mean
 
 
 def _check_rewards_on_policy(token_rewards: torch.Tensor, mask: torch.Tensor) -> None:

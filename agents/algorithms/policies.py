@@ -3,8 +3,8 @@
 The policy holds the model (``policy.model``), the tokenizer (``policy.tokenizer``) and the
 optimizer (``policy.optimizer``, SB3's convention) and, optionally, the legal-call grammar
 its decoding is constrained to (``policy.grammar``). Training never goes through
-``forward``: the algorithms sample whole episodes with :class:`agents.rollout.EpisodeSampler`
-and score them with :func:`agents.model.score_tokens`. ``predict`` is SB3's entry point for
+``forward``: the algorithms sample whole episodes with :class:`agents.rollout.sampler.EpisodeSampler`
+and score them with :func:`agents.model.tinyagent.score_tokens`. ``predict`` is SB3's entry point for
 acting (``evaluate_policy``, ``EvalCallback``, user loops); it writes calls with the same
 decoder as the sampler, and what it expects is documented on :meth:`TinyAgentPolicy.predict`.
 """
@@ -20,11 +20,13 @@ from gymnasium import spaces
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import Schedule
 
-from bugfix_gym import OWNER_PAD, OWNER_PROMPT, OWNER_TOOL, Tokenizer, build_tokenizer, encode_segment
+from bugfix_gym.tokenizer import Tokenizer, build_tokenizer
+from bugfix_gym.tokens import OWNER_PAD, OWNER_PROMPT, OWNER_TOOL, encode_segment
 
-from .grammar import CallGrammar
-from .model import TinyAgent, TinyAgentConfig
-from .rollout import Foresight, write_calls
+from agents.decoding.grammar import CallGrammar
+from agents.model.tinyagent import TinyAgent, TinyAgentConfig
+from agents.decoding.foresight import Foresight
+from agents.decoding.decoder import write_calls
 
 # keys under which a token-view observation (bugfix_gym.wrappers.TokenObservation) may hold its arrays
 _IDS_KEYS = ("ids", "input_ids", "token_ids", "tokens")
@@ -44,14 +46,14 @@ class TinyAgentPolicy(BasePolicy):
         with the tokenizer's vocabulary
     :param max_call_tokens: the most tokens one call may have (``<eoc>`` included)
     :param call_grammar: the legal calls (e.g. ``bugfix_gym.CALLS``): decoding is then constrained to
-        them (:class:`agents.grammar.CallGrammar`), in sampling and in scoring; None writes free text
+        them (:class:`agents.decoding.grammar.CallGrammar`), in sampling and in scoring; None writes free text
     :param call_mask_key: with ``call_grammar``, the env ``info`` key of a call mask the sampler follows:
         each call starts from the calls that mask leaves open (BugFix-v0: ``"call_mask"``, the legal
         calls, or ``"useful_calls"``, which also closes edits the episode has shown to be useless).
         None: every call of the grammar is always open. ``predict`` sees no ``info`` and ignores it
     :param foresight: with ``call_grammar``, a threshold in (0, 1]: before the policy picks an edit's op,
         the ops its own model gives a probability above it of answering ``no change`` are closed
-        (:class:`agents.rollout.Foresight`); None: off
+        (:class:`agents.decoding.foresight.Foresight`); None: off
     :param optimizer_class: optimizer class (``Adam``)
     :param optimizer_kwargs: extra optimizer arguments, not the learning rate (default for Adam:
         ``eps=1e-5`` as SB3's PPO, and ``foreach=True``: the same update, computed over all parameters at once)
@@ -121,7 +123,7 @@ class TinyAgentPolicy(BasePolicy):
         return data
 
     def sampler_kwargs(self) -> dict[str, Any]:
-        """How this policy writes calls, as :class:`agents.rollout.EpisodeSampler` keyword arguments."""
+        """How this policy writes calls, as :class:`agents.rollout.sampler.EpisodeSampler` keyword arguments."""
         return dict(max_call_tokens=self.max_call_tokens, grammar=self.grammar, call_mask_key=self.call_mask_key,
                     foresight=self.foresight)
 
@@ -134,7 +136,7 @@ class TinyAgentPolicy(BasePolicy):
     def generate_calls(self, prefixes: Sequence[Sequence[int]], deterministic: bool = False,
                        generator: th.Generator | None = None) -> list[list[int]]:
         """Write one call for each token prefix (the episode so far) with the one decoder,
-        :func:`agents.rollout.write_calls` (KV cache; the call grammar if the policy has one).
+        :func:`agents.decoding.decoder.write_calls` (KV cache; the call grammar if the policy has one).
 
         Prefixes longer than the model's context keep their last tokens.
 
@@ -187,7 +189,7 @@ class TinyAgentPolicy(BasePolicy):
           then that wrapper's: each call as ``max_call_tokens`` token ids (int64, ending at
           ``<eoc>``, right-padded with ``<pad>``).
         * **Text** (BugFix-v0's own observation: a ``str``, or an array of strings from a
-          :class:`agents.vec_env.TextDummyVecEnv`). A text observation is only the latest tool
+          :class:`agents.rollout.vec_env.TextDummyVecEnv`). A text observation is only the latest tool
           output, so the episode history travels in ``state``, as for SB3's recurrent policies:
           pass back the ``state`` this method returned, and ``episode_start`` (True where an
           episode begins; SB3's ``evaluate_policy`` does both). Without ``state`` every

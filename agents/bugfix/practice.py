@@ -18,9 +18,9 @@ from bugfix_gym import OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL, Tokenizer, episod
 from bugfix_gym.generator import edit_practice
 from bugfix_gym.tools import MENU
 
-from .losses import masked_mean, tool_output_mask
-from .model import TinyAgent, sequence_log_probs
-from .rollout import _pad
+from agents.algorithms.losses import masked_mean, tool_output_mask
+from agents.model.tinyagent import TinyAgent, sequence_log_probs
+from agents.rollout.trajectory import _pad
 
 PRACTICE_PROMPT = f"fix the function f : . calls : {MENU}"  # no statement: the transcript is no task
 

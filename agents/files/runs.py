@@ -1,7 +1,7 @@
 """Training runs that survive faults: unique run folders, per-iteration snapshots, resume, memory checks.
 
 A run folder holds ``run.json`` (what was asked: the command's arguments), ``tokenppo.zip``
-(the model, :mod:`agents.checkpoint`) and, for a run that stopped early, ``resume.json``: the
+(the model, :mod:`agents.files.checkpoint`) and, for a run that stopped early, ``resume.json``: the
 rest of the training state at the end of the last finished iteration — the sampler's and the
 envs' episodes in progress, the envs' random generators, the sampling and minibatch generators.
 With both, a resumed run continues exactly as the uninterrupted run would have.
@@ -25,10 +25,10 @@ import torch as th
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.monitor import Monitor
 
-from . import checkpoint
+from agents.files import checkpoint
 
 if TYPE_CHECKING:
-    from .on_policy import TokenOnPolicyAlgorithm
+    from agents.algorithms.on_policy import TokenOnPolicyAlgorithm
 
 MODEL_FILE, RUN_FILE, RESUME_FILE = "tokenppo.zip", "run.json", "resume.json"
 

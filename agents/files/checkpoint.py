@@ -40,10 +40,10 @@ from stable_baselines3.common.utils import ConstantSchedule, FloatSchedule
 
 from bugfix_gym.spaces import BufferedText
 
-from .model import TinyAgent, TinyAgentConfig
+from agents.model.tinyagent import TinyAgent, TinyAgentConfig
 
 if TYPE_CHECKING:
-    from .on_policy import TokenOnPolicyAlgorithm
+    from agents.algorithms.on_policy import TokenOnPolicyAlgorithm
 
 FORMAT = "bugfix_gym.token_algorithm/2"
 MiB = 1 << 20

@@ -103,7 +103,7 @@ def make_base_agent(recipe: dict[str, Any], tok, seed: int, verbose: int = 0):
     from bugfix_gym import generate_tasks, make_tasks
     from bugfix_gym.generator import AMBIGUOUS
 
-    from .base_agent import cached_base_agent
+    from agents.bugfix.base_agent import cached_base_agent
 
     spec = dict(spec)
     n_tasks, share = spec.pop("n_tasks"), spec.pop("ambiguous_share")

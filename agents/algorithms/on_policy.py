@@ -5,7 +5,7 @@ trainer needs and leaves the update (``train``) to its subclasses:
 
 * **Rollouts.** :meth:`collect_rollouts` plays the policy in *the env it was given*
   (``self.env``, an SB3 ``VecEnv`` of text envs, wrappers included) with the
-  :class:`~agents.rollout.EpisodeSampler` until at least ``n_episodes`` whole episodes have
+  :class:`~agents.rollout.sampler.EpisodeSampler` until at least ``n_episodes`` whole episodes have
   finished. Every vector-env step advances ``num_timesteps`` by ``n_envs``, calls
   ``callback.on_step()`` and feeds SB3's episode-info buffer (``Monitor`` statistics of the
   real episodes), exactly like SB3's own collection. ``n_envs`` is independent of
@@ -16,7 +16,7 @@ trainer needs and leaves the update (``train``) to its subclasses:
 * **Set-up.** The policy's tokenizer and model config go into ``policy_kwargs`` (they travel
   in saved files), and the initial weights come from the behaviour-cloned base agent.
 * **Files.** ``save`` / ``load`` keep SB3's zip layout but never unpickle anything
-  (:mod:`agents.checkpoint`).
+  (:mod:`agents.files.checkpoint`).
 """
 
 from __future__ import annotations
@@ -40,15 +40,16 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedul
 from stable_baselines3.common.vec_env import VecEnv
 from stable_baselines3.common.vec_env.patch_gym import _patch_env
 
-from bugfix_gym import Tokenizer, build_tokenizer
+from bugfix_gym.tokenizer import Tokenizer, build_tokenizer
 
-from . import checkpoint
-from .base_agent import cached_base_agent
-from .buffers import TokenRolloutBuffer
-from .model import TinyAgent, TinyAgentConfig
-from .policies import TinyAgentPolicy
-from .rollout import EpisodeSampler, Trajectory, rollout_stats
-from .vec_env import TextDummyVecEnv, is_unshaped_text
+from agents.files import checkpoint
+from agents.bugfix.base_agent import cached_base_agent
+from agents.algorithms.buffers import TokenRolloutBuffer
+from agents.model.tinyagent import TinyAgent, TinyAgentConfig
+from agents.algorithms.policies import TinyAgentPolicy
+from agents.rollout.sampler import EpisodeSampler
+from agents.rollout.trajectory import Trajectory, rollout_stats
+from agents.rollout.vec_env import TextDummyVecEnv, is_unshaped_text
 
 SelfTokenAlgorithm = TypeVar("SelfTokenAlgorithm", bound="TokenOnPolicyAlgorithm")
 
@@ -56,7 +57,7 @@ SelfTokenAlgorithm = TypeVar("SelfTokenAlgorithm", bound="TokenOnPolicyAlgorithm
 class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
     """Base class of the token-level on-policy algorithms (see the module docstring).
 
-    :param policy: ``"TinyAgentPolicy"`` or a :class:`~agents.policies.TinyAgentPolicy` subclass
+    :param policy: ``"TinyAgentPolicy"`` or a :class:`~agents.algorithms.policies.TinyAgentPolicy` subclass
     :param env: a text env, its id, or a ``VecEnv`` of text envs; None when loading
     :param learning_rate: Adam learning rate (a float or SB3 schedule of progress remaining)
     :param n_episodes: at least this many whole episodes per iteration (SB3's ``n_steps`` slot)
@@ -198,7 +199,7 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
     @staticmethod
     def _wrap_env(env: GymEnv, verbose: int = 0, monitor_wrapper: bool = True) -> VecEnv:
         """SB3's wrapping; a text env whose ``Text`` space has no shape (gymnasium's own ``Text``)
-        goes into a :class:`~agents.vec_env.TextDummyVecEnv`, which stores strings."""
+        goes into a :class:`~agents.rollout.vec_env.TextDummyVecEnv`, which stores strings."""
         if not isinstance(env, VecEnv) and is_unshaped_text(env.observation_space):
             env = _patch_env(env)
             if monitor_wrapper and not _is_monitored(env):
@@ -293,7 +294,7 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         :param temperature: sampling temperature (default ``self.temperature``)
         :param deterministic: greedy decoding
         """
-        from .rollout import task_vec_env
+        from agents.bugfix.evaluation import task_vec_env
 
         gen = self.sample_generator if generator is None else generator
         temp = self.temperature if temperature is None else temperature
@@ -316,14 +317,14 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
     def evaluate(self, tasks: list, episodes_per_task: int = 1, seed: int = 0,
                  env_kwargs: dict[str, Any] | None = None) -> dict[str, float]:
         """Play each BugFix task ``episodes_per_task`` times with the current policy (seeded, temperature of
-        the rollouts) and summarise (:func:`agents.rollout.evaluate`).
+        the rollouts) and summarise (:func:`agents.bugfix.evaluation.evaluate`).
 
         :param tasks: Task objects or names
         :param episodes_per_task: episodes per task
         :param seed: seeds the sampling
         :param env_kwargs: BugFix-v0 options of the evaluation envs
         """
-        from .rollout import evaluate
+        from agents.bugfix.evaluation import evaluate
 
         self.policy.set_training_mode(False)
         return evaluate(self.policy.model, self.policy.tokenizer, tasks, episodes_per_task, seed,
@@ -331,14 +332,14 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
 
     # ------------------------------------------------------------------ files
     def save(self, path: str | pathlib.Path | Any, exclude: Any = None, include: Any = None) -> None:
-        """Save to SB3's zip layout without any pickled entry (:func:`agents.checkpoint.save`)."""
+        """Save to SB3's zip layout without any pickled entry (:func:`agents.files.checkpoint.save`)."""
         checkpoint.save(self, path)
 
     @classmethod
     def load(cls: type[SelfTokenAlgorithm], path: str | pathlib.Path | Any, env: GymEnv | None = None,
              device: th.device | str = "cpu", custom_objects: dict[str, Any] | None = None,
              print_system_info: bool = False, force_reset: bool = True, **kwargs: Any) -> SelfTokenAlgorithm:
-        """Load a model saved by :meth:`save`; nothing in the file is unpickled (:func:`agents.checkpoint.load`).
+        """Load a model saved by :meth:`save`; nothing in the file is unpickled (:func:`agents.files.checkpoint.load`).
 
         :raises FileNotFoundError: no such file
         :raises ValueError: a corrupt, oversized, foreign or unsafe file (one line)
@@ -347,7 +348,7 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
 
     def set_parameters(self, load_path_or_dict: str | dict[str, Any], exact_match: bool = True,
                        device: th.device | str = "auto") -> None:
-        """SB3's ``set_parameters``; a path is read with :func:`agents.checkpoint.read` (no unpickling)."""
+        """SB3's ``set_parameters``; a path is read with :func:`agents.files.checkpoint.read` (no unpickling)."""
         if not isinstance(load_path_or_dict, dict):
             load_path_or_dict = checkpoint.read(load_path_or_dict).params
         super().set_parameters(load_path_or_dict, exact_match=exact_match, device=device)

@@ -423,7 +423,7 @@ def score_tokens(model: TinyAgent, ids: torch.Tensor, mask: torch.Tensor | None 
     :param lengths: [B] real length of each row; with ``chunk``, rows run in length-sorted chunks
         of ``chunk`` rows, each trimmed to its own longest row (same result, far less padding)
     :param chunk: rows per chunk (None: one pass)
-    :param grammar: an :class:`agents.grammar.CallGrammar`; with ``grammar_state`` [B, T-1] the
+    :param grammar: an :class:`agents.decoding.grammar.CallGrammar`; with ``grammar_state`` [B, T-1] the
         logits at positions with a state >= 0 are masked to the tokens the grammar allowed there,
         so the scores are those of the distribution the sampler drew from (needs ``mask``)
     :param grammar_state: [B, T-1] grammar state of each position (-1: unconstrained)

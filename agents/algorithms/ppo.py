@@ -2,7 +2,7 @@
 
 ``TokenPPO("TinyAgentPolicy", gym.make("BugFix-v0")).learn(total_timesteps)`` is SB3's own
 ``learn``: rollouts are whole episodes of the env it was given
-(:class:`agents.on_policy.TokenOnPolicyAlgorithm`), and :meth:`TokenPPO.train` runs one PPO
+(:class:`agents.algorithms.on_policy.TokenOnPolicyAlgorithm`), and :meth:`TokenPPO.train` runs one PPO
 update on them, top to bottom like the book:
 
 1. critic warm-up on Monte-Carlo returns (first iteration only);
@@ -28,17 +28,17 @@ import torch as th
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
 from stable_baselines3.common.utils import FloatSchedule
 
-from bugfix_gym import CALLS
+from bugfix_gym.tools import CALLS
 
-from .buffers import TokenRolloutBuffer, TokenRolloutBufferSamples
-from .checkpoint import ParameterSnapshot
-from .losses import (AGGREGATION_MODES, KL_KINDS, aggregate_loss, clipped_policy_loss, clipped_value_loss, kl_estimate,
-                     masked_mean, tool_output_mask)
-from .model import TinyAgent, score_tokens
-from .on_policy import TokenOnPolicyAlgorithm
-from .policies import TinyAgentPolicy
-from .practice import EditPractice
-from .rollout import Trajectory
+from agents.algorithms.buffers import TokenRolloutBuffer, TokenRolloutBufferSamples
+from agents.files.checkpoint import ParameterSnapshot
+from agents.algorithms.losses import (AGGREGATION_MODES, KL_KINDS, aggregate_loss, clipped_policy_loss,
+                                      clipped_value_loss, kl_estimate, masked_mean, tool_output_mask)
+from agents.model.tinyagent import TinyAgent, score_tokens
+from agents.algorithms.on_policy import TokenOnPolicyAlgorithm
+from agents.algorithms.policies import TinyAgentPolicy
+from agents.bugfix.practice import EditPractice
+from agents.rollout.trajectory import Trajectory
 
 #: internal statistic -> SB3 logger key (``train/<key>``); the others keep their names
 SB3_KEYS = {"clip_frac": "clip_fraction", "dual_clip_frac": "dual_clip_fraction", "pg_loss": "policy_gradient_loss"}
@@ -51,7 +51,7 @@ class DivergenceError(FloatingPointError):
 class TokenPPO(TokenOnPolicyAlgorithm):
     """Token-level PPO (clip version) for tool-using text agents, with SB3's interface.
 
-    :param policy: ``"TinyAgentPolicy"`` or a :class:`~agents.policies.TinyAgentPolicy` subclass
+    :param policy: ``"TinyAgentPolicy"`` or a :class:`~agents.algorithms.policies.TinyAgentPolicy` subclass
     :param env: a text env (BugFix-v0 or another), its id, or a ``VecEnv`` of them; None to load
     :param learning_rate: Adam learning rate (a float or SB3 schedule of progress remaining)
     :param n_episodes: at least this many whole episodes per iteration (the batch)
@@ -84,10 +84,10 @@ class TokenPPO(TokenOnPolicyAlgorithm):
     :param tool_calls: with ``tool_coef``, only the outputs of these calls (e.g. ``["edit"]``: what
         each edit did); None = every tool output
     :param practice: with ``tool_coef``, also learn the edits' answers on this many edit-practice
-        transcripts (:class:`agents.practice.EditPractice`: recombined train code, drawn with the
+        transcripts (:class:`agents.bugfix.practice.EditPractice`: recombined train code, drawn with the
         model's seed), one minibatch of them per PPO minibatch with the same weight; 0 = off
     :param practice_tasks: whose code the practice recombines: ``"generated"`` or ``"book"`` train code
-    :param loss_mode: loss aggregation (``agents.losses.AGGREGATION_MODES``)
+    :param loss_mode: loss aggregation (``agents.algorithms.losses.AGGREGATION_MODES``)
     :param loss_norm_const: the constant for ``loss_mode="constant"``
     :param target_kl_mode: ``"minibatch"`` (SB3: stop before a step whose minibatch KL exceeds
         ``1.5 * target_kl``) or ``"epoch"`` (book: stop after an epoch whose mean KL exceeds ``target_kl``)
@@ -96,10 +96,10 @@ class TokenPPO(TokenOnPolicyAlgorithm):
     :param critic_warmup_steps: Adam steps regressing the value head on Monte-Carlo returns of the
         first batch, before the first policy update (0 = off)
     :param critic_warmup_lr: learning rate of that warm-up
-    :param base_agent: initial weights (see :class:`~agents.on_policy.TokenOnPolicyAlgorithm`)
+    :param base_agent: initial weights (see :class:`~agents.algorithms.on_policy.TokenOnPolicyAlgorithm`)
     :param temperature: sampling temperature of the rollouts
     :param max_call_tokens: the most tokens one call may have
-    :param fresh_batches: on-policy batches (see :class:`~agents.on_policy.TokenOnPolicyAlgorithm`)
+    :param fresh_batches: on-policy batches (see :class:`~agents.algorithms.on_policy.TokenOnPolicyAlgorithm`)
     :param async_envs: step each env as soon as its call is written (a vector env with ``send`` /
         ``receive``, e.g. :class:`agents.RayVecEnv`); not reproducible
     :param forward_chunk: score minibatches in length-sorted chunks of this many trajectories, each

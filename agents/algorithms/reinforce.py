@@ -1,7 +1,7 @@
 """Reinforce: REINFORCE on token trajectories (book §6.7) in Stable-Baselines3's shape.
 
 ``Reinforce("TinyAgentPolicy", env).learn(total_timesteps)`` shares everything but the update
-with TokenPPO (:class:`agents.on_policy.TokenOnPolicyAlgorithm`: rollouts of the env it is
+with TokenPPO (:class:`agents.algorithms.on_policy.TokenOnPolicyAlgorithm`: rollouts of the env it is
 given, callbacks, logger, safe ``save`` / ``load``). One iteration is the book's step:
 
 1. sample at least ``n_episodes`` episodes at temperature 1, in lockstep;
@@ -12,7 +12,7 @@ given, callbacks, logger, safe ``save`` / ``load``). One iteration is the book's
    the weights, book §6.8).
 
 ``total_timesteps`` counts env steps (tool calls), as in SB3; to run the book's "80 steps of
-64 episodes", stop on iterations: :class:`agents.callbacks.StopAfterIterations`.
+64 episodes", stop on iterations: :class:`agents.algorithms.callbacks.StopAfterIterations`.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from typing import Any, ClassVar
 import torch as th
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
 
-from .advantages import EMABaseline, reward_to_go
-from .losses import AGGREGATION_MODES, reinforce_loss
-from .model import TinyAgent, score_tokens
-from .on_policy import TokenOnPolicyAlgorithm
-from .policies import TinyAgentPolicy
+from agents.algorithms.advantages import EMABaseline, reward_to_go
+from agents.algorithms.losses import AGGREGATION_MODES, reinforce_loss
+from agents.model.tinyagent import TinyAgent, score_tokens
+from agents.algorithms.on_policy import TokenOnPolicyAlgorithm
+from agents.algorithms.policies import TinyAgentPolicy
 
 BASELINES = ("ema", "batch_mean", "none")
 
@@ -40,16 +40,16 @@ def policy_gradient_step(model: TinyAgent, optimizer: th.optim.Optimizer, batch:
 
     :param model: the policy (trained in place)
     :param optimizer: its optimizer
-    :param batch: output of :func:`agents.rollout.collate` (``ids``, ``policy_mask``, ``grammar_state``)
+    :param batch: output of :func:`agents.rollout.trajectory.collate` (``ids``, ``policy_mask``, ``grammar_state``)
     :param advantages: ``[B]`` (one per trajectory) or ``[B, T-1]`` (per token); detached
-    :param mode: loss aggregation mode (:func:`agents.losses.aggregate_loss`)
+    :param mode: loss aggregation mode (:func:`agents.algorithms.losses.aggregate_loss`)
     :param norm_const: constant for ``mode='constant'``
     :param max_grad_norm: global gradient-norm clip
     :param skip_zero: when every advantage on a policy token is zero, return without touching the
         optimizer (a zero-gradient Adam step still moves the weights by its momentum)
     :param grammar: the call grammar the tokens were sampled under (scores the masked distribution)
     :param chunk: score in length-sorted chunks of this many trajectories (same gradient, far less
-        padding; :func:`agents.model.score_tokens`); None = one padded pass
+        padding; :func:`agents.model.tinyagent.score_tokens`); None = one padded pass
     :return: ``dict(loss, grad_norm, skipped)``; ``grad_norm`` is measured before clipping
     """
     mask = batch["policy_mask"]  # [B, T-1]
@@ -72,7 +72,7 @@ def policy_gradient_step(model: TinyAgent, optimizer: th.optim.Optimizer, batch:
 class Reinforce(TokenOnPolicyAlgorithm):
     """REINFORCE with a baseline, on whole token trajectories, with SB3's interface.
 
-    :param policy: ``"TinyAgentPolicy"`` or a :class:`~agents.policies.TinyAgentPolicy` subclass
+    :param policy: ``"TinyAgentPolicy"`` or a :class:`~agents.algorithms.policies.TinyAgentPolicy` subclass
     :param env: a text env, its id, or a ``VecEnv`` of them; None to load
     :param learning_rate: Adam learning rate (book: 2e-3)
     :param n_episodes: at least this many episodes per update (book: 64)
@@ -94,10 +94,10 @@ class Reinforce(TokenOnPolicyAlgorithm):
     :param verbose: 0 silent, 1 SB3's log table
     :param seed: seeds torch, numpy, the envs and the sampler
     :param device: torch device (``"cpu"``)
-    :param base_agent: initial weights (see :class:`~agents.on_policy.TokenOnPolicyAlgorithm`)
+    :param base_agent: initial weights (see :class:`~agents.algorithms.on_policy.TokenOnPolicyAlgorithm`)
     :param temperature: sampling temperature
     :param max_call_tokens: the most tokens one call may have
-    :param fresh_batches: on-policy batches (see :class:`~agents.on_policy.TokenOnPolicyAlgorithm`)
+    :param fresh_batches: on-policy batches (see :class:`~agents.algorithms.on_policy.TokenOnPolicyAlgorithm`)
     :param async_envs: step each env as soon as its call is written (see TokenPPO)
     :param monitor_wrapper: wrap a plain env in SB3's ``Monitor``
     :param _init_setup_model: build the networks now (``load`` passes False)

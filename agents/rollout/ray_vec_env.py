@@ -30,7 +30,7 @@ import numpy as np
 from gymnasium import spaces
 from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
 
-from .env_actor import EnvActor
+from agents.rollout.env_actor import EnvActor
 
 
 def _import_ray():

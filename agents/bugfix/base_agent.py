@@ -21,10 +21,10 @@ import torch
 
 from bugfix_gym import BugFixEnv, Task, Tokenizer, make_tasks, scripted_policy
 
-from .losses import masked_mean, tool_output_mask
-from .model import TinyAgent, TinyAgentConfig, sequence_log_probs
-from .practice import EditPractice
-from .rollout import collate, scripted_rollout
+from agents.algorithms.losses import masked_mean, tool_output_mask
+from agents.model.tinyagent import TinyAgent, TinyAgentConfig, sequence_log_probs
+from agents.bugfix.practice import EditPractice
+from agents.rollout.trajectory import collate, scripted_rollout
 
 
 def make_base_agent(tok: Tokenizer, seed: int = 0, kinds: Sequence[str] = ("random", "blind"),
@@ -57,7 +57,7 @@ def make_base_agent(tok: Tokenizer, seed: int = 0, kinds: Sequence[str] = ("rand
     :param env_kwargs: BugFix-v0 options of the env the demonstrations are played in (e.g. ``hide_outputs``)
     :param tool_coef: weight of the cross-entropy on tool-output tokens (0: policy tokens only, the book's)
     :param tool_calls: with ``tool_coef``, only the outputs of these calls (e.g. ``["edit"]``); None: all
-    :param practice: this many edit-practice transcripts (:class:`agents.practice.EditPractice`,
+    :param practice: this many edit-practice transcripts (:class:`agents.bugfix.practice.EditPractice`,
         recombined train code) to learn the edits' answers on: first alone, for ``practice_steps``
         steps, then along with behaviour cloning (a minibatch of ``batch_size`` per step)
     :param practice_tasks: whose code the practice recombines: ``"generated"`` or ``"book"`` train code
@@ -132,10 +132,10 @@ def _base_agent_key(tok: Tokenizer, kwargs: dict[str, Any]) -> str:
 
 def cached_base_agent(tok: Tokenizer, seed: int = 0, use_cache: bool = True, verbose: int = 0,
                       **kwargs) -> TinyAgent:
-    """``agents.base_agent.make_base_agent(tok, seed, **kwargs)``, cached on disk.
+    """``agents.bugfix.base_agent.make_base_agent(tok, seed, **kwargs)``, cached on disk.
 
     The file name is a hash of the tokenizer, the arguments, the model sizes and the source of
-    ``agents/base_agent.py``, so a change of the recipe retrains. A missing, corrupt, unreadable
+    ``agents/bugfix/base_agent.py``, so a change of the recipe retrains. A missing, corrupt, unreadable
     or architecture-mismatched cache file is retrained and rewritten (atomically); an
     unwritable cache directory only costs the retraining next time.
 

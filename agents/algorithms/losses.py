@@ -23,7 +23,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from bugfix_gym import OWNER_POLICY, OWNER_TOOL
+from bugfix_gym.tokens import OWNER_POLICY, OWNER_TOOL
 
 AGGREGATION_MODES = ("token_mean", "seq_mean_token_sum", "seq_mean_token_mean", "constant")
 KL_KINDS = ("k1", "k2", "k3")

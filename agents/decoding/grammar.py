@@ -22,7 +22,7 @@ from typing import Sequence
 
 import torch
 
-from bugfix_gym import Tokenizer
+from bugfix_gym.tokenizer import Tokenizer
 
 NO_STATE = -1  # positions written without a grammar (or not written by the policy)
 
