@@ -5,10 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from agents.cli.flags import UNSET, usage_error
 from agents.cli.report import jsonable, table
+
+if TYPE_CHECKING:
+    from agents.algorithms.ppo import TokenPPO
+    from agents.decoding.grammar import CallGrammar
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -36,7 +40,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_model(path: Path) -> Any:
+def _load_model(path: Path) -> TokenPPO:
     """The TokenPPO saved at ``path``, or a one-line error (missing, corrupt or unsafe file)."""
     from agents.algorithms.ppo import TokenPPO
 
@@ -69,7 +73,7 @@ def _tasks(args: argparse.Namespace) -> tuple[list, str, int]:
     return make_tasks(split), f"{split} split", args.episodes or 8
 
 
-def _override_decoding(model: Any, args: argparse.Namespace) -> None:
+def _override_decoding(model: TokenPPO, args: argparse.Namespace) -> None:
     """``--call-mask`` and ``--foresight`` replace the model's own (they need a model with a call grammar).
 
     :param model: the loaded TokenPPO, changed in place
@@ -77,11 +81,21 @@ def _override_decoding(model: Any, args: argparse.Namespace) -> None:
     """
     from agents.decoding.foresight import Foresight
 
-    for flag, given in (("--call-mask", args.call_mask is not None), ("--foresight", args.foresight is not UNSET)):
-        if given and model.policy.grammar is None:
-            raise usage_error("eval", f"{flag} needs a model with a call grammar; this one writes free text")
     if args.call_mask is not None:
+        _grammar(model, "--call-mask")
         model.policy.call_mask_key = None if args.call_mask == "none" else args.call_mask
     if args.foresight is not UNSET:
+        grammar = _grammar(model, "--foresight")
         model.policy.foresight = None if args.foresight is None else \
-            Foresight(model.policy.grammar, model.policy.tokenizer, args.foresight)
+            Foresight(grammar, model.policy.tokenizer, args.foresight)
+
+
+def _grammar(model: TokenPPO, flag: str) -> CallGrammar:
+    """The model's call grammar, or a one-line error: ``flag`` needs one (this model writes free text).
+
+    :param model: the loaded TokenPPO
+    :param flag: the flag given, as typed
+    """
+    if model.policy.grammar is None:
+        raise usage_error("eval", f"{flag} needs a model with a call grammar; this one writes free text")
+    return model.policy.grammar

@@ -13,11 +13,15 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agents.cli.flags import usage_error
 from agents.cli.report import before_after, eval_sets, jsonable, plot_learning_curve, table
 from agents.cli.settings import train_settings
+
+if TYPE_CHECKING:
+    from agents.algorithms.callbacks import KeepBest
+    from agents.algorithms.ppo import TokenPPO
 
 
 @dataclasses.dataclass
@@ -34,7 +38,7 @@ class TrainingRun:
 
     out: Path
     settings: dict[str, Any]
-    model: Any
+    model: TokenPPO
     before: dict[str, dict[str, float]] | None
     resumed: bool
     train_s: float = 0.0
@@ -81,7 +85,7 @@ def start_run(args: argparse.Namespace, started: float) -> TrainingRun:
     return TrainingRun(out, settings, model, before=_evaluate(model, settings), resumed=False)
 
 
-def _new_model(settings: dict[str, Any], env: Any) -> Any:
+def _new_model(settings: dict[str, Any], env: Any) -> TokenPPO:
     """TokenPPO on ``env`` from the recipe's tokenizer, call grammar and base agent, memory checked first.
 
     :param settings: the run's settings
@@ -135,7 +139,7 @@ def resume_run(out: Path) -> TrainingRun:
 
 
 # ---------------------------------------------------------------------- train
-def train(run: TrainingRun, keep_best: Any, progress: bool) -> int | None:
+def train(run: TrainingRun, keep_best: KeepBest | None, progress: bool) -> int | None:
     """Train to the end of the run's budget. Ctrl-C (exit status 130) or a diverged update (1) saves
     the last finished iteration and returns the exit status; a finished run returns None.
 
@@ -177,7 +181,7 @@ def train(run: TrainingRun, keep_best: Any, progress: bool) -> int | None:
     return None
 
 
-def _keep_best(run: TrainingRun) -> Any:
+def _keep_best(run: TrainingRun) -> KeepBest | None:
     """The callback that evaluates on the validation tasks every few iterations and keeps the best
     weights (or the mean of the latest ones) as the result; None for a recipe without validation.
 
@@ -196,7 +200,7 @@ def _keep_best(run: TrainingRun) -> Any:
 
 
 # ---------------------------------------------------------------------- report
-def report(run: TrainingRun, keep_best: Any, started: float) -> None:
+def report(run: TrainingRun, keep_best: KeepBest | None, started: float) -> None:
     """Save the trained model, evaluate it, print the before/after table, write the learning curve
     and ``results.json``.
 
@@ -226,7 +230,7 @@ def report(run: TrainingRun, keep_best: Any, started: float) -> None:
     print(f"evaluate again with: bugfix-gym eval {model_path} --generated test --n 200")
 
 
-def _report_validation(keep_best: Any, settings: dict[str, Any]) -> dict[str, Any] | None:
+def _report_validation(keep_best: KeepBest | None, settings: dict[str, Any]) -> dict[str, Any] | None:
     """Print which weights validation kept; return what ``results.json`` records of it (None: no validation).
 
     :param keep_best: the validation callback after training, or None
@@ -248,7 +252,7 @@ def _report_validation(keep_best: Any, settings: dict[str, Any]) -> dict[str, An
     return dict(kept_iteration=keep_best.best_iteration, history=keep_best.history)
 
 
-def _evaluate(model: Any, settings: dict[str, Any]) -> dict[str, dict[str, float]]:
+def _evaluate(model: TokenPPO, settings: dict[str, Any]) -> dict[str, dict[str, float]]:
     """The model's results on each task set of the before/after table.
 
     :param model: the TokenPPO
@@ -279,7 +283,7 @@ def eval_env(settings: dict[str, Any]) -> dict[str, Any] | None:
     return dict(hide_outputs=hidden) if hidden else None
 
 
-def set_lr_schedule(model: Any, settings: dict[str, Any]) -> None:
+def set_lr_schedule(model: TokenPPO, settings: dict[str, Any]) -> None:
     """The recipe's learning-rate schedule: ``"linear"`` decays ``ppo.learning_rate`` to 0 over the run's env
     steps (SB3's ``LinearSchedule`` of the progress remaining); ``"constant"`` (or none) keeps it."""
     if (settings.get("lr_schedule") or "constant") == "constant":
