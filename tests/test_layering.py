@@ -179,10 +179,9 @@ KNOWN = {
 
 
 def test_agents_modules_all_live_in_a_layer():
-    loose = sorted(p.name for p in AGENTS.glob("*.py") if p.stem not in {"__init__", "cli"})
+    loose = sorted(p.name for p in AGENTS.glob("*.py") if p.stem != "__init__")
     assert loose == [], f"modules outside a layer: {loose}"
-    assert sorted(p.name for p in AGENTS.iterdir() if p.is_dir() and p.name != "__pycache__") == \
-        sorted(set(LAYERS) - {"cli"})
+    assert sorted(p.name for p in AGENTS.iterdir() if p.is_dir() and p.name != "__pycache__") == sorted(LAYERS)
 
 
 def test_each_layer_imports_only_the_layers_before_it():

@@ -2,23 +2,32 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import re
 
 import gymnasium as gym
 import pytest
 import torch
 from stable_baselines3.common.env_util import make_vec_env
 
+import agents.cli.report
 import bugfix_gym  # noqa: F401
 from agents import cli
 from agents.cli import main
+from agents.cli.flags import (NON_NEGATIVE_INT, POSITIVE_FLOAT, POSITIVE_INT, SHARE, Flag, Number, OneLineParser,
+                              UsageError, add_flags, set_given)
+from agents.cli.parser import TRAIN_FLAGS, build_parser
+from agents.cli.report import before_after, jsonable
+from agents.cli.settings import train_settings
+from agents.cli.train import make_env
 from agents.algorithms.ppo import TokenPPO
 
 
 @pytest.fixture
 def small_eval(monkeypatch):
     """A short before/after table: 4 unseen generated tasks instead of 200."""
-    monkeypatch.setattr(cli, "GENERATED_EVAL", dict(n=4, gen_seed=0))
+    monkeypatch.setattr(agents.cli.report, "GENERATED_EVAL", dict(n=4, gen_seed=0))
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["train", "--help"], ["eval", "--help"]])
@@ -44,6 +53,57 @@ def test_bad_arguments_are_one_line_exit_2(argv, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "error" in err and "Traceback" not in err
+
+
+def test_the_console_script_and_the_package_give_the_same_main():
+    import importlib
+    import tomllib
+
+    scripts = tomllib.loads(open("pyproject.toml").read())["project"]["scripts"]
+    module, _, name = scripts["bugfix-gym"].partition(":")
+    assert getattr(importlib.import_module(module), name) is main is cli.main
+
+
+def test_number_reads_finite_numbers_within_bounds():
+    assert SHARE("1") == 1.0 and SHARE("0.25") == 0.25 and POSITIVE_INT("3") == 3 and NON_NEGATIVE_INT("0") == 0
+    for number, text, says in ((SHARE, "0", "must be > 0.0, got 0"), (SHARE, "1.5", "must be <= 1.0, got 1.5"),
+                               (POSITIVE_INT, "0", "must be >= 1, got 0"), (POSITIVE_INT, "2.5", "a positive integer"),
+                               (POSITIVE_FLOAT, "inf", "expected a finite number"),
+                               (Number(float), "x", "expected float, got 'x'")):
+        with pytest.raises(argparse.ArgumentTypeError, match=re.escape(says)):
+            number(text)
+
+
+def test_a_flag_table_builds_the_parser_and_sets_only_the_flags_given():
+    flags = (Flag("n_envs", type=POSITIVE_INT, part="run", group="budget", help="envs"),
+             Flag("steps", type=POSITIVE_INT, part="run", group="budget", help="steps"),
+             Flag("mask", choices=("none", "legal"), part="ppo", off_word="none", help="mask"),
+             Flag("verbose", switch=True, help="talk"))
+    parser = OneLineParser(prog="toy")
+    add_flags(parser, flags)
+    assert [f.option for f in flags] == ["--n-envs", "--steps", "--mask", "--verbose"]
+    with pytest.raises(UsageError, match="not allowed with argument --n-envs"):  # one group: one of them
+        parser.parse_args(["--n-envs", "2", "--steps", "3"])
+    args = parser.parse_args(["--steps", "3", "--mask", "none"])
+    assert args.verbose is False and parser.parse_args(["--verbose"]).verbose is True
+    run, ppo = {"n_envs": 8, "steps": 1}, {"mask": "legal"}
+    set_given(run, args, flags, "run")
+    set_given(ppo, args, flags, "ppo")
+    assert run == {"n_envs": 8, "steps": 3} and ppo == {"mask": None}  # left out: kept; 'none': off
+
+
+@pytest.mark.parametrize("flag", [f for f in TRAIN_FLAGS if f.part is not None], ids=lambda f: f.option)
+def test_every_train_flag_with_a_part_sets_that_setting_of_the_recipe(flag):
+    text = flag.choices[-1] if flag.choices else "1"
+    settings = train_settings(build_parser().parse_args(["train", "--tasks", "generated", flag.option, text]))
+    part = settings if flag.part == "run" else settings[flag.part]
+    assert part[flag.name] == flag.setting(flag.type(text) if flag.type else text)
+
+
+def test_the_training_table_puts_each_base_column_before_its_ppo_column():
+    before, after = {"train": {"pass_rate": 0.1}, "unseen": {"pass_rate": 0.2}}, {"train": {}, "unseen": {}}
+    assert list(before_after(before, after)) == ["base train", "PPO train", "base unseen", "PPO unseen"]
+    assert list(before_after(None, after)) == ["PPO train", "PPO unseen"]  # resumed: no base agent evaluated
 
 
 def test_out_that_is_a_file_or_unwritable_is_one_line(tmp_path, capsys):
@@ -85,7 +145,7 @@ def test_eval_table_and_json(saved_model, capsys):
     direct = TokenPPO.load(saved_model).evaluate(bugfix_gym.load_task_pack("examples/task_pack_example.json"), 2,
                                                  seed=0)  # what eval must have run: the pack, 2 episodes, --seed 0
     assert stats["n_episodes"] == 6 and stats["episodes_per_task"] == 2
-    assert {k: stats[k] for k in direct} == json.loads(json.dumps(cli._jsonable(direct)))
+    assert {k: stats[k] for k in direct} == json.loads(json.dumps(jsonable(direct)))
 
 
 def test_eval_call_mask_overrides_the_models_own_and_needs_a_grammar(tmp_path, shared_base_agent, capsys):
@@ -106,12 +166,12 @@ def test_eval_call_mask_overrides_the_models_own_and_needs_a_grammar(tmp_path, s
 
 def test_train_call_mask_flag_sets_the_recipes_mask():
     def settings(*flags):
-        return cli._settings(cli._parser().parse_args(["train", "--tasks", "generated", *flags]))
+        return train_settings(build_parser().parse_args(["train", "--tasks", "generated", *flags]))
 
     assert settings()["call_mask"] == "useful_calls"  # the recipe's default
     assert settings("--call-mask", "none")["call_mask"] is None
     assert settings("--call-mask", "call_mask")["call_mask"] == "call_mask"
-    assert cli._settings(cli._parser().parse_args(["train"]))["call_mask"] is None  # the book recipe: no mask
+    assert train_settings(build_parser().parse_args(["train"]))["call_mask"] is None  # the book recipe: no mask
 
 
 def test_eval_call_mask_on_a_free_text_model_is_one_line(saved_model, capsys):
@@ -122,7 +182,7 @@ def test_eval_call_mask_on_a_free_text_model_is_one_line(saved_model, capsys):
 
 def test_train_lr_schedule_flag_sets_the_recipes_schedule():
     def settings(*flags):
-        return cli._settings(cli._parser().parse_args(["train", "--tasks", "generated", *flags]))
+        return train_settings(build_parser().parse_args(["train", "--tasks", "generated", *flags]))
 
     assert settings("--lr-schedule", "linear")["lr_schedule"] == "linear"
     assert settings("--lr-schedule", "constant")["lr_schedule"] == "constant"
@@ -133,7 +193,7 @@ def test_train_lr_schedule_flag_sets_the_recipes_schedule():
 
 def test_train_tool_coef_and_no_change_cost_flags_set_the_recipe():
     def settings(*flags):
-        return cli._settings(cli._parser().parse_args(["train", "--tasks", "generated", *flags]))
+        return train_settings(build_parser().parse_args(["train", "--tasks", "generated", *flags]))
 
     on = settings("--tool-coef", "0.5")
     for part in (on["base_agent"], on["ppo"]):
@@ -145,7 +205,7 @@ def test_train_tool_coef_and_no_change_cost_flags_set_the_recipe():
 
 def test_train_practice_and_foresight_flags_set_the_recipe_and_need_the_tool_loss(capsys):
     def settings(*flags):
-        return cli._settings(cli._parser().parse_args(["train", "--tasks", "generated", *flags]))
+        return train_settings(build_parser().parse_args(["train", "--tasks", "generated", *flags]))
 
     on = settings("--tool-coef", "1.0", "--practice", "100", "--foresight", "0.5")
     assert on["base_agent"]["practice"] == 100 and on["ppo"]["practice"] == 100 and on["foresight"] == 0.5
@@ -306,7 +366,7 @@ def test_generated_recipe_trains_from_its_own_base_agent_and_keeps_the_best_weig
     model = TokenPPO.load(out / "tokenppo.zip")
     assert model.policy.tokenizer.words == bugfix_gym.fixed_tokenizer().words  # reads any generated code
     assert model.policy.grammar is not None and model.kl_coef == RECIPES["generated"]["ppo"]["kl_coef"]
-    train_env = cli._make_env(json.loads((out / "run.json").read_text()), 1, 0).envs[0].unwrapped
+    train_env = make_env(json.loads((out / "run.json").read_text()), 1, 0).envs[0].unwrapped
     assert train_env.ambiguous_share == 0.3 and train_env.statement_dropout == 0.0
     assert list((tmp_path / "cache").glob("base_agent-*.pt"))  # the recipe's base agent, cached
 
@@ -344,7 +404,7 @@ def test_ablations_change_the_demonstrations_the_training_envs_and_validation(
     settings = json.loads((out / "run.json").read_text())
     assert settings["ablation"] == ablation
     (demo_env,) = demo_envs
-    model = TokenPPO.load(out / "tokenppo.zip", env=cli._make_env(settings, 1, 0))
+    model = TokenPPO.load(out / "tokenppo.zip", env=make_env(settings, 1, 0))
     train_env = model.get_env().envs[0].unwrapped
     if ablation == "book-tasks":
         book = {t.name for t in bugfix_gym.make_tasks("train")}

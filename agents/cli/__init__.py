@@ -1,0 +1,66 @@
+"""``bugfix-gym``: train, evaluate and play from the command line.
+
+    bugfix-gym train                                  # the demo: TokenPPO on the book's tasks
+    bugfix-gym train --tasks generated --seed 0 --out runs/gen0    # the generalisation recipe
+    bugfix-gym train --resume runs/gen0               # continue a run stopped by Ctrl-C
+    bugfix-gym eval runs/gen0/tokenppo.zip --split heldout
+    bugfix-gym eval runs/gen0/tokenppo.zip --generated test --n 200 --gen-seed 1 --json
+    bugfix-gym eval runs/gen0/tokenppo.zip --pack examples/task_pack_example.json --episodes 8 --json
+    bugfix-gym play --task clamp                      # type the calls yourself
+
+Bad arguments, a missing or unsafe model file: one line on stderr, exit status 2. Ctrl-C during
+training saves the last finished iteration (exit status 130); a diverged update stops with one
+line and keeps the last good iteration (exit status 1).
+
+The parts: ``flags`` (flags as data, one-line errors), ``parser`` (the train flags' table, the
+eval flags), ``settings`` (the recipe with the flags given), ``train`` (start or resume, train,
+report), ``evaluate`` (``bugfix-gym eval``), ``report`` (tables, plots, JSON).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Sequence
+
+from agents.cli.evaluate import cmd_eval
+from agents.cli.flags import UsageError, usage_error
+from agents.cli.parser import RESUME_FLAGS, build_parser
+from agents.cli.train import cmd_train
+
+__all__ = ["main", "UsageError"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``bugfix-gym`` console script; returns the exit status.
+
+    :param argv: the arguments after the program's name (default: ``sys.argv[1:]``)
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "play":
+        from bugfix_gym.play import main as play_main
+
+        return int(play_main(argv[1:], prog="bugfix-gym play") or 0)
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command is None:
+            build_parser().print_help()
+            return 2
+        if args.command == "train" and args.resume is not None:
+            _check_resume_alone(argv[1:])
+        return cmd_train(args) if args.command == "train" else cmd_eval(args)
+    except UsageError as e:
+        print(str(e), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("bugfix-gym: interrupted", file=sys.stderr)
+        return 130
+
+
+def _check_resume_alone(train_argv: list[str]) -> None:
+    """``--resume`` continues a run with the arguments it was started with: refuse any other flag.
+
+    :param train_argv: the arguments after ``train``
+    """
+    given = [a for a in train_argv if a.startswith("--") and a not in RESUME_FLAGS]
+    if given:
+        raise usage_error("train", f"--resume continues a run with its own arguments; drop {given[0]}")

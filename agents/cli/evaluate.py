@@ -1,0 +1,101 @@
+"""``bugfix-gym eval MODEL``: sample episodes with a saved model, print a table or one JSON object."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from agents.cli.flags import UNSET, usage_error
+from agents.cli.report import jsonable, table
+
+if TYPE_CHECKING:
+    from agents.algorithms.ppo import TokenPPO
+    from agents.decoding.grammar import CallGrammar
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    """Evaluate ``args.model`` on the tasks the flags choose; returns the exit status.
+
+    :param args: ``bugfix-gym eval``'s parsed command line
+    """
+    import torch
+
+    from bugfix_gym.env import HIDEABLE
+
+    torch.set_num_threads(1)
+    model = _load_model(args.model)
+    tasks, what, episodes = _tasks(args)
+    _override_decoding(model, args)
+    env_kwargs = dict(hide_outputs=list(HIDEABLE)) if args.hide_outputs else None
+    stats = model.evaluate(tasks, episodes, seed=args.seed, env_kwargs=env_kwargs)
+    if args.json:
+        print(json.dumps(jsonable(dict(stats, model=str(args.model), tasks=what, episodes_per_task=episodes,
+                                       call_mask=model.policy.call_mask_key,
+                                       foresight=None if model.policy.foresight is None
+                                       else model.policy.foresight.threshold))))
+    else:
+        print(table({f"{args.model.name} on {what}": stats}))
+    return 0
+
+
+def _load_model(path: Path) -> TokenPPO:
+    """The TokenPPO saved at ``path``, or a one-line error (missing, corrupt or unsafe file)."""
+    from agents.algorithms.ppo import TokenPPO
+
+    try:
+        return TokenPPO.load(path)
+    except FileNotFoundError:
+        raise usage_error("eval", f"no model file at {path}") from None
+    except ValueError as e:
+        raise usage_error("eval", str(e)) from None
+
+
+def _tasks(args: argparse.Namespace) -> tuple[list, str, int]:
+    """The tasks of ``--pack``, ``--generated`` or ``--split`` (default: the book's heldout split).
+
+    :param args: the parsed command line
+    :return: the tasks, what they are in words, and the episodes per task
+    """
+    from bugfix_gym import TaskPackError, generate_tasks, load_task_pack, make_tasks
+
+    if args.pack is not None:
+        try:
+            tasks = load_task_pack(args.pack)
+        except TaskPackError as e:
+            raise usage_error("eval", str(e)) from None
+        return tasks, f"pack {args.pack}", args.episodes or 8
+    if args.generated is not None:
+        tasks = generate_tasks(args.generated, args.n, seed=args.gen_seed)
+        return tasks, f"generated {args.generated} (n={args.n}, gen-seed {args.gen_seed})", args.episodes or 1
+    split = args.split or "heldout"
+    return make_tasks(split), f"{split} split", args.episodes or 8
+
+
+def _override_decoding(model: TokenPPO, args: argparse.Namespace) -> None:
+    """``--call-mask`` and ``--foresight`` replace the model's own (they need a model with a call grammar).
+
+    :param model: the loaded TokenPPO, changed in place
+    :param args: the parsed command line
+    """
+    from agents.decoding.foresight import Foresight
+
+    if args.call_mask is not None:
+        _grammar(model, "--call-mask")
+        model.policy.call_mask_key = None if args.call_mask == "none" else args.call_mask
+    if args.foresight is not UNSET:
+        grammar = _grammar(model, "--foresight")
+        model.policy.foresight = None if args.foresight is None else \
+            Foresight(grammar, model.policy.tokenizer, args.foresight)
+
+
+def _grammar(model: TokenPPO, flag: str) -> CallGrammar:
+    """The model's call grammar, or a one-line error: ``flag`` needs one (this model writes free text).
+
+    :param model: the loaded TokenPPO
+    :param flag: the flag given, as typed
+    """
+    if model.policy.grammar is None:
+        raise usage_error("eval", f"{flag} needs a model with a call grammar; this one writes free text")
+    return model.policy.grammar

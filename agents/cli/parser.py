@@ -1,0 +1,125 @@
+"""The ``bugfix-gym`` argument parser: the train flags as one table (:data:`TRAIN_FLAGS`), the
+eval flags, and the sub-commands."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from agents.cli.flags import (NON_NEGATIVE_FLOAT, NON_NEGATIVE_INT, POSITIVE_FLOAT, POSITIVE_INT, SEED, SHARE,
+                              UNIT_FLOAT, UNSET, Flag, OneLineParser, add_flags, foresight_threshold)
+
+CALL_MASKS = ("none", "call_mask", "useful_calls")
+
+#: ``bugfix-gym train``'s flags, in the order ``--help`` lists them; a flag with a part overrides
+#: that setting of the recipe (agents/cli/settings.py), one left out keeps the recipe's value
+TRAIN_FLAGS: tuple[Flag, ...] = (
+    Flag("tasks", choices=("book", "generated"), default="book",
+         help="book: the book's 20 train tasks; generated: a fresh generated task every episode "
+              "(the generalisation recipe) (default: book)"),
+    Flag("ablation", choices=("book-tasks", "blind-tools"),
+         help="with --tasks generated: the recipe on the 20 book train tasks only (book-tasks), or "
+              "with the outputs of read and test blanked (blind-tools)"),
+    Flag("call_mask", choices=CALL_MASKS, part="run", off_word="none",
+         help="which env call mask the grammar follows when it decodes a call: none, the legal calls "
+              "(call_mask), or the legal calls without those the episode has shown to be useless "
+              "(useful_calls)"),
+    Flag("timesteps", type=POSITIVE_INT, part="run", group="budget",
+         help="environment steps to train for (SB3's count: every vector-env step is n_envs steps)"),
+    Flag("iterations", type=POSITIVE_INT, part="run", group="budget",
+         help="PPO iterations to train for (the book's count)"),
+    Flag("n_envs", type=POSITIVE_INT, part="run", help="environments stepped in lockstep"),
+    Flag("n_episodes", type=POSITIVE_INT, part="ppo", help="episodes per PPO iteration"),
+    Flag("n_epochs", type=POSITIVE_INT, part="ppo", help="epochs per batch"),
+    Flag("n_minibatches", type=POSITIVE_INT, part="ppo", help="minibatches per epoch"),
+    Flag("learning_rate", type=POSITIVE_FLOAT, part="ppo", help="Adam learning rate"),
+    Flag("lr_schedule", choices=("constant", "linear"), part="run",
+         help="constant learning rate, or linear from --learning-rate down to 0 at the end of the "
+              "budget (with --timesteps; the recipe's by default)"),
+    Flag("average_last", type=SHARE, metavar="SHARE", part="validation",
+         help="keep the mean of the weights of the latest SHARE of the validation evaluations "
+              "instead of the best ones (in (0, 1]; a recipe with validation, --tasks generated)"),
+    Flag("save_evaluated", switch=True,
+         help="also save the weights of every validation evaluation as DIR/evaluated/iteration-N.zip "
+              "(~2 MB each), to evaluate them with `bugfix-gym eval` (--tasks generated)"),
+    Flag("tool_coef", type=NON_NEGATIVE_FLOAT, metavar="COEF",
+         help="weight of an auxiliary loss that predicts what each edit answered (`no change` or the "
+              "line it changed), in behaviour cloning and in PPO; 0 turns it off, and with it "
+              "--practice and --foresight"),
+    Flag("foresight", type=foresight_threshold, metavar="P", default=UNSET,
+         help="before the policy picks an edit's op, close the ops its own model gives a probability "
+              "above P (in (0, 1]) of answering `no change`; 'none': off"),
+    Flag("practice", type=NON_NEGATIVE_INT, metavar="N",
+         help="also learn what the edits answer on N edit-practice transcripts (recombined "
+              "train-template code), in behaviour cloning and in PPO; 0: off"),
+    Flag("no_change_cost", type=NON_NEGATIVE_FLOAT, metavar="COST", part="env",
+         help="env option of the training envs: the price of an edit that answered `no change`"),
+    Flag("gae_lambda", type=UNIT_FLOAT, part="ppo", help="GAE lambda, in [0, 1]"),
+    Flag("ent_coef", type=NON_NEGATIVE_FLOAT, part="ppo", help="entropy bonus coefficient"),
+    Flag("target_kl", type=NON_NEGATIVE_FLOAT, part="ppo", help="KL early-stop target; 0 turns it off"),
+    Flag("target_kl_mode", choices=("minibatch", "epoch"), part="ppo",
+         help="early-stop rule: SB3's per-minibatch 1.5x rule or the book's per-epoch one"),
+    Flag("seed", type=SEED, default=0, help="seed (default: 0)"),
+    Flag("eval_episodes", type=POSITIVE_INT, default=8,
+         help="episodes per task for the before/after table (default: 8)"),
+    Flag("out", type=Path, help="output folder (default: a new runs/tokenppo-<time>)"),
+    Flag("resume", type=Path, metavar="DIR",
+         help="continue the run in DIR (stopped by Ctrl-C) with the arguments it was started with"),
+    Flag("tensorboard", switch=True, help="also write TensorBoard logs under the output folder"),
+    Flag("no_progress", switch=True, help="no progress bar"),
+)
+
+#: the flags ``--resume`` takes beside it (the run keeps the rest of its own arguments)
+RESUME_FLAGS = ("--resume", "--no-progress")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``bugfix-gym`` parser: ``train``, ``eval`` and ``play`` (whose own parser is bugfix_gym.play's)."""
+    parser = OneLineParser(prog="bugfix-gym", description="Train and evaluate token-level agents on BugFix-v0.")
+    sub = parser.add_subparsers(dest="command", metavar="{train,eval,play}", parser_class=OneLineParser)
+    _add_train_command(sub)
+    _add_eval_command(sub)
+    sub.add_parser("play", help="play BugFix-v0 yourself in the terminal (bugfix_gym.play)", add_help=False)
+    return parser
+
+
+def _add_train_command(sub: Any) -> None:
+    """``bugfix-gym train``: :data:`TRAIN_FLAGS`.
+
+    :param sub: the parser's sub-commands (``add_subparsers``)
+    """
+    train = sub.add_parser("train", help="train TokenPPO from the base agent (the demo)",
+                           description="Train TokenPPO from the behaviour-cloned base agent, print a before/after "
+                                       "table (train tasks, the book's held-out tasks, unseen generated templates), "
+                                       "save the model and a learning-curve PNG under the output folder. Flags "
+                                       "left out take the recipe's value (agents/bugfix/recipes.py).")
+    add_flags(train, TRAIN_FLAGS)
+
+
+def _add_eval_command(sub: Any) -> None:
+    """``bugfix-gym eval MODEL``: where the tasks come from, how many episodes, and decoding overrides.
+
+    :param sub: the parser's sub-commands (``add_subparsers``)
+    """
+    ev = sub.add_parser("eval", help="evaluate a saved model",
+                        description="Sample episodes with a saved model and print the pass rate and behaviour "
+                                    "statistics, as a table or (--json) one JSON object.")
+    ev.add_argument("model", type=Path, help="a model .zip file (from `bugfix-gym train` or model.save)")
+    where = ev.add_mutually_exclusive_group()
+    where.add_argument("--split", choices=("train", "heldout", "all"), help="the book's tasks (default: heldout)")
+    where.add_argument("--pack", type=Path, metavar="FILE", help="a task pack (.json / .toml)")
+    where.add_argument("--generated", choices=("train", "heldout", "test"), metavar="SPLIT",
+                       help="generated tasks from the generator's train / heldout / test templates")
+    ev.add_argument("--n", type=POSITIVE_INT, default=200, help="with --generated: number of tasks (default: 200)")
+    ev.add_argument("--gen-seed", type=SEED, default=0, help="with --generated: generator seed (default: 0)")
+    ev.add_argument("--episodes", type=POSITIVE_INT, default=None,
+                    help="episodes per task (default: 8, or 1 with --generated)")
+    ev.add_argument("--seed", type=SEED, default=0, help="sampling seed (default: 0)")
+    ev.add_argument("--hide-outputs", action="store_true",
+                    help="blank the outputs of read and test (for models trained with --ablation blind-tools)")
+    ev.add_argument("--call-mask", choices=CALL_MASKS,
+                    help="decode under this env call mask instead of the model's own (a model with a call grammar)")
+    ev.add_argument("--foresight", type=foresight_threshold, metavar="P", default=UNSET,
+                    help="decode with this foresight threshold (in (0, 1]; 'none': off) instead of the model's own")
+    ev.add_argument("--json", action="store_true", help="print one JSON object instead of a table")

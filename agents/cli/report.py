@@ -1,0 +1,103 @@
+"""What the commands print and write: the evaluation table, the learning-curve PNG, strict JSON,
+and the task sets of the before/after table."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+EVAL_KEYS = (("pass_rate", "pass rate"), ("valid_calls", "valid calls"), ("submit_rate", "submit rate"),
+             ("read_rate", "read rate"), ("test_rate", "test rate"), ("edits_per_episode", "edits / episode"),
+             ("first_edit_right", "first edit right"), ("turns", "turns / episode"))
+GENERATED_EVAL = dict(n=200, gen_seed=0)  # the unseen-template column of the training table
+
+
+def table(rows: dict[str, dict[str, float]]) -> str:
+    """Columns of evaluation results -> a plain-text table.
+
+    :param rows: column name -> evaluation statistics (a row for each of :data:`EVAL_KEYS` all columns have)
+    """
+    cols = list(rows)
+    width = max(max(len(c) for c in cols) + 2, 10)
+    lines = ["".ljust(18) + "".join(c.rjust(width) for c in cols)]
+    for key, label in EVAL_KEYS:
+        if all(key in rows[c] for c in cols):
+            lines.append(label.ljust(18) + "".join(f"{rows[c][key]:.3f}".rjust(width) for c in cols))
+    return "\n".join(lines)
+
+
+def jsonable(obj: Any) -> Any:
+    """NaN (a rate over no episodes) -> null, so the output is strict JSON.
+
+    :param obj: numbers, strings, and dicts, lists and tuples of them
+    """
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    return obj
+
+
+def eval_sets(tasks_mode: str, episodes: int) -> dict[str, tuple[list, int]]:
+    """The task sets of the before/after table: name -> (tasks, episodes per task).
+
+    :param tasks_mode: the run's ``--tasks`` (``book`` or ``generated``)
+    :param episodes: episodes per task on the book's tasks (``--eval-episodes``)
+    """
+    from bugfix_gym import generate_tasks, make_tasks
+
+    unseen = generate_tasks("test", GENERATED_EVAL["n"], seed=GENERATED_EVAL["gen_seed"])
+    if tasks_mode == "book":
+        return {"train": (make_tasks("train"), episodes), "held-out": (make_tasks("heldout"), episodes),
+                "unseen": (unseen, 1)}
+    return {"train tmpl": (generate_tasks("train", GENERATED_EVAL["n"], seed=10_000), 1),
+            "book held-out": (make_tasks("heldout"), episodes), "unseen": (unseen, 1)}
+
+
+def before_after(before: dict[str, dict[str, float]] | None,
+                 after: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    """The columns of the training table: ``base <set>`` beside ``PPO <set>`` for each task set.
+
+    :param before: the base agent's results per task set (None for a resumed run: not evaluated)
+    :param after: the trained model's results per task set
+    """
+    columns = {}
+    for name in after:
+        if before is not None:
+            columns[f"base {name}"] = before[name]
+        columns[f"PPO {name}"] = after[name]
+    return columns
+
+
+def plot_learning_curve(diagnostics: list[dict[str, Any]], path: Path, title: str,
+                        validation: list[tuple[int, float]] | None = None) -> None:
+    """The rollout rates per PPO iteration (and the validation pass rates) as a PNG.
+
+    :param diagnostics: the model's per-iteration diagnostics (``model.diagnostics``)
+    :param path: the PNG to write
+    :param title: the plot's title
+    :param validation: (iteration, pass rate) of each validation evaluation, if any
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [d for d in diagnostics if "rollout" in d]
+    it = [d["iteration"] for d in rows]
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for key, label in (("pass_rate", "pass rate"), ("valid_calls", "valid calls"), ("read_rate", "read rate"),
+                       ("test_rate", "test rate")):
+        ax.plot(it, [d["rollout"].get(key, float("nan")) for d in rows], label=label)
+    if validation:
+        ax.plot(*zip(*validation), "k.--", label="validation pass rate")
+    ax.set_xlabel("PPO iteration")
+    ax.set_ylim(0, 1.02)
+    ax.set_title(title)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

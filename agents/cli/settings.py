@@ -1,0 +1,104 @@
+"""A training run's settings: the recipe of ``--tasks`` (agents/bugfix/recipes.py) with the flags
+given on the command line, checked before any work is done. The result is plain JSON: ``run.json``."""
+
+from __future__ import annotations
+
+import argparse
+import copy
+from typing import Any
+
+from agents.cli.flags import UNSET, set_given, usage_error
+from agents.cli.parser import TRAIN_FLAGS
+
+
+def train_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The recipe of ``--tasks`` with the flags given on the command line.
+
+    :param args: ``bugfix-gym train``'s parsed command line
+    :return: the settings of the run (what ``run.json`` holds)
+    """
+    recipe = _recipe(args.tasks, args.ablation)
+    set_given(recipe["ppo"], args, TRAIN_FLAGS, "ppo")
+    if recipe["ppo"].get("target_kl") == 0:  # 0 turns the KL early stop off
+        recipe["ppo"]["target_kl"] = None
+    set_given(recipe, args, TRAIN_FLAGS, "run")
+    if args.timesteps is not None or args.iterations is not None:  # one budget: the one given
+        recipe["iterations" if args.timesteps is not None else "timesteps"] = None
+    _check_schedule_and_validation(recipe, args)
+    if recipe.get("validation"):
+        set_given(recipe["validation"], args, TRAIN_FLAGS, "validation")
+    set_given(recipe["env"], args, TRAIN_FLAGS, "env")
+    _set_edit_answer_flags(recipe, args)
+    return dict(recipe, tasks=args.tasks, seed=args.seed, eval_episodes=args.eval_episodes,
+                tensorboard=args.tensorboard, save_evaluated=args.save_evaluated)
+
+
+def _recipe(tasks: str, ablation: str | None) -> dict[str, Any]:
+    """A copy of the recipe of ``--tasks``, with ``--ablation`` applied.
+
+    :param tasks: ``book`` or ``generated`` (a key of ``RECIPES``)
+    :param ablation: an ablation of the generated recipe, or None
+    """
+    from agents.bugfix.recipes import RECIPES, with_ablation
+
+    recipe = copy.deepcopy(RECIPES[tasks])
+    if ablation is None:
+        return recipe
+    if tasks != "generated":
+        raise usage_error("train", "--ablation is an ablation of --tasks generated; add it")
+    return with_ablation(recipe, ablation)
+
+
+def _check_schedule_and_validation(recipe: dict[str, Any], args: argparse.Namespace) -> None:
+    """A linear learning-rate schedule needs an env-step budget; the validation flags need validation.
+
+    :param recipe: the recipe with the run's budget and schedule set
+    :param args: the parsed command line
+    """
+    if recipe.get("lr_schedule") == "linear" and not recipe["timesteps"]:
+        raise usage_error("train", "--lr-schedule linear decays over env steps; give --timesteps")
+    if (args.average_last is not None or args.save_evaluated) and not recipe.get("validation"):
+        raise usage_error("train", "--average-last and --save-evaluated work on the validation evaluations, "
+                                   "which only --tasks generated has")
+
+
+def _set_edit_answer_flags(recipe: dict[str, Any], args: argparse.Namespace) -> None:
+    """``--tool-coef``, ``--practice`` and ``--foresight``: the loss that learns what edits answer, in
+    behaviour cloning and in PPO, and what builds on it (edit practice, foresight at decoding).
+
+    :param recipe: the recipe, changed in place
+    :param args: the parsed command line
+    """
+    from agents.bugfix.recipes import PRACTICE_STEPS
+
+    if args.tool_coef is not None:
+        _need_cloned_base_agent(recipe, "--tool-coef")
+        for part in (recipe["base_agent"], recipe["ppo"]):
+            part.update(tool_coef=args.tool_coef, tool_calls=["edit"] if args.tool_coef else None)
+        if not args.tool_coef:  # what needs the loss goes with it
+            recipe["base_agent"].update(practice=0, practice_steps=0)
+            recipe["ppo"]["practice"] = 0
+            recipe["foresight"] = None
+    if args.practice is not None:
+        _need_cloned_base_agent(recipe, "--practice")
+        for part in (recipe["base_agent"], recipe["ppo"]):
+            part.update(practice=args.practice)
+        steps = recipe["base_agent"].get("practice_steps") or PRACTICE_STEPS
+        recipe["base_agent"]["practice_steps"] = steps if args.practice else 0
+    if args.foresight is not UNSET:
+        if args.foresight is not None and not recipe["grammar"]:
+            raise usage_error("train", "--foresight closes edit ops of the call grammar; this recipe has none")
+        recipe["foresight"] = args.foresight
+    if (recipe.get("foresight") or recipe["ppo"].get("practice")) and not recipe["ppo"].get("tool_coef"):
+        raise usage_error("train", "--practice and --foresight work on what the model learns of the edits' "
+                                   "answers; they need a --tool-coef above 0")
+
+
+def _need_cloned_base_agent(recipe: dict[str, Any], flag: str) -> None:
+    """``flag`` changes how the base agent is trained: the recipe must behaviour-clone one (not ``"auto"``).
+
+    :param recipe: the recipe
+    :param flag: the flag given, as typed
+    """
+    if not isinstance(recipe["base_agent"], dict):
+        raise usage_error("train", f"{flag} needs a recipe whose base agent is behaviour-cloned (--tasks generated)")

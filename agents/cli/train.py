@@ -1,0 +1,336 @@
+"""``bugfix-gym train``: start a run (or resume one), train it, report it.
+
+A run lives in a folder: ``run.json`` (its settings), the model, ``resume.json`` while it is
+unfinished, and at the end ``results.json`` and ``learning_curve.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agents.cli.flags import usage_error
+from agents.cli.report import before_after, eval_sets, jsonable, plot_learning_curve, table
+from agents.cli.settings import train_settings
+
+if TYPE_CHECKING:
+    from agents.algorithms.callbacks import KeepBest
+    from agents.algorithms.ppo import TokenPPO
+
+
+@dataclasses.dataclass
+class TrainingRun:
+    """A run being trained.
+
+    :param out: its folder
+    :param settings: its settings (``run.json``)
+    :param model: the TokenPPO being trained
+    :param before: the base agent's results per task set (None for a resumed run)
+    :param resumed: continued with ``--resume``
+    :param train_s: seconds spent in ``learn`` (set by :func:`train`)
+    """
+
+    out: Path
+    settings: dict[str, Any]
+    model: TokenPPO
+    before: dict[str, dict[str, float]] | None
+    resumed: bool
+    train_s: float = 0.0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """Start (or resume) a run, train it, report it; returns the exit status.
+
+    :param args: ``bugfix-gym train``'s parsed command line
+    """
+    import torch
+
+    torch.set_num_threads(1)  # a ~150k-parameter model: one thread beats two on a small, shared CPU
+    started = time.perf_counter()
+    run = resume_run(args.resume) if args.resume is not None else start_run(args, started)
+    keep_best = _keep_best(run)
+    status = train(run, keep_best, progress=not args.no_progress)
+    if status is not None:  # interrupted or diverged: the last finished iteration is saved
+        return status
+    report(run, keep_best, started)
+    return 0
+
+
+# ---------------------------------------------------------------------- start / resume
+def start_run(args: argparse.Namespace, started: float) -> TrainingRun:
+    """A new run: its settings checked, its folder made, TokenPPO built on the base agent, which is evaluated.
+
+    :param args: the parsed command line
+    :param started: ``time.perf_counter()`` when the command started
+    """
+    from agents.files.runs import RUN_FILE, new_run_dir
+
+    settings = train_settings(args)
+    if args.out is not None:
+        check_out(args.out)
+    print("setting up: base agent (behaviour cloning, cached after the first run) ...", flush=True)
+    env = make_env(settings, settings["n_envs"], settings["seed"])
+    model = _new_model(settings, env)
+    out = args.out or new_run_dir()
+    if settings["tensorboard"]:
+        model.tensorboard_log = str(out / "tb")
+    (out / RUN_FILE).write_text(json.dumps(settings, indent=1))
+    print(f"  ready in {time.perf_counter() - started:.0f} s; evaluating the base agent ...", flush=True)
+    return TrainingRun(out, settings, model, before=_evaluate(model, settings), resumed=False)
+
+
+def _new_model(settings: dict[str, Any], env: Any) -> TokenPPO:
+    """TokenPPO on ``env`` from the recipe's tokenizer, call grammar and base agent, memory checked first.
+
+    :param settings: the run's settings
+    :param env: the training vec env
+    """
+    from agents.algorithms.ppo import TokenPPO
+    from agents.bugfix import recipes
+    from agents.model.tinyagent import TinyAgentConfig
+
+    tok = recipes.make_tokenizer(settings)
+    policy_kwargs: dict[str, Any] = {"tokenizer": tok}
+    if settings["grammar"]:
+        from bugfix_gym import CALLS
+        policy_kwargs["call_grammar"] = list(CALLS)
+        policy_kwargs["call_mask_key"] = settings.get("call_mask")
+        policy_kwargs["foresight"] = settings.get("foresight")
+    check_memory(settings, dataclasses.asdict(TinyAgentConfig(vocab_size=tok.vocab_size)))  # before any work
+    base_agent = recipes.make_base_agent(settings, tok, settings["seed"])
+    model = TokenPPO("TinyAgentPolicy", env, seed=settings["seed"], policy_kwargs=policy_kwargs,
+                     base_agent=base_agent, tensorboard_log=None, **settings["ppo"])
+    set_lr_schedule(model, settings)
+    check_memory(settings, model.policy_kwargs["model_config"])  # the sizes the base agent brought
+    return model
+
+
+def resume_run(out: Path) -> TrainingRun:
+    """The run in ``out``, stopped by Ctrl-C: its model and training state, with its own settings.
+
+    :param out: the run's folder (``--resume``)
+    """
+    from agents.algorithms.ppo import TokenPPO
+    from agents.files.runs import MODEL_FILE, RESUME_FILE, RUN_FILE, restore_training_state
+
+    try:
+        settings = json.loads((out / RUN_FILE).read_text())
+        resume_state = json.loads((out / RESUME_FILE).read_text())
+    except (OSError, ValueError) as e:
+        raise usage_error("train", f"{out} is not a run that can be resumed ({type(e).__name__}: it needs "
+                                   f"{RUN_FILE} and {RESUME_FILE})") from None
+    env = make_env(settings, settings["n_envs"], settings["seed"])
+    try:
+        model = TokenPPO.load(out / MODEL_FILE, env=env, tensorboard_log=str(out / "tb") if settings["tensorboard"]
+                              else None)
+    except (FileNotFoundError, ValueError) as e:
+        raise usage_error("train", str(e)) from None
+    restore_training_state(model, resume_state)
+    set_lr_schedule(model, settings)
+    check_memory(settings, model.policy_kwargs["model_config"])
+    print(f"resuming {out} at iteration {model._iteration} ({model.num_timesteps} env steps done)", flush=True)
+    return TrainingRun(out, settings, model, before=None, resumed=True)
+
+
+# ---------------------------------------------------------------------- train
+def train(run: TrainingRun, keep_best: KeepBest | None, progress: bool) -> int | None:
+    """Train to the end of the run's budget. Ctrl-C (exit status 130) or a diverged update (1) saves
+    the last finished iteration and returns the exit status; a finished run returns None.
+
+    :param run: the run, its ``train_s`` set here
+    :param keep_best: the validation callback (:func:`_keep_best`), or None
+    :param progress: show a progress bar (with an env-step budget)
+    """
+    from agents.algorithms.callbacks import StopAfterIterations
+    from agents.algorithms.ppo import DivergenceError
+    from agents.files.runs import Snapshots
+
+    model, settings, out = run.model, run.settings, run.out
+    snapshots = Snapshots()
+    callbacks: list[Any] = [snapshots]
+    if settings.get("iterations"):  # the book counts iterations; SB3's loop then runs until the callback stops it
+        remaining, unit = settings["iterations"] - model._iteration, "iterations"
+        callbacks.append(StopAfterIterations(remaining))
+        total_timesteps = 10**12
+    else:
+        remaining, unit = settings["timesteps"] - model.num_timesteps, "env steps"
+        total_timesteps = remaining
+    callbacks += [keep_best] if keep_best is not None else []
+    started = time.perf_counter()
+    print(f"training TokenPPO for {remaining} {unit} ({settings['n_envs']} envs, at least "
+          f"{model.n_episodes} episodes per iteration) ...", flush=True)
+    try:
+        model.learn(total_timesteps, callback=callbacks, progress_bar=progress and unit == "env steps",
+                    reset_num_timesteps=not run.resumed)
+    except KeyboardInterrupt:
+        path = snapshots.save(out) if snapshots.last is not None else None
+        saved = f"saved iteration {snapshots.iteration} to {path}" if path else "nothing to save yet"
+        print(f"\nbugfix-gym: interrupted; {saved}; continue with: bugfix-gym train --resume {out}", file=sys.stderr)
+        return 130
+    except DivergenceError as e:
+        path = snapshots.save(out) if snapshots.last is not None else None
+        print(f"bugfix-gym: {e}. Kept the last good iteration ({snapshots.iteration}) in {path}", file=sys.stderr)
+        return 1
+    run.train_s = time.perf_counter() - started
+    return None
+
+
+def _keep_best(run: TrainingRun) -> KeepBest | None:
+    """The callback that evaluates on the validation tasks every few iterations and keeps the best
+    weights (or the mean of the latest ones) as the result; None for a recipe without validation.
+
+    :param run: the run
+    """
+    from agents.algorithms.callbacks import KeepBest
+    from agents.bugfix import recipes
+
+    settings = run.settings
+    if not settings.get("validation"):
+        return None
+    return KeepBest(recipes.validation_tasks(settings), every=settings["validation"]["every"],
+                    seed=settings["seed"], env_kwargs=eval_env(settings),
+                    average_last=settings["validation"].get("average_last"),
+                    save_dir=run.out / "evaluated" if settings.get("save_evaluated") else None)
+
+
+# ---------------------------------------------------------------------- report
+def report(run: TrainingRun, keep_best: KeepBest | None, started: float) -> None:
+    """Save the trained model, evaluate it, print the before/after table, write the learning curve
+    and ``results.json``.
+
+    :param run: the trained run
+    :param keep_best: the validation callback, or None
+    :param started: ``time.perf_counter()`` when the command started
+    """
+    from agents.files.runs import MODEL_FILE, RESUME_FILE
+
+    model, settings, out = run.model, run.settings, run.out
+    validation = _report_validation(keep_best, settings)
+    model_path = out / MODEL_FILE
+    model.save(model_path)
+    (out / RESUME_FILE).unlink(missing_ok=True)
+    after = _evaluate(model, settings)
+    print(f"\n{model._iteration} iterations, {model.num_timesteps} env steps, {model.total_policy_tokens} policy "
+          f"tokens in {run.train_s:.0f} s\n")
+    print(table(before_after(run.before, after)))
+    png = out / "learning_curve.png"
+    plot_learning_curve(model.diagnostics, png,
+                        f"TokenPPO on BugFix-v0 ({settings['tasks']} tasks, seed {settings['seed']})",
+                        validation=keep_best.history if keep_best is not None else None)
+    results = {"before": run.before, "after": after, "train_s": run.train_s, "validation": validation,
+               "settings": settings}
+    (out / "results.json").write_text(json.dumps(jsonable(results), indent=1))
+    print(f"\nsaved {model_path}, {png} and {out / 'results.json'}  (total {time.perf_counter() - started:.0f} s)")
+    print(f"evaluate again with: bugfix-gym eval {model_path} --generated test --n 200")
+
+
+def _report_validation(keep_best: KeepBest | None, settings: dict[str, Any]) -> dict[str, Any] | None:
+    """Print which weights validation kept; return what ``results.json`` records of it (None: no validation).
+
+    :param keep_best: the validation callback after training, or None
+    :param settings: the run's settings
+    """
+    if keep_best is None:
+        return None
+    val = settings["validation"]
+    on = f"{len(keep_best.history)} evaluations on {val['n']} generated {val['generated']} tasks"
+    if keep_best.averaged_iterations:
+        first, last = keep_best.averaged_iterations[0], keep_best.averaged_iterations[-1]
+        print(f"kept the mean of the weights of iterations {first}-{last} ({len(keep_best.averaged_iterations)} "
+              f"of {on}): validation pass rate {keep_best.average_pass_rate:.3f} (best single weights "
+              f"{keep_best.best_pass_rate:.3f}, iteration {keep_best.best_iteration})")
+        return dict(averaged_iterations=keep_best.averaged_iterations,
+                    average_pass_rate=keep_best.average_pass_rate, history=keep_best.history)
+    print(f"kept the weights of iteration {keep_best.best_iteration}: validation pass rate "
+          f"{keep_best.best_pass_rate:.3f} (best of {on})")
+    return dict(kept_iteration=keep_best.best_iteration, history=keep_best.history)
+
+
+def _evaluate(model: TokenPPO, settings: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """The model's results on each task set of the before/after table.
+
+    :param model: the TokenPPO
+    :param settings: the run's settings
+    """
+    return {name: model.evaluate(tasks, k, seed=settings["seed"], env_kwargs=eval_env(settings))
+            for name, (tasks, k) in eval_sets(settings["tasks"], settings["eval_episodes"]).items()}
+
+
+# ---------------------------------------------------------------------- the run's envs, memory and folder
+def make_env(settings: dict[str, Any], n_envs: int, seed: int) -> Any:
+    """The training vec env: ``n_envs`` BugFix-v0 envs with the run's env options.
+
+    :param settings: the run's settings
+    :param n_envs: number of envs
+    :param seed: the envs' seed
+    """
+    from stable_baselines3.common.env_util import make_vec_env
+
+    import bugfix_gym  # noqa: F401  (registers BugFix-v0)
+
+    return make_vec_env("BugFix-v0", n_envs=n_envs, seed=seed, env_kwargs=dict(settings["env"], render_mode=None))
+
+
+def eval_env(settings: dict[str, Any]) -> dict[str, Any] | None:
+    """The env options that evaluation shares with training: blanked tool outputs, if any."""
+    hidden = settings["env"].get("hide_outputs")
+    return dict(hide_outputs=hidden) if hidden else None
+
+
+def set_lr_schedule(model: TokenPPO, settings: dict[str, Any]) -> None:
+    """The recipe's learning-rate schedule: ``"linear"`` decays ``ppo.learning_rate`` to 0 over the run's env
+    steps (SB3's ``LinearSchedule`` of the progress remaining); ``"constant"`` (or none) keeps it."""
+    if (settings.get("lr_schedule") or "constant") == "constant":
+        return
+    from stable_baselines3.common.utils import LinearSchedule
+
+    model.learning_rate = LinearSchedule(settings["ppo"]["learning_rate"], 0.0, 1.0)
+    model._setup_lr_schedule()
+
+
+def check_memory(settings: dict[str, Any], model_config: dict[str, Any]) -> None:
+    """Refuse a run that needs over 80% of the memory available (warn above 50%).
+
+    :param settings: the run's settings
+    :param model_config: the TinyAgent config (``max_len``, ``d_model``, ``n_layer``, ``vocab_size``)
+    """
+    from agents.files.runs import available_memory_bytes, estimate_memory_bytes
+
+    ppo = settings["ppo"]
+    need = estimate_memory_bytes(ppo["n_episodes"], settings["n_envs"], model_config["max_len"],
+                                 model_config["d_model"], model_config["n_layer"], model_config["vocab_size"],
+                                 math.ceil(ppo["n_episodes"] / ppo["n_minibatches"]))
+    have = available_memory_bytes()
+    if have is None:
+        return
+    if need > 0.8 * have:
+        raise usage_error("train", f"this run needs about {need / 2**30:.1f} GiB of memory but "
+                                   f"{have / 2**30:.1f} GiB is available; lower --n-episodes or --n-envs")
+    if need > 0.5 * have:
+        print(f"warning: this run needs about {need / 2**30:.1f} GiB of the {have / 2**30:.1f} GiB available",
+              file=sys.stderr)
+
+
+def check_out(out: Path) -> None:
+    """``--out`` must be a writable folder that holds no run yet (it is made if missing).
+
+    :param out: the output folder given
+    """
+    if out.exists() and not out.is_dir():
+        raise usage_error("train", f"--out {out} is a file, not a folder")
+    if out.exists() and (out / "run.json").exists():
+        raise usage_error("train", f"{out} already holds a run; continue it with --resume {out} or choose another "
+                                   "--out")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise usage_error("train", f"cannot write to {out} ({e.strerror or type(e).__name__})") from None
