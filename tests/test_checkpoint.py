@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import pathlib
 import pickle
 import tracemalloc
 import zipfile
@@ -209,3 +210,39 @@ def test_the_file_layout_is_sb3s_and_reads_back_with_sb3s_own_unzipper(good, tmp
     path.write_bytes(good)
     data, params, _ = load_from_zip_file(path, load_data=True)  # nothing in it needs unpickling
     assert data["format"] == checkpoint.FORMAT and "policy" in params and "policy.optimizer" in params
+
+
+# ---------------------------------------------------------------------- files saved by earlier versions
+FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+
+
+@pytest.mark.parametrize("cls", [TokenPPO, Reinforce])
+def test_model_files_saved_by_main_4e10e0a_still_load_and_act_the_same(cls):
+    """Files written before the algorithm and the file module were split: the same weights (the same
+    greedy action), the same counters and the same algorithm state."""
+    name = cls.__name__.lower()
+    expected = json.loads((FIXTURES / "main_4e10e0a_expected.json").read_text())[name]
+    model = cls.load(FIXTURES / f"{name}_main_4e10e0a.zip")
+    obs, _ = gym.make("BugFix-v0").reset(seed=3)
+    action, _ = model.predict(obs, deterministic=True)
+    assert str(action) == expected["action"]
+    counters = model.training_progress()["counters"]
+    assert (counters["num_timesteps"], counters["n_updates"]) == (expected["num_timesteps"], expected["n_updates"])
+    assert (model.iteration, counters["total_policy_tokens"]) == (expected["iteration"],
+                                                                  expected["total_policy_tokens"])
+    assert model.training_progress()["state"] == expected["state"]
+
+
+@pytest.mark.parametrize("cls", [TokenPPO, Reinforce])
+def test_a_loaded_model_writes_the_same_data_as_the_file_it_came_from(cls, tmp_path):
+    """Loading and saving again keeps every entry of ``data`` and every tensor (the format is unchanged;
+    the characters of a space are now written sorted)."""
+    path = FIXTURES / f"{cls.__name__.lower()}_main_4e10e0a.zip"
+    cls.load(path).save(tmp_path / "again.zip")
+    old, new = checkpoint.read(path), checkpoint.read(tmp_path / "again.zip")
+    for space in old.data["spaces"].values():
+        space["charset"] = "".join(sorted(space["charset"]))
+    assert new.data == old.data
+    assert set(new.params) == set(old.params)
+    for key in old.params["policy"]:
+        assert torch.equal(old.params["policy"][key], new.params["policy"][key]), key
