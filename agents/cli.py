@@ -342,7 +342,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     import torch
 
     from agents.bugfix import recipes
-    from agents.algorithms.callbacks import KeepBest, StopAfterIterations
+    from agents.algorithms.callbacks import StopAfterIterations
+    from agents.bugfix.callbacks import KeepBest
     from agents.model.tinyagent import TinyAgentConfig
     from agents.algorithms.ppo import DivergenceError, TokenPPO
     from agents.files.runs import MODEL_FILE, RESUME_FILE, RUN_FILE, Snapshots, new_run_dir, restore_training_state
