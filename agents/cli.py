@@ -384,7 +384,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             policy_kwargs["call_mask_key"] = settings.get("call_mask")
             policy_kwargs["foresight"] = settings.get("foresight")
         _check_memory(settings, dataclasses.asdict(TinyAgentConfig(vocab_size=tok.vocab_size)))  # before any work
-        base_agent = recipes.make_base_agent(settings, tok, settings["seed"])
+        base_agent = recipes.base_agent(settings, tok, settings["seed"])
         model = TokenPPO("TinyAgentPolicy", env, seed=settings["seed"], policy_kwargs=policy_kwargs,
                          base_agent=base_agent, tensorboard_log=None, **settings["ppo"])
         _set_lr_schedule(model, settings)

@@ -246,3 +246,55 @@ def test_a_loaded_model_writes_the_same_data_as_the_file_it_came_from(cls, tmp_p
     assert set(new.params) == set(old.params)
     for key in old.params["policy"]:
         assert torch.equal(old.params["policy"][key], new.params["policy"][key]), key
+
+
+# ---------------------------------------------------------------------- progress, weights files, atomic writes
+def test_the_training_progress_travels_through_a_model_file(shared_base_agent, tmp_path):
+    model = TokenPPO("TinyAgentPolicy", gym.make("BugFix-v0"), base_agent=shared_base_agent, n_episodes=4, seed=0)
+    counters = {"num_timesteps": 96, "n_updates": 12, "iteration": 3, "total_policy_tokens": 700}
+    model.set_training_progress({"counters": counters, "state": {"critic_warmed_up": True}})
+    assert (model.num_timesteps, model._n_updates, model.iteration, model.total_policy_tokens) == (96, 12, 3, 700)
+    model.save(tmp_path / "m.zip")
+    assert TokenPPO.load(tmp_path / "m.zip").training_progress() == {"counters": counters,
+                                                                     "state": {"critic_warmed_up": True}}
+
+
+def test_a_weights_file_of_another_format_is_a_one_line_error(shared_base_agent, tmp_path):
+    checkpoint.save_state_dict_file(tmp_path / "w.pt", shared_base_agent, "some.format/1")
+    loaded = checkpoint.load_state_dict_file(tmp_path / "w.pt", expected_format="some.format/1")
+    assert all(torch.equal(a, b) for a, b in zip(loaded.state_dict().values(),
+                                                 shared_base_agent.state_dict().values()))
+    assert checkpoint.load_state_dict_file(tmp_path / "w.pt") is not None  # no format asked: any such file
+    with pytest.raises(ValueError, match="not a TinyAgent weights file") as e:
+        checkpoint.load_state_dict_file(tmp_path / "w.pt", expected_format="other/1")
+    assert "\n" not in str(e.value)
+
+
+def test_a_failed_atomic_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
+    path = tmp_path / "f.json"
+    checkpoint.atomic_write(path, lambda f: f.write(b"old"))
+
+    def half_then_fail(f):
+        f.write(b"half")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError):
+        checkpoint.atomic_write(path, half_then_fail)
+    assert path.read_bytes() == b"old" and sorted(p.name for p in tmp_path.iterdir()) == ["f.json"]
+
+
+def test_a_parameter_snapshot_puts_back_the_weights_and_only_then_the_optimizer(shared_base_agent):
+    model = TokenPPO("TinyAgentPolicy", gym.make("BugFix-v0"), base_agent=shared_base_agent, n_episodes=4, seed=0)
+    policy = model.policy
+    full, weights = checkpoint.ParameterSnapshot(policy), checkpoint.ParameterSnapshot(policy, with_optimizer=False)
+    assert weights.optimizer is None and full.optimizer is not None
+    before = {k: v.clone() for k, v in policy.state_dict().items()}
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(1.0)
+    policy.optimizer.param_groups[0]["lr"] = 0.5
+    weights.restore()
+    assert all(torch.equal(v, before[k]) for k, v in policy.state_dict().items())
+    assert policy.optimizer.param_groups[0]["lr"] == 0.5  # a weights-only snapshot leaves the optimizer
+    full.restore()
+    assert policy.optimizer.param_groups[0]["lr"] != 0.5
