@@ -367,7 +367,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         restore_training_state(model, resume_state)
         _set_lr_schedule(model, settings)
         _check_memory(settings, model.policy_kwargs["model_config"])
-        print(f"resuming {out} at iteration {model._iteration} ({model.num_timesteps} env steps done)", flush=True)
+        print(f"resuming {out} at iteration {model.iteration} ({model.num_timesteps} env steps done)", flush=True)
         before = None
     else:
         settings = _settings(args)
@@ -399,7 +399,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     snapshots = Snapshots()
     callbacks: list[Any] = [snapshots]
     if settings.get("iterations"):  # the book counts iterations; SB3's loop then runs until the callback stops it
-        remaining, unit = settings["iterations"] - model._iteration, "iterations"
+        remaining, unit = settings["iterations"] - model.iteration, "iterations"
         callbacks.append(StopAfterIterations(remaining))
         total_timesteps = 10**12
     else:
@@ -448,7 +448,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     (out / RESUME_FILE).unlink(missing_ok=True)
     after = {name: model.evaluate(tasks, k, seed=settings["seed"], env_kwargs=_eval_env(settings))
              for name, (tasks, k) in _eval_sets(settings["tasks"], settings["eval_episodes"]).items()}
-    print(f"\n{model._iteration} iterations, {model.num_timesteps} env steps, {model.total_policy_tokens} policy "
+    print(f"\n{model.iteration} iterations, {model.num_timesteps} env steps, {model.total_policy_tokens} policy "
           f"tokens in {train_s:.0f} s\n")
     columns = {}
     for name in after:

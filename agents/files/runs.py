@@ -58,7 +58,7 @@ def new_run_dir(root: str | pathlib.Path = "runs", prefix: str = "tokenppo") -> 
 
 
 # ---------------------------------------------------------------------- training state
-def training_state(algo: "TokenAlgorithm") -> dict[str, Any]:
+def training_state(algo: TokenAlgorithm) -> dict[str, Any]:
     """Everything besides the model file that decides how training continues, as JSON data: the
     algorithm's sampling state and the envs' own (episodes in progress, random generators)."""
     envs = algo.env.env_method("get_state") if algo.env is not None else None
@@ -70,7 +70,7 @@ def training_state(algo: "TokenAlgorithm") -> dict[str, Any]:
     }
 
 
-def restore_training_state(algo: "TokenAlgorithm", state: dict[str, Any]) -> None:
+def restore_training_state(algo: TokenAlgorithm, state: dict[str, Any]) -> None:
     """Put back what :func:`training_state` returned (the envs must be the same kind and number)."""
     if state["envs"] is not None:
         if algo.env is None or algo.env.num_envs != len(state["envs"]):
@@ -100,7 +100,7 @@ class Snapshots(BaseCallback):
         return True
 
     @property
-    def algo(self) -> "TokenAlgorithm":
+    def algo(self) -> TokenAlgorithm:
         return self.model  # type: ignore[return-value]  # the callback runs inside a token algorithm's learn()
 
     def take(self) -> None:
