@@ -15,8 +15,11 @@ trainer needs and leaves the update (``train``) to its subclasses:
   than ``n_envs`` past it.
 * **Set-up.** The policy's tokenizer and model config go into ``policy_kwargs`` (they travel
   in saved files), and the initial weights come from the behaviour-cloned base agent.
-* **Files.** ``save`` / ``load`` keep SB3's zip layout but never unpickle anything
-  (:mod:`agents.files.checkpoint`).
+* **Files.** ``save`` / ``load`` keep SB3's zip layout but never unpickle anything. As in SB3,
+  the algorithm assembles plain data and its state dicts (:meth:`model_file_contents`) and
+  :mod:`agents.files.checkpoint`, which knows no algorithm, writes and reads them; ``load``
+  rebuilds the algorithm from them. The training counters (:data:`TRAINING_COUNTERS`) travel
+  as :meth:`training_progress`, in model files and in a run's snapshots alike.
 """
 
 from __future__ import annotations
