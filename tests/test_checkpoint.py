@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import pathlib
 import pickle
 import tracemalloc
 import zipfile
@@ -209,3 +210,91 @@ def test_the_file_layout_is_sb3s_and_reads_back_with_sb3s_own_unzipper(good, tmp
     path.write_bytes(good)
     data, params, _ = load_from_zip_file(path, load_data=True)  # nothing in it needs unpickling
     assert data["format"] == checkpoint.FORMAT and "policy" in params and "policy.optimizer" in params
+
+
+# ---------------------------------------------------------------------- files saved by earlier versions
+FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+
+
+@pytest.mark.parametrize("cls", [TokenPPO, Reinforce])
+def test_model_files_saved_by_main_4e10e0a_still_load_and_act_the_same(cls):
+    """Files written before the algorithm and the file module were split: the same weights (the same
+    greedy action), the same counters and the same algorithm state."""
+    name = cls.__name__.lower()
+    expected = json.loads((FIXTURES / "main_4e10e0a_expected.json").read_text())[name]
+    model = cls.load(FIXTURES / f"{name}_main_4e10e0a.zip")
+    obs, _ = gym.make("BugFix-v0").reset(seed=3)
+    action, _ = model.predict(obs, deterministic=True)
+    assert str(action) == expected["action"]
+    counters = model.training_progress()["counters"]
+    assert (counters["num_timesteps"], counters["n_updates"]) == (expected["num_timesteps"], expected["n_updates"])
+    assert (model.iteration, counters["total_policy_tokens"]) == (expected["iteration"],
+                                                                  expected["total_policy_tokens"])
+    assert model.training_progress()["state"] == expected["state"]
+
+
+@pytest.mark.parametrize("cls", [TokenPPO, Reinforce])
+def test_a_loaded_model_writes_the_same_data_as_the_file_it_came_from(cls, tmp_path):
+    """Loading and saving again keeps every entry of ``data`` and every tensor (the format is unchanged;
+    the characters of a space are now written sorted)."""
+    path = FIXTURES / f"{cls.__name__.lower()}_main_4e10e0a.zip"
+    cls.load(path).save(tmp_path / "again.zip")
+    old, new = checkpoint.read(path), checkpoint.read(tmp_path / "again.zip")
+    for space in old.data["spaces"].values():
+        space["charset"] = "".join(sorted(space["charset"]))
+    assert new.data == old.data
+    assert set(new.params) == set(old.params)
+    for key in old.params["policy"]:
+        assert torch.equal(old.params["policy"][key], new.params["policy"][key]), key
+
+
+# ---------------------------------------------------------------------- progress, weights files, atomic writes
+def test_the_training_progress_travels_through_a_model_file(shared_base_agent, tmp_path):
+    model = TokenPPO("TinyAgentPolicy", gym.make("BugFix-v0"), base_agent=shared_base_agent, n_episodes=4, seed=0)
+    counters = {"num_timesteps": 96, "n_updates": 12, "iteration": 3, "total_policy_tokens": 700}
+    model.set_training_progress({"counters": counters, "state": {"critic_warmed_up": True}})
+    assert (model.num_timesteps, model._n_updates, model.iteration, model.total_policy_tokens) == (96, 12, 3, 700)
+    model.save(tmp_path / "m.zip")
+    assert TokenPPO.load(tmp_path / "m.zip").training_progress() == {"counters": counters,
+                                                                     "state": {"critic_warmed_up": True}}
+
+
+def test_a_weights_file_of_another_format_is_a_one_line_error(shared_base_agent, tmp_path):
+    checkpoint.save_state_dict_file(tmp_path / "w.pt", shared_base_agent, "some.format/1")
+    loaded = checkpoint.load_state_dict_file(tmp_path / "w.pt", expected_format="some.format/1")
+    assert all(torch.equal(a, b) for a, b in zip(loaded.state_dict().values(),
+                                                 shared_base_agent.state_dict().values()))
+    assert checkpoint.load_state_dict_file(tmp_path / "w.pt") is not None  # no format asked: any such file
+    with pytest.raises(ValueError, match="not a TinyAgent weights file") as e:
+        checkpoint.load_state_dict_file(tmp_path / "w.pt", expected_format="other/1")
+    assert "\n" not in str(e.value)
+
+
+def test_a_failed_atomic_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
+    path = tmp_path / "f.json"
+    checkpoint.atomic_write(path, lambda f: f.write(b"old"))
+
+    def half_then_fail(f):
+        f.write(b"half")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError):
+        checkpoint.atomic_write(path, half_then_fail)
+    assert path.read_bytes() == b"old" and sorted(p.name for p in tmp_path.iterdir()) == ["f.json"]
+
+
+def test_a_parameter_snapshot_puts_back_the_weights_and_only_then_the_optimizer(shared_base_agent):
+    model = TokenPPO("TinyAgentPolicy", gym.make("BugFix-v0"), base_agent=shared_base_agent, n_episodes=4, seed=0)
+    policy = model.policy
+    full, weights = checkpoint.ParameterSnapshot(policy), checkpoint.ParameterSnapshot(policy, with_optimizer=False)
+    assert weights.optimizer is None and full.optimizer is not None
+    before = {k: v.clone() for k, v in policy.state_dict().items()}
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(1.0)
+    policy.optimizer.param_groups[0]["lr"] = 0.5
+    weights.restore()
+    assert all(torch.equal(v, before[k]) for k, v in policy.state_dict().items())
+    assert policy.optimizer.param_groups[0]["lr"] == 0.5  # a weights-only snapshot leaves the optimizer
+    full.restore()
+    assert policy.optimizer.param_groups[0]["lr"] != 0.5

@@ -172,7 +172,6 @@ KNOWN = {
     "algorithms -> bugfix: agents.bugfix.practice.EditPractice",
     "algorithms -> bugfix_gym: bugfix_gym.tokenizer.build_tokenizer",
     "algorithms -> bugfix_gym: bugfix_gym.tools.CALLS",
-    "files -> algorithms: agents.algorithms.on_policy.TokenOnPolicyAlgorithm",
     "rollout -> bugfix_gym: bugfix_gym",
     "rollout -> bugfix_gym: bugfix_gym.evaluation.episode_stats",
 }

@@ -17,7 +17,8 @@ import bugfix_gym  # noqa: F401  (registers BugFix-v0)
 from stable_baselines3.common.env_util import make_vec_env
 
 from agents.algorithms.buffers import TokenRolloutBuffer
-from agents.algorithms.callbacks import KeepBest, StopAfterIterations
+from agents.algorithms.callbacks import StopAfterIterations
+from agents.bugfix.callbacks import KeepBest
 from agents.algorithms.ppo import DivergenceError, TokenPPO
 from agents.rollout.trajectory import Trajectory
 

@@ -316,7 +316,7 @@ def test_memory_is_checked_before_training(capsys, monkeypatch, tmp_path):
     def no_base_agent(*args, **kwargs):
         raise AssertionError("the base agent was built before the memory check")
 
-    monkeypatch.setattr(agents.bugfix.recipes, "make_base_agent", no_base_agent)
+    monkeypatch.setattr(agents.bugfix.recipes, "base_agent", no_base_agent)
     out = tmp_path / "run"
     assert main(["train", "--n-episodes", "100000", "--n-envs", "4", "--no-progress", "--out", str(out)]) == 2
     err = capsys.readouterr().err

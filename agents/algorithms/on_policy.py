@@ -15,8 +15,11 @@ trainer needs and leaves the update (``train``) to its subclasses:
   than ``n_envs`` past it.
 * **Set-up.** The policy's tokenizer and model config go into ``policy_kwargs`` (they travel
   in saved files), and the initial weights come from the behaviour-cloned base agent.
-* **Files.** ``save`` / ``load`` keep SB3's zip layout but never unpickle anything
-  (:mod:`agents.files.checkpoint`).
+* **Files.** ``save`` / ``load`` keep SB3's zip layout but never unpickle anything. As in SB3,
+  the algorithm assembles plain data and its state dicts (:meth:`model_file_contents`) and
+  :mod:`agents.files.checkpoint`, which knows no algorithm, writes and reads them; ``load``
+  rebuilds the algorithm from them. The training counters (:data:`TRAINING_COUNTERS`) travel
+  as :meth:`training_progress`, in model files and in a run's snapshots alike.
 """
 
 from __future__ import annotations
@@ -52,6 +55,10 @@ from agents.rollout.trajectory import Trajectory, rollout_stats
 from agents.rollout.vec_env import TextDummyVecEnv, is_unshaped_text
 
 SelfTokenAlgorithm = TypeVar("SelfTokenAlgorithm", bound="TokenOnPolicyAlgorithm")
+#: the training counters: their name in model files and snapshots -> the attribute that holds them
+#: (``num_timesteps`` and ``_n_updates`` are SB3's own)
+TRAINING_COUNTERS = {"num_timesteps": "num_timesteps", "n_updates": "_n_updates", "iteration": "_iteration",
+                     "total_policy_tokens": "total_policy_tokens"}
 
 
 class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
@@ -330,28 +337,43 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         return evaluate(self.policy.model, self.policy.tokenizer, tasks, episodes_per_task, seed,
                         env_kwargs=env_kwargs, temperature=self.temperature, **self.policy.sampler_kwargs())
 
-    # ------------------------------------------------------------------ files
-    def save(self, path: str | pathlib.Path | Any, exclude: Any = None, include: Any = None) -> None:
-        """Save to SB3's zip layout without any pickled entry (:func:`agents.files.checkpoint.save`)."""
-        checkpoint.save(self, path)
+    # ------------------------------------------------------------------ training progress
+    @property
+    def iteration(self) -> int:
+        """The updates (PPO iterations / REINFORCE steps) done so far."""
+        return int(self._iteration)
 
-    @classmethod
-    def load(cls: type[SelfTokenAlgorithm], path: str | pathlib.Path | Any, env: GymEnv | None = None,
-             device: th.device | str = "cpu", custom_objects: dict[str, Any] | None = None,
-             print_system_info: bool = False, force_reset: bool = True, **kwargs: Any) -> SelfTokenAlgorithm:
-        """Load a model saved by :meth:`save`; nothing in the file is unpickled (:func:`agents.files.checkpoint.load`).
+    def training_progress(self) -> dict[str, Any]:
+        """How far training has come, as JSON data: the training counters (:data:`TRAINING_COUNTERS`)
+        and the algorithm's own state (:meth:`_extra_state`). A model file and a run's snapshot keep it."""
+        return {"counters": {key: int(getattr(self, attr)) for key, attr in TRAINING_COUNTERS.items()},
+                "state": self._extra_state()}
 
-        :raises FileNotFoundError: no such file
-        :raises ValueError: a corrupt, oversized, foreign or unsafe file (one line)
-        """
-        return checkpoint.load(cls, path, env=env, device=device, **kwargs)
+    def set_training_progress(self, progress: dict[str, Any]) -> None:
+        """Put back what :meth:`training_progress` returned."""
+        for key, attr in TRAINING_COUNTERS.items():
+            setattr(self, attr, int(progress["counters"][key]))
+        self._set_extra_state(progress.get("state") or {})
 
-    def set_parameters(self, load_path_or_dict: str | dict[str, Any], exact_match: bool = True,
-                       device: th.device | str = "auto") -> None:
-        """SB3's ``set_parameters``; a path is read with :func:`agents.files.checkpoint.read` (no unpickling)."""
-        if not isinstance(load_path_or_dict, dict):
-            load_path_or_dict = checkpoint.read(load_path_or_dict).params
-        super().set_parameters(load_path_or_dict, exact_match=exact_match, device=device)
+    def sampling_state(self) -> dict[str, Any]:
+        """The sampler's episodes in progress and the random generators of sampling and of the
+        minibatches (TokenPPO's), as JSON data: with the envs' own state, what a resumed run needs."""
+        shuffle_rng = getattr(self, "_shuffle_rng", None)  # TokenPPO's minibatch generator
+        return {"sampler": self.sampler.get_state() if self.sampler is not None else None,
+                "sample_generator": self.sample_generator.get_state().tolist(),
+                "shuffle_rng": shuffle_rng.bit_generator.state if shuffle_rng is not None else None}
+
+    def set_sampling_state(self, state: dict[str, Any]) -> None:
+        """Put back what :meth:`sampling_state` returned; the next ``learn`` continues the restored
+        episodes (it does not reset the envs, whose state the caller has put back)."""
+        assert self.sampler is not None and self.env is not None, "set_sampling_state needs the model's env"
+        self.sampler.set_state(state["sampler"])
+        self.sample_generator.set_state(th.tensor(state["sample_generator"], dtype=th.uint8))
+        if state["shuffle_rng"] is not None:
+            rng = np.random.default_rng()
+            rng.bit_generator.state = state["shuffle_rng"]
+            self._shuffle_rng = rng
+        self._last_obs = np.zeros(self.env.num_envs, dtype=object)  # SB3 must not reset the envs in learn()
 
     def _extra_state(self) -> dict[str, Any]:
         """Training state beyond weights and counters that a saved model keeps (JSON data)."""
@@ -359,6 +381,103 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
 
     def _set_extra_state(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`_extra_state` returned."""
+
+    # ------------------------------------------------------------------ files
+    def saved_arguments(self) -> dict[str, Any]:
+        """The constructor arguments a model file keeps (:attr:`saved_args`), as JSON data."""
+        return {name: checkpoint.saved_value(getattr(self, name), name) for name in self.saved_args}
+
+    @classmethod
+    def arguments_from_saved(cls, saved: dict[str, Any], where: str) -> dict[str, Any]:
+        """Constructor arguments from a model file's saved ones; an algorithm whose arguments changed
+        translates older files' here.
+
+        :param saved: the file's ``args``
+        :param where: the file's name, for messages
+        """
+        unknown = sorted(set(saved) - set(cls.saved_args))
+        if unknown:
+            raise checkpoint.ModelFileError(f"{where}: unknown argument {unknown[0]!r} for {cls.__name__}")
+        return dict(saved)
+
+    def model_file_contents(self) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+        """What :meth:`save` writes, as SB3's ``save`` assembles it: the plain ``data`` (algorithm,
+        arguments, seed, policy kwargs, spaces, training progress) and the state dicts (``params``)."""
+        data = {"algorithm": type(self).__name__, "args": self.saved_arguments(), "seed": self.seed,
+                "policy_kwargs": checkpoint.policy_kwargs_to_json(self.policy_kwargs),
+                "spaces": {"observation": checkpoint.space_to_json(self.observation_space),
+                           "action": checkpoint.space_to_json(self.action_space)},
+                **self.training_progress()}
+        params = {"policy": self.policy.state_dict(), "policy.optimizer": self.policy.optimizer.state_dict()}
+        ref = getattr(self, "ref_model", None)  # TokenPPO's reference model, with a KL penalty
+        if ref is not None:
+            params["ref_model"] = ref.state_dict()
+        return data, params
+
+    def save(self, path: str | pathlib.Path | Any, exclude: Any = None, include: Any = None) -> None:
+        """Save to SB3's zip layout without any pickled entry (:func:`agents.files.checkpoint.write`)."""
+        checkpoint.write(path, *self.model_file_contents())
+
+    @classmethod
+    def load(cls: type[SelfTokenAlgorithm], path: str | pathlib.Path | Any, env: GymEnv | None = None,
+             device: th.device | str = "cpu", custom_objects: dict[str, Any] | None = None,
+             print_system_info: bool = False, force_reset: bool = True, **kwargs: Any) -> SelfTokenAlgorithm:
+        """Load a model saved by :meth:`save`; nothing in the file is unpickled (:func:`agents.files.checkpoint.read`).
+
+        :param path: the model file
+        :param env: the env to continue with (its spaces must match the saved ones), or None
+        :param device: torch device
+        :param kwargs: constructor arguments that replace the saved ones
+        :raises FileNotFoundError: no such file
+        :raises ValueError: a corrupt, oversized, foreign or unsafe file (one line)
+        """
+        model_file = checkpoint.read(path)
+        data, where = model_file.data, model_file.name
+        if data["algorithm"] != cls.__name__:
+            raise checkpoint.ModelFileError(f"{where} holds a {str(data['algorithm'])[:40]} model; load it with "
+                                            f"{str(data['algorithm'])[:40]}.load")
+        args = dict(cls.arguments_from_saved(dict(data["args"]), where), **kwargs)
+        saved_spaces = [checkpoint.space_from_json(data["spaces"].get(key)) for key in ("observation", "action")]
+        if env is not None:
+            env = cls._wrap_env(env, int(args.get("verbose", 0)))
+            if [env.observation_space, env.action_space] != saved_spaces:
+                raise ValueError(f"the env's spaces ({env.observation_space}, {env.action_space}) differ from the "
+                                 f"saved model's ({saved_spaces[0]}, {saved_spaces[1]})")
+        try:
+            model = cls("TinyAgentPolicy", env=None, base_agent=None, seed=data.get("seed"), device=device,
+                        policy_kwargs=checkpoint.policy_kwargs_from_json(data["policy_kwargs"], where),
+                        _init_setup_model=False, **args)
+            model._set_up_from_file(model_file, saved_spaces, 1 if env is None else env.num_envs)
+        except checkpoint.ModelFileError:
+            raise
+        except (KeyError, TypeError, ValueError, RuntimeError) as e:
+            raise checkpoint.ModelFileError(f"{where} does not fit {cls.__name__}: {type(e).__name__}: "
+                                            f"{str(e).splitlines()[0][:200] if str(e) else ''}") from None
+        if env is not None:
+            model.set_env(env)
+        return model
+
+    def _set_up_from_file(self, model_file: checkpoint.ModelFile, saved_spaces: list[spaces.Space | None],
+                          n_envs: int) -> None:
+        """Build the networks for the saved spaces, then load the file's weights and training progress."""
+        self.observation_space, self.action_space = saved_spaces
+        self.n_envs = n_envs
+        self._setup_model()
+        params = model_file.params
+        self.policy.load_state_dict(params["policy"])
+        if "policy.optimizer" in params:
+            self.policy.optimizer.load_state_dict(params["policy.optimizer"])
+        ref = getattr(self, "ref_model", None)
+        if ref is not None and "ref_model" in params:
+            ref.load_state_dict(params["ref_model"])
+        self.set_training_progress({"counters": model_file.data["counters"], "state": model_file.data.get("state")})
+
+    def set_parameters(self, load_path_or_dict: str | dict[str, Any], exact_match: bool = True,
+                       device: th.device | str = "auto") -> None:
+        """SB3's ``set_parameters``; a path is read with :func:`agents.files.checkpoint.read` (no unpickling)."""
+        if not isinstance(load_path_or_dict, dict):
+            load_path_or_dict = checkpoint.read(load_path_or_dict).params
+        super().set_parameters(load_path_or_dict, exact_match=exact_match, device=device)
 
     def _excluded_save_params(self) -> list[str]:
         return [*super()._excluded_save_params(), "sampler", "sample_generator", "_base_model", "_last_rollout"]

@@ -12,7 +12,6 @@ import inspect
 import json
 import os
 import sys
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any, Sequence
@@ -22,6 +21,7 @@ import torch
 from bugfix_gym import BugFixEnv, Task, Tokenizer, make_tasks, scripted_policy
 
 from agents.algorithms.losses import masked_mean, tool_output_mask
+from agents.files.checkpoint import load_state_dict_file, save_state_dict_file
 from agents.model.tinyagent import TinyAgent, TinyAgentConfig, sequence_log_probs
 from agents.bugfix.practice import EditPractice
 from agents.rollout.trajectory import collate, scripted_rollout
@@ -70,41 +70,63 @@ def make_base_agent(tok: Tokenizer, seed: int = 0, kinds: Sequence[str] = ("rand
                          f"{practice_steps}")
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
-    demos = []
     tasks = make_tasks("train") if tasks is None else list(tasks)
+    data = _demonstrations(tok, tasks, kinds, episodes_per_task, seed, teacher_kwargs, env_kwargs)
+    if tool_coef:
+        call_ids = None if tool_calls is None else [tok.ids[c] for c in tool_calls]
+        data["tool_mask"] = tool_output_mask(data["ids"], data["owner"], call_ids)  # [N, T-1] targets the tools wrote
+    model = TinyAgent(config or TinyAgentConfig(vocab_size=tok.vocab_size))
+    edit_practice = EditPractice(tok, practice, seed=seed, tasks=practice_tasks) if practice else None
+    if edit_practice is not None:  # what the edit ops do, learned before how to play
+        _practise_edits(model, edit_practice, practice_steps, practice_batch_size, practice_lr)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    for _ in range(steps):
+        idx = torch.randint(len(data["ids"]), (batch_size,), generator=gen)  # [b]
+        loss = _cloning_loss(model, data, idx, tool_coef)
+        if edit_practice is not None:
+            loss = loss + edit_practice.loss(model, batch_size)  # and kept while it learns to play
+        _adam_step(opt, loss)
+    return model
+
+
+def _demonstrations(tok: Tokenizer, tasks: list[Task], kinds: Sequence[str], episodes_per_task: int, seed: int,
+                    teacher_kwargs: dict[str, dict[str, Any]] | None, env_kwargs: dict[str, Any] | None
+                    ) -> dict[str, torch.Tensor]:
+    """``episodes_per_task`` episodes of each task by each scripted policy in ``kinds`` (the ``k``-th
+    seeded ``seed + k``), collated: ``ids`` [N, T], ``owner`` [N, T], ``policy_mask`` [N, T-1]."""
+    demos = []
     for k, kind in enumerate(kinds):
         policy = scripted_policy(kind, seed=seed + k, **(teacher_kwargs or {}).get(kind, {}))
         env = BugFixEnv(tasks=tasks, **(env_kwargs or {}))
         demos += [scripted_rollout(policy, env, task, tok) for task in tasks for _ in range(episodes_per_task)]
-    data = collate(demos, tok.pad_id)  # ids [N, T], policy_mask [N, T-1]
+    return collate(demos, tok.pad_id)
+
+
+def _cloning_loss(model: TinyAgent, data: dict[str, torch.Tensor], idx: torch.Tensor, tool_coef: float
+                  ) -> torch.Tensor:
+    """Cross-entropy of the demonstrations ``idx`` on their policy tokens, plus ``tool_coef`` times
+    that on the tool outputs of ``data["tool_mask"]``."""
+    ids = data["ids"][idx]  # [b, T]
+    mask = data["policy_mask"][idx]  # [b, T-1]
+    T = int((data["owner"][idx] > 0).sum(1).max())  # trim shared right padding
+    logp = sequence_log_probs(model, ids[:, :T])  # [b, T-1]
+    loss = -masked_mean(logp, mask[:, : T - 1])  # cross-entropy on policy tokens
     if tool_coef:
-        call_ids = None if tool_calls is None else [tok.ids[c] for c in tool_calls]
-        tool_mask = tool_output_mask(data["ids"], data["owner"], call_ids)  # [N, T-1] targets the tools wrote
-    model = TinyAgent(config or TinyAgentConfig(vocab_size=tok.vocab_size))
-    drills = EditPractice(tok, practice, seed=seed, tasks=practice_tasks) if practice else None
-    if drills is not None:  # what the edit ops do, learnt before how to play
-        opt = torch.optim.Adam(model.parameters(), lr=practice_lr)
-        for _ in range(practice_steps):
-            loss = drills.loss(model, practice_batch_size)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+        loss = loss - tool_coef * masked_mean(logp, data["tool_mask"][idx, : T - 1])
+    return loss
+
+
+def _practise_edits(model: TinyAgent, edit_practice: EditPractice, steps: int, batch_size: int, lr: float) -> None:
+    """``steps`` Adam steps (an optimizer of their own) on the answers of ``batch_size`` practice transcripts."""
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     for _ in range(steps):
-        idx = torch.randint(len(demos), (batch_size,), generator=gen)  # [b]
-        ids = data["ids"][idx]  # [b, T]
-        mask = data["policy_mask"][idx]  # [b, T-1]
-        T = int((data["owner"][idx] > 0).sum(1).max())  # trim shared right padding
-        logp = sequence_log_probs(model, ids[:, :T])  # [b, T-1]
-        loss = -masked_mean(logp, mask[:, : T - 1])  # cross-entropy on policy tokens
-        if tool_coef:
-            loss = loss - tool_coef * masked_mean(logp, tool_mask[idx, : T - 1])
-        if drills is not None:
-            loss = loss + drills.loss(model, batch_size)  # and kept while it learns to play
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    return model
+        _adam_step(opt, edit_practice.loss(model, batch_size))
+
+
+def _adam_step(opt: torch.optim.Optimizer, loss: torch.Tensor) -> None:
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
 
 
 _BASE_FORMAT = "bugfix_gym.base_agent/1"
@@ -148,15 +170,11 @@ def cached_base_agent(tok: Tokenizer, seed: int = 0, use_cache: bool = True, ver
     path = cache_dir() / f"base_agent-{_base_agent_key(tok, dict(seed=seed, **kwargs))}.pt"
     if use_cache and path.exists():
         try:
-            blob = torch.load(path, map_location="cpu", weights_only=True)
-            if blob.get("format") != _BASE_FORMAT:
-                raise ValueError("unknown format")
-            agent = TinyAgent(TinyAgentConfig(**blob["config"]))
-            agent.load_state_dict(blob["state_dict"])
+            agent = load_state_dict_file(path, expected_format=_BASE_FORMAT)
             if verbose:
                 print(f"base agent loaded from {path}")
             return agent
-        except Exception as e:  # corrupt / truncated / stale: retrain below
+        except Exception as e:  # noqa: BLE001 - corrupt / truncated / stale: retrain below
             warnings.warn(f"ignoring unreadable base-agent cache {path} ({type(e).__name__}: {e}); retraining")
     if verbose:
         print("training the base agent (behaviour cloning on scripted play; cached afterwards) ...")
@@ -171,20 +189,7 @@ def cached_base_agent(tok: Tokenizer, seed: int = 0, use_cache: bool = True, ver
 def _write_cache(path: Path, agent: TinyAgent) -> None:
     """Write the agent to ``path`` atomically; any failure (unwritable folder, full disk) is a
     warning, and no temporary file is left behind."""
-    tmp = None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            torch.save({"format": _BASE_FORMAT, "config": dataclasses.asdict(agent.config),
-                        "state_dict": agent.state_dict()}, f)
-        os.replace(tmp, path)  # atomic: a concurrent reader sees the old file or the new one
-        tmp = None
+        save_state_dict_file(path, agent, _BASE_FORMAT)  # atomic: a concurrent reader sees the old file or the new
     except Exception as e:  # noqa: BLE001 - the cache is an optimisation: never fail the caller for it
         warnings.warn(f"could not write the base-agent cache {path}: {type(e).__name__}: {e}")
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass

@@ -89,12 +89,19 @@ def make_tokenizer(recipe: dict[str, Any]):
     return fixed_tokenizer() if recipe["tokenizer"] == "fixed" else build_tokenizer()
 
 
-def make_base_agent(recipe: dict[str, Any], tok, seed: int, verbose: int = 0):
-    """The recipe's base agent: ``"auto"`` (TokenPPO's default, the book's) or behaviour cloning
-    (cached on disk) on ``n_tasks`` episodes of scripted play: on generated train tasks,
-    ``ambiguous_share`` of them from ``bugfix_gym.generator.AMBIGUOUS``, drawn with seed
-    ``1000 + seed``; or, with ``tasks="book"``, on the book's 20 train tasks, ``n_tasks / 20``
-    episodes each. ``env`` holds BugFix-v0 options of the demonstration env."""
+def base_agent(recipe: dict[str, Any], tok, seed: int, verbose: int = 0):
+    """The recipe's base agent: ``"auto"`` (TokenPPO's default, the book's) or the one builder,
+    :func:`agents.bugfix.base_agent.cached_base_agent`, with the recipe's choices: behaviour cloning
+    on ``n_tasks`` episodes of scripted play: on generated train tasks, ``ambiguous_share`` of them
+    from ``bugfix_gym.generator.AMBIGUOUS``, drawn with seed ``1000 + seed``; or, with
+    ``tasks="book"``, on the book's 20 train tasks, ``n_tasks / 20`` episodes each. ``env`` holds
+    BugFix-v0 options of the demonstration env.
+
+    :param recipe: a recipe (:data:`RECIPES`)
+    :param tok: its tokenizer (:func:`make_tokenizer`)
+    :param seed: the run's seed
+    :param verbose: 1 prints where the agent came from
+    """
     spec = recipe["base_agent"]
     if isinstance(spec, str):
         return spec

@@ -20,7 +20,7 @@ from agents.cli.report import before_after, eval_sets, jsonable, plot_learning_c
 from agents.cli.settings import train_settings
 
 if TYPE_CHECKING:
-    from agents.algorithms.callbacks import KeepBest
+    from agents.bugfix.callbacks import KeepBest
     from agents.algorithms.ppo import TokenPPO
 
 
@@ -103,7 +103,7 @@ def _new_model(settings: dict[str, Any], env: Any) -> TokenPPO:
         policy_kwargs["call_mask_key"] = settings.get("call_mask")
         policy_kwargs["foresight"] = settings.get("foresight")
     check_memory(settings, dataclasses.asdict(TinyAgentConfig(vocab_size=tok.vocab_size)))  # before any work
-    base_agent = recipes.make_base_agent(settings, tok, settings["seed"])
+    base_agent = recipes.base_agent(settings, tok, settings["seed"])
     model = TokenPPO("TinyAgentPolicy", env, seed=settings["seed"], policy_kwargs=policy_kwargs,
                      base_agent=base_agent, tensorboard_log=None, **settings["ppo"])
     set_lr_schedule(model, settings)
@@ -134,7 +134,7 @@ def resume_run(out: Path) -> TrainingRun:
     restore_training_state(model, resume_state)
     set_lr_schedule(model, settings)
     check_memory(settings, model.policy_kwargs["model_config"])
-    print(f"resuming {out} at iteration {model._iteration} ({model.num_timesteps} env steps done)", flush=True)
+    print(f"resuming {out} at iteration {model.iteration} ({model.num_timesteps} env steps done)", flush=True)
     return TrainingRun(out, settings, model, before=None, resumed=True)
 
 
@@ -155,7 +155,7 @@ def train(run: TrainingRun, keep_best: KeepBest | None, progress: bool) -> int |
     snapshots = Snapshots()
     callbacks: list[Any] = [snapshots]
     if settings.get("iterations"):  # the book counts iterations; SB3's loop then runs until the callback stops it
-        remaining, unit = settings["iterations"] - model._iteration, "iterations"
+        remaining, unit = settings["iterations"] - model.iteration, "iterations"
         callbacks.append(StopAfterIterations(remaining))
         total_timesteps = 10**12
     else:
@@ -187,7 +187,7 @@ def _keep_best(run: TrainingRun) -> KeepBest | None:
 
     :param run: the run
     """
-    from agents.algorithms.callbacks import KeepBest
+    from agents.bugfix.callbacks import KeepBest
     from agents.bugfix import recipes
 
     settings = run.settings
@@ -216,7 +216,7 @@ def report(run: TrainingRun, keep_best: KeepBest | None, started: float) -> None
     model.save(model_path)
     (out / RESUME_FILE).unlink(missing_ok=True)
     after = _evaluate(model, settings)
-    print(f"\n{model._iteration} iterations, {model.num_timesteps} env steps, {model.total_policy_tokens} policy "
+    print(f"\n{model.iteration} iterations, {model.num_timesteps} env steps, {model.total_policy_tokens} policy "
           f"tokens in {run.train_s:.0f} s\n")
     print(table(before_after(run.before, after)))
     png = out / "learning_curve.png"

@@ -14,6 +14,12 @@ A saved TokenPPO / Reinforce keeps Stable-Baselines3's zip layout — ``data``, 
 Sizes are checked before anything is read: the whole file, each entry's declared size, and
 the bytes actually decompressed. Every problem is a one-line ``ValueError``.
 
+As in SB3's ``save_util``, this module knows no algorithm: the algorithm assembles the plain
+``data`` and its state dicts (``params``) and hands them to :func:`write`; :func:`read` returns them
+checked, and the algorithm rebuilds itself from them
+(:meth:`agents.algorithms.on_policy.TokenOnPolicyAlgorithm.load`). The helpers below turn the
+values an algorithm holds (schedules, optimizer classes, spaces) into JSON data and back.
+
 Where it differs from SB3: ``stable_baselines3``'s own ``BaseAlgorithm.load`` cannot rebuild
 these files (there is no pickled policy class to read), and a learning-rate or clip-range
 *schedule* is saved as its starting value (a warning says so; ``bugfix-gym train --resume`` sets the
@@ -23,15 +29,17 @@ run's schedule again).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import io
 import json
+import os
 import pathlib
 import platform
+import tempfile
 import warnings
 import zipfile
 import zlib
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, BinaryIO, Callable
 
 import numpy as np
 import torch as th
@@ -41,9 +49,6 @@ from stable_baselines3.common.utils import ConstantSchedule, FloatSchedule
 from bugfix_gym.spaces import BufferedText
 
 from agents.model.tinyagent import TinyAgent, TinyAgentConfig
-
-if TYPE_CHECKING:
-    from agents.algorithms.on_policy import TokenOnPolicyAlgorithm
 
 FORMAT = "bugfix_gym.token_algorithm/2"
 MiB = 1 << 20
@@ -62,13 +67,14 @@ PARAM_ENTRIES = {"policy.pth": "policy", "policy.optimizer.pth": "policy.optimiz
 OPTIMIZERS = {name: getattr(th.optim, name) for name in ("Adam", "AdamW", "SGD", "RMSprop")}
 
 
-@dataclass
+@dataclasses.dataclass
 class ModelFile:
     """What :func:`read` found: the JSON ``data`` and the state dicts (``policy``,
-    ``policy.optimizer``, optionally ``ref_model``)."""
+    ``policy.optimizer``, optionally ``ref_model``), and the file's name for messages."""
 
     data: dict[str, Any]
     params: dict[str, dict[str, Any]]
+    name: str = "the model file"
 
 
 class ModelFileError(ValueError):
@@ -76,24 +82,15 @@ class ModelFileError(ValueError):
 
 
 # ---------------------------------------------------------------------- writing
-def save(algo: "TokenOnPolicyAlgorithm", path: str | pathlib.Path | io.BufferedIOBase) -> None:
-    """Write ``algo`` to ``path`` (``.zip`` is added to a path without a suffix) or a binary file object."""
-    data = {
-        "format": FORMAT,
-        "algorithm": type(algo).__name__,
-        "args": {name: _json_arg(algo, name) for name in algo.saved_args},
-        "seed": algo.seed,
-        "policy_kwargs": _json_policy_kwargs(algo.policy_kwargs),
-        "spaces": {"observation": space_to_json(algo.observation_space), "action": space_to_json(algo.action_space)},
-        "counters": {"num_timesteps": int(algo.num_timesteps), "n_updates": int(algo._n_updates),
-                     "iteration": int(algo._iteration), "total_policy_tokens": int(algo.total_policy_tokens)},
-        "state": algo._extra_state(),
-    }
-    text = json.dumps(data, allow_nan=False)
-    params = {"policy": algo.policy.state_dict(), "policy.optimizer": algo.policy.optimizer.state_dict()}
-    ref = getattr(algo, "ref_model", None)
-    if ref is not None:
-        params["ref_model"] = ref.state_dict()
+def write(path: str | pathlib.Path | io.BufferedIOBase, data: dict[str, Any], params: dict[str, dict[str, Any]]
+          ) -> None:
+    """Write a model file: SB3's ``save_to_zip_file`` without pickles.
+
+    :param path: a path (``.zip`` is added to one without a suffix; folders are created) or a binary file object
+    :param data: the algorithm's plain data (JSON: what :func:`plain` returns), stamped here with :data:`FORMAT`
+    :param params: state dicts by :data:`PARAM_ENTRIES` key (``policy``, ``policy.optimizer``, ``ref_model``)
+    """
+    text = json.dumps({"format": FORMAT, **data}, allow_nan=False)
     if isinstance(path, (str, pathlib.Path)):
         path = pathlib.Path(path)
         if not path.suffix:
@@ -118,29 +115,50 @@ def _tensor_bytes(obj: Any) -> bytes:
     return buf.getvalue()
 
 
-def _json_arg(algo: Any, name: str) -> Any:
-    value = getattr(algo, name)
+def saved_value(value: Any, name: str) -> Any:
+    """A constructor argument as JSON data; an SB3 schedule becomes its starting value (with a warning
+    for a real schedule, which a model file cannot keep).
+
+    :param value: the argument's value
+    :param name: its name, for messages
+    """
     if isinstance(value, FloatSchedule):
         value = value.value_schedule
     if isinstance(value, ConstantSchedule):
         value = value.val
     if callable(value):  # a real schedule: its value at the start (a decayed one can be 0, not a valid rate)
-        warnings.warn(f"{name} is a schedule; the model file keeps its starting value only", stacklevel=3)
+        warnings.warn(f"{name} is a schedule; the model file keeps its starting value only", stacklevel=6)
         value = float(value(1.0))
-    return _plain(value, name)
+    return plain(value, name)
 
 
-def _json_policy_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+def policy_kwargs_to_json(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The policy's keyword arguments as JSON data (an ``optimizer_class`` by its name)."""
     out = dict(kwargs)
     cls = out.get("optimizer_class")
     if cls is not None:
         if OPTIMIZERS.get(getattr(cls, "__name__", "")) is not cls:
             raise ValueError(f"cannot save optimizer_class {cls!r}: model files keep one of {sorted(OPTIMIZERS)}")
         out["optimizer_class"] = getattr(cls, "__name__")
-    return {k: _plain(v, f"policy_kwargs[{k!r}]") for k, v in out.items()}
+    return {k: plain(v, f"policy_kwargs[{k!r}]") for k, v in out.items()}
 
 
-def _plain(value: Any, where: str) -> Any:
+def policy_kwargs_from_json(kwargs: dict[str, Any], name: str) -> dict[str, Any]:
+    """What :func:`policy_kwargs_to_json` wrote, with the ``optimizer_class`` looked up again.
+
+    :param kwargs: the file's ``policy_kwargs``
+    :param name: the file's name, for messages
+    """
+    out = dict(kwargs)
+    if "optimizer_class" in out:
+        opt = OPTIMIZERS.get(str(out["optimizer_class"]))
+        if opt is None:
+            raise ModelFileError(f"{name}: unknown optimizer_class {str(out['optimizer_class'])[:40]!r}")
+        out["optimizer_class"] = opt
+    return out
+
+
+def plain(value: Any, where: str) -> Any:
     """``value`` as JSON data (tuples become lists), or a one-line error."""
     if value is None or isinstance(value, (bool, str)):
         return value
@@ -149,23 +167,25 @@ def _plain(value: Any, where: str) -> Any:
     if isinstance(value, (float, np.floating)):
         return float(value)
     if isinstance(value, (list, tuple)):
-        return [_plain(v, where) for v in value]
+        return [plain(v, where) for v in value]
     if isinstance(value, dict) and all(isinstance(k, str) for k in value):
-        return {k: _plain(v, where) for k, v in value.items()}
+        return {k: plain(v, where) for k, v in value.items()}
     raise ValueError(f"cannot save {where}: {type(value).__name__} is not plain data (numbers, strings, lists, dicts)")
 
 
 def space_to_json(space: spaces.Space | None) -> dict[str, Any] | None:
-    """A text space as JSON (the only kind the token algorithms train on)."""
+    """A text space as JSON (the only kind the token algorithms train on); its characters sorted, so
+    the same model writes the same file."""
     if space is None:
         return None
     if isinstance(space, spaces.Text):
         return {"type": "Text", "min_length": space.min_length, "max_length": space.max_length,
-                "charset": "".join(space.character_set)}
+                "charset": "".join(sorted(space.character_set))}
     raise ValueError(f"cannot save a {type(space).__name__} space; the token algorithms act in Text spaces")
 
 
 def space_from_json(data: Any) -> spaces.Space | None:
+    """What :func:`space_to_json` wrote, as the text space the env uses."""
     if data is None:
         return None
     if not isinstance(data, dict) or data.get("type") != "Text":
@@ -215,7 +235,7 @@ def read(path: str | pathlib.Path | io.BufferedIOBase) -> ModelFile:
     params = {key: _load_tensors(raw[entry], entry, name) for entry, key in PARAM_ENTRIES.items() if entry in raw}
     if "pytorch_variables.pth" in raw:  # unused here, but checked like the others: nothing unpickles
         _load_tensors(raw["pytorch_variables.pth"], "pytorch_variables.pth", name)
-    return ModelFile(data, params)
+    return ModelFile(data, params, name)
 
 
 def _read_entry(archive: zipfile.ZipFile, info: zipfile.ZipInfo, name: str) -> bytes:
@@ -270,73 +290,20 @@ def _load_tensors(blob: bytes, entry: str, name: str) -> dict[str, Any]:
     return obj
 
 
-# ---------------------------------------------------------------------- loading
-def load(cls: type["TokenOnPolicyAlgorithm"], path: str | pathlib.Path | io.BufferedIOBase, env: Any = None,
-         device: th.device | str = "cpu", **overrides: Any) -> Any:
-    """Rebuild an algorithm saved by :func:`save`: the constructor from ``data``, then the weights.
-
-    :param cls: the algorithm class (its name must match the file's)
-    :param path: the model file
-    :param env: the env to continue with (its spaces must match the saved ones), or None
-    :param device: torch device
-    :param overrides: constructor arguments that replace the saved ones
-    """
-    mf = read(path)
-    data, name = mf.data, str(path) if isinstance(path, (str, pathlib.Path)) else "the model file"
-    if data["algorithm"] != cls.__name__:
-        raise ModelFileError(f"{name} holds a {str(data['algorithm'])[:40]} model; load it with "
-                             f"{str(data['algorithm'])[:40]}.load")
-    args = dict(data["args"])
-    unknown = sorted(set(args) - set(cls.saved_args))
-    if unknown:
-        raise ModelFileError(f"{name}: unknown argument {unknown[0]!r} for {cls.__name__}")
-    args.update(overrides)
-    policy_kwargs = dict(data["policy_kwargs"])
-    if "optimizer_class" in policy_kwargs:
-        opt = OPTIMIZERS.get(str(policy_kwargs["optimizer_class"]))
-        if opt is None:
-            raise ModelFileError(f"{name}: unknown optimizer_class {str(policy_kwargs['optimizer_class'])[:40]!r}")
-        policy_kwargs["optimizer_class"] = opt
-    obs_space = space_from_json(data["spaces"].get("observation"))
-    act_space = space_from_json(data["spaces"].get("action"))
-    if env is not None:
-        env = cls._wrap_env(env, int(args.get("verbose", 0)))
-        if env.observation_space != obs_space or env.action_space != act_space:
-            raise ValueError(f"the env's spaces ({env.observation_space}, {env.action_space}) differ from the "
-                             f"saved model's ({obs_space}, {act_space})")
-    try:
-        model = cls("TinyAgentPolicy", env=None, base_agent=None, policy_kwargs=policy_kwargs, seed=data.get("seed"),
-                    device=device, _init_setup_model=False, **args)
-        model.observation_space, model.action_space = obs_space, act_space  # type: ignore[assignment]
-        model.n_envs = 1 if env is None else env.num_envs
-        model._setup_model()
-        model.policy.load_state_dict(mf.params["policy"])
-        if "policy.optimizer" in mf.params:
-            model.policy.optimizer.load_state_dict(mf.params["policy.optimizer"])
-        ref = getattr(model, "ref_model", None)
-        if ref is not None and "ref_model" in mf.params:
-            ref.load_state_dict(mf.params["ref_model"])
-        counters = data["counters"]
-        model.num_timesteps = int(counters["num_timesteps"])
-        model._n_updates = int(counters["n_updates"])
-        model._iteration = int(counters["iteration"])
-        model.total_policy_tokens = int(counters["total_policy_tokens"])
-        model._set_extra_state(data.get("state") or {})
-    except ModelFileError:
-        raise
-    except (KeyError, TypeError, ValueError, RuntimeError) as e:
-        raise ModelFileError(f"{name} does not fit {cls.__name__}: {type(e).__name__}: "
-                             f"{str(e).splitlines()[0][:200] if str(e) else ''}") from None
-    if env is not None:
-        model.set_env(env)
-    return model
-
-
-def load_state_dict_file(path: str | pathlib.Path) -> TinyAgent:
+# ---------------------------------------------------------------------- weights files and snapshots
+def load_state_dict_file(path: str | pathlib.Path, expected_format: str | None = None) -> TinyAgent:
     """A TinyAgent from a ``.pt`` file holding ``{"config": {...}, "state_dict": {...}}`` (e.g. a cached
-    base agent), read with ``weights_only=True``."""
+    base agent), read with ``weights_only=True``.
+
+    :param path: the file
+    :param expected_format: if given, the file's ``"format"`` entry must be this
+    :raises FileNotFoundError: no such file
+    :raises ModelFileError: a corrupt, foreign or unsafe file (one line, naming the cause's type)
+    """
     try:
         blob = th.load(path, map_location="cpu", weights_only=True)
+        if expected_format is not None and blob.get("format") != expected_format:
+            raise ValueError(f"not format {expected_format}")
         model = TinyAgent(TinyAgentConfig(**blob["config"]))
         model.load_state_dict(blob["state_dict"])
     except FileNotFoundError:
@@ -346,17 +313,51 @@ def load_state_dict_file(path: str | pathlib.Path) -> TinyAgent:
     return model
 
 
-class ParameterSnapshot:
-    """A copy of a policy's parameters and optimizer state, restored after a diverged update.
+def save_state_dict_file(path: pathlib.Path, model: TinyAgent, file_format: str) -> None:
+    """Write what :func:`load_state_dict_file` reads, atomically (:func:`atomic_write`).
 
-    :param policy: an SB3 policy with an ``optimizer``
+    :param path: the file (its folder is created)
+    :param model: the TinyAgent
+    :param file_format: the ``"format"`` entry, checked again on reading
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, lambda f: th.save({"format": file_format, "config": dataclasses.asdict(model.config),
+                                          "state_dict": model.state_dict()}, f))
+
+
+def atomic_write(path: pathlib.Path, write: Callable[[BinaryIO], Any]) -> None:
+    """Write a file through a temporary neighbour of its own and ``os.replace``: readers (and
+    concurrent writers) never see half a file, and a failure leaves no temporary file behind.
+
+    :param path: the file to (re)write; its folder must exist
+    :param write: writes the content to the binary file object it is given
+    """
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+class ParameterSnapshot:
+    """A copy, in memory, of a policy's parameters and (by default) its optimizer's state: taken before
+    an update that may diverge, at the start of an iteration, or of weights worth keeping.
+
+    :param policy: an SB3 policy (with an ``optimizer`` unless ``with_optimizer`` is False)
+    :param with_optimizer: also copy the optimizer's state
     """
 
-    def __init__(self, policy: th.nn.Module):
+    def __init__(self, policy: th.nn.Module, with_optimizer: bool = True):
         self.policy = policy
         self.params = copy.deepcopy(policy.state_dict())
-        self.optimizer = copy.deepcopy(policy.optimizer.state_dict())  # type: ignore[union-attr]
+        optimizer: Any = policy.optimizer if with_optimizer else None
+        self.optimizer = copy.deepcopy(optimizer.state_dict()) if optimizer is not None else None
 
     def restore(self) -> None:
+        """Put the copied parameters (and optimizer state) back into the policy."""
         self.policy.load_state_dict(self.params)
-        self.policy.optimizer.load_state_dict(self.optimizer)  # type: ignore[union-attr]
+        if self.optimizer is not None:
+            self.policy.optimizer.load_state_dict(self.optimizer)  # type: ignore[union-attr]

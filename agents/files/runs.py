@@ -15,22 +15,30 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import pathlib
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-import numpy as np
-import torch as th
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.monitor import Monitor
 
-from agents.files import checkpoint
-
-if TYPE_CHECKING:
-    from agents.algorithms.on_policy import TokenOnPolicyAlgorithm
+from agents.files.checkpoint import ParameterSnapshot, atomic_write
 
 MODEL_FILE, RUN_FILE, RESUME_FILE = "tokenppo.zip", "run.json", "resume.json"
+
+
+class TokenAlgorithm(Protocol):
+    """What a run needs of a token algorithm (:class:`agents.algorithms.on_policy.TokenOnPolicyAlgorithm`):
+    SB3's algorithm, its training progress and its sampling state, all public methods."""
+
+    env: Any
+    policy: Any
+
+    def save(self, path: Any) -> None: ...
+    def training_progress(self) -> dict[str, Any]: ...
+    def set_training_progress(self, progress: dict[str, Any]) -> None: ...
+    def sampling_state(self) -> dict[str, Any]: ...
+    def set_sampling_state(self, state: dict[str, Any]) -> None: ...
 
 
 def new_run_dir(root: str | pathlib.Path = "runs", prefix: str = "tokenppo") -> pathlib.Path:
@@ -50,20 +58,19 @@ def new_run_dir(root: str | pathlib.Path = "runs", prefix: str = "tokenppo") -> 
 
 
 # ---------------------------------------------------------------------- training state
-def training_state(algo: Any) -> dict[str, Any]:
-    """Everything besides the model file that decides how training continues, as JSON data."""
+def training_state(algo: TokenAlgorithm) -> dict[str, Any]:
+    """Everything besides the model file that decides how training continues, as JSON data: the
+    algorithm's sampling state and the envs' own (episodes in progress, random generators)."""
     envs = algo.env.env_method("get_state") if algo.env is not None else None
     monitored = algo.env is not None and all(algo.env.env_is_wrapped(Monitor))
     return {
-        "sampler": algo.sampler.get_state() if algo.sampler is not None else None,
+        **algo.sampling_state(),
         "envs": envs,
         "monitor_rewards": [list(map(float, r)) for r in algo.env.get_attr("rewards")] if monitored else None,
-        "sample_generator": algo.sample_generator.get_state().tolist(),
-        "shuffle_rng": algo._shuffle_rng.bit_generator.state if hasattr(algo, "_shuffle_rng") else None,
     }
 
 
-def restore_training_state(algo: Any, state: dict[str, Any]) -> None:
+def restore_training_state(algo: TokenAlgorithm, state: dict[str, Any]) -> None:
     """Put back what :func:`training_state` returned (the envs must be the same kind and number)."""
     if state["envs"] is not None:
         if algo.env is None or algo.env.num_envs != len(state["envs"]):
@@ -73,13 +80,7 @@ def restore_training_state(algo: Any, state: dict[str, Any]) -> None:
             algo.env.env_method("set_state", env_state, indices=[i])
             if state.get("monitor_rewards") is not None:
                 algo.env.set_attr("rewards", list(state["monitor_rewards"][i]), indices=[i])
-    algo.sampler.set_state(state["sampler"])
-    algo.sample_generator.set_state(th.tensor(state["sample_generator"], dtype=th.uint8))
-    if state["shuffle_rng"] is not None:
-        rng = np.random.default_rng()
-        rng.bit_generator.state = state["shuffle_rng"]
-        algo._shuffle_rng = rng
-    algo._last_obs = np.zeros(algo.env.num_envs, dtype=object)  # SB3 must not reset the envs in learn()
+    algo.set_sampling_state(state)
 
 
 class Snapshots(BaseCallback):
@@ -99,51 +100,35 @@ class Snapshots(BaseCallback):
         return True
 
     @property
-    def algo(self) -> "TokenOnPolicyAlgorithm":
+    def algo(self) -> TokenAlgorithm:
         return self.model  # type: ignore[return-value]  # the callback runs inside a token algorithm's learn()
 
     def take(self) -> None:
+        """Copy the weights, the optimizer, the training progress and the training state."""
         algo = self.algo
         self.last = {
-            "params": copy.deepcopy(algo.policy.state_dict()),
-            "optimizer": copy.deepcopy(algo.policy.optimizer.state_dict()),
-            "counters": (algo.num_timesteps, algo._n_updates, algo._iteration, algo.total_policy_tokens),
-            "extra": copy.deepcopy(algo._extra_state()),
+            "weights": ParameterSnapshot(algo.policy),
+            "progress": copy.deepcopy(algo.training_progress()),
             "training": copy.deepcopy(training_state(algo)),
-            "diagnostics": len(algo.diagnostics),
         }
 
     @property
     def iteration(self) -> int:
-        return 0 if self.last is None else int(self.last["counters"][2])
+        """The iteration the snapshot was taken at (its updates done)."""
+        return 0 if self.last is None else int(self.last["progress"]["counters"]["iteration"])
 
     def save(self, run_dir: str | pathlib.Path) -> pathlib.Path:
         """Write the snapshot as the run's model and resume state; returns the model path."""
         if self.last is None:
             raise RuntimeError("no snapshot taken yet")
         algo, snap = self.algo, self.last
-        algo.policy.load_state_dict(snap["params"])  # training stops here: roll back to the snapshot
-        algo.policy.optimizer.load_state_dict(snap["optimizer"])
-        algo.num_timesteps, algo._n_updates, algo._iteration, algo.total_policy_tokens = snap["counters"]
-        algo._set_extra_state(snap["extra"])
+        snap["weights"].restore()  # training stops here: roll back to the snapshot
+        algo.set_training_progress(snap["progress"])
         run_dir = pathlib.Path(run_dir)
         path = run_dir / MODEL_FILE
-        atomic_write(path, lambda f: checkpoint.save(algo, f))
+        atomic_write(path, algo.save)
         atomic_write(run_dir / RESUME_FILE, lambda f: f.write(json.dumps(snap["training"]).encode()))
         return path
-
-
-def atomic_write(path: pathlib.Path, write) -> None:
-    """Write a file through a temporary neighbour and ``os.replace``: readers never see half a file,
-    and a failure leaves no temporary file behind."""
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(tmp, "wb") as f:
-            write(f)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 # ---------------------------------------------------------------------- memory
