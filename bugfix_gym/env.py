@@ -6,7 +6,7 @@ import math
 import numbers
 import re
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Optional, Sequence, Tuple
 
 import gymnasium as gym
 import numpy as np
@@ -25,6 +25,10 @@ HIDEABLE = ("read", "test")  # tools whose output ``hide_outputs`` can blank
 HIDDEN_OUTPUT = "output hidden"
 _UNPRINTABLE = re.compile(r"[^\t\n\x20-\x7e]")  # escape sequences, \r, \x0b, \x0c, unicode: never shown
 MAX_KEPT_ACTION_CHARS = 256  # info["actions"] and the transcript keep at most this much of one action
+
+Tool = Callable[[Optional[str]], Tuple[str, float]]
+"""A tool's handler: the call's argument (the op of an ``edit``, else None) -> (the tool's output, its part of
+the step's reward)."""
 
 
 class BugFixEnv(gym.Env):
@@ -176,6 +180,9 @@ class BugFixEnv(gym.Env):
         self.render_mode = render_mode
         self.action_space = BufferedText(MAX_ACTION_CHARS, min_length=0, charset=CHARSET)
         self.observation_space = BufferedText(MAX_OBS_CHARS, min_length=0, charset=CHARSET)
+        self.tools: dict[str, Tool] = {"read": self._read, "test": self._test, "edit": self._edit,
+                                       "revert": self._revert, "submit": self._submit}
+        """The table of tools ``step`` dispatches to: a call's name -> its handler."""
         self.task: Task | None = None
         self.source = ""
         self.transcript: list[tuple[int, str]] = []
@@ -208,6 +215,37 @@ class BugFixEnv(gym.Env):
         return obs, self._info()
 
     def step(self, action: str):
+        self._check_step(action)
+        self.turn += 1
+        kept = action[:MAX_KEPT_ACTION_CHARS]
+        self.actions.append(kept)
+        reward = 0.0 - self.call_cost  # not -0.0 when there is no cost
+        call, why = self._legal_call(action)
+        self.valid = call is not None
+        if self.tool_latency_s and call is not None and call[0] in ("test", "submit"):
+            time.sleep(self.tool_latency_s)  # stands in for running the tests in a container
+        if call is None:
+            self.n_invalid += 1
+            obs = why
+            reward -= self.invalid_cost
+        elif call[0] in self.hide_outputs:
+            obs = HIDDEN_OUTPUT
+        else:
+            obs, tool_reward = self.tools[call[0]](call[1])
+            reward += tool_reward
+        terminated = self.stop == "submit"
+        truncated = not terminated and self.turn >= self.max_turns
+        if truncated:
+            self.stop = "budget"
+        self._done = terminated or truncated
+        obs = _printable(obs)
+        self.transcript += [(OWNER_POLICY, kept), (OWNER_TOOL, obs)]
+        if self.render_mode == "human":
+            self.render()
+        return obs, float(reward), bool(terminated), bool(truncated), self._info()
+
+    def _check_step(self, action: Any) -> None:
+        """One clear error for a step the env cannot take: a non-string action, or no episode running."""
         if not isinstance(action, str):
             raise TypeError(f"BugFix-v0 actions are call strings such as 'read' or 'edit fix_init', got "
                             f"{type(action).__name__}; wrap the env in bugfix_gym.wrappers.DiscreteCalls "
@@ -216,59 +254,59 @@ class BugFixEnv(gym.Env):
             raise RuntimeError("call reset() before step()")
         if self._done:
             raise RuntimeError("the episode has ended; call reset() before step()")
-        self.turn += 1
-        self.actions.append(action[:MAX_KEPT_ACTION_CHARS])
-        reward = 0.0 - self.call_cost  # not -0.0 when there is no cost
-        terminated = False
+
+    def _legal_call(self, action: str) -> tuple[tuple[str, str | None] | None, str]:
+        """``(call, "")`` for a legal call, ``(None, why)`` for an invalid one (``revert`` is legal only
+        after the source changed)."""
+        assert self.task is not None
         call = tools.parse_call(action)
-        if call is not None and call[0] == "revert" and self.source == self.task.source:
-            call, obs = None, "invalid call : nothing to revert"
-        else:
-            obs = None
-        self.valid = call is not None
-        if self.tool_latency_s and call is not None and call[0] in ("test", "submit"):
-            time.sleep(self.tool_latency_s)  # stands in for running the tests in a container
         if call is None:
-            self.n_invalid += 1
-            obs = obs or tools.why_invalid(action)
-            reward -= self.invalid_cost
-        elif call[0] in self.hide_outputs:
-            obs = HIDDEN_OUTPUT
-        elif call[0] == "read":
-            obs = self.source
-        elif call[0] == "test":
-            report = run_tests(self.task, self.source, "visible")
-            obs = f"visible tests : {report.passed} / {report.total} passed"
-            if report.first_failure:
-                obs += f" . first failure : {report.first_failure}"
-            if report.passed < report.total:
-                self._failed.add(self.source)
-        elif call[0] == "edit":
-            new = apply_op(self.source, call[1])
-            obs = describe_change(self.source, new)
-            self._edits[(self.source, str(call[1]))] = new
-            reward -= self.edit_penalty + (self.no_change_cost if new == self.source else 0.0)
-            self.source = new
-            self.ops.append(str(call[1]))
-        elif call[0] == "revert":
-            self.source = self.task.source
-            obs = "reverted to the original source"
-        else:  # submit
-            report = run_tests(self.task, self.source, "hidden")
-            self.submitted, self.hidden_pass = True, report.ok
-            self.stop, terminated = "submit", True
-            reward += 1.0 if report.ok else 0.0
-            obs = "hidden tests passed" if report.ok else f"hidden tests failed : {report.passed} / {report.total}"
-        truncated = not terminated and self.turn >= self.max_turns
-        if truncated:
-            self.stop = "budget"
-        self._done = terminated or truncated
-        obs = _printable(obs)
-        self.transcript.append((OWNER_POLICY, action[:MAX_KEPT_ACTION_CHARS]))
-        self.transcript.append((OWNER_TOOL, obs))
-        if self.render_mode == "human":
-            self.render()
-        return obs, float(reward), bool(terminated), bool(truncated), self._info()
+            return None, tools.why_invalid(action)
+        if call[0] == "revert" and self.source == self.task.source:
+            return None, "invalid call : nothing to revert"
+        return call, ""
+
+    # ------------------------------------------------------------------ the tools
+    def _read(self, arg: str | None) -> tuple[str, float]:
+        """``read``: the current source."""
+        return self.source, 0.0
+
+    def _test(self, arg: str | None) -> tuple[str, float]:
+        """``test``: the visible tests' report; a source with a failure is remembered (useful_calls)."""
+        assert self.task is not None
+        report = run_tests(self.task, self.source, "visible")
+        obs = f"visible tests : {report.passed} / {report.total} passed"
+        if report.first_failure:
+            obs += f" . first failure : {report.first_failure}"
+        if report.passed < report.total:
+            self._failed.add(self.source)
+        return obs, 0.0
+
+    def _edit(self, op: str | None) -> tuple[str, float]:
+        """``edit <op>``: apply the op; costs ``edit_penalty``, plus ``no_change_cost`` if nothing changed."""
+        new = apply_op(self.source, str(op))
+        obs = describe_change(self.source, new)
+        self._edits[(self.source, str(op))] = new
+        cost = self.edit_penalty + (self.no_change_cost if new == self.source else 0.0)
+        self.source = new
+        self.ops.append(str(op))
+        return obs, -cost
+
+    def _revert(self, arg: str | None) -> tuple[str, float]:
+        """``revert``: back to the task's original source."""
+        assert self.task is not None
+        self.source = self.task.source
+        return "reverted to the original source", 0.0
+
+    def _submit(self, arg: str | None) -> tuple[str, float]:
+        """``submit``: run the hidden tests and end the episode; 1.0 if every one passes."""
+        assert self.task is not None
+        report = run_tests(self.task, self.source, "hidden")
+        self.submitted, self.hidden_pass = True, report.ok
+        self.stop = "submit"
+        if report.ok:
+            return "hidden tests passed", 1.0
+        return f"hidden tests failed : {report.passed} / {report.total}", 0.0
 
     def render(self):
         text = self.render_text()
