@@ -5,26 +5,26 @@ from __future__ import annotations
 import math
 import numbers
 import re
-import time
 from typing import Any, Callable, Optional, Sequence, Tuple
 
 import gymnasium as gym
 import numpy as np
 
 from . import tools
-from .generator import AMBIGUOUS, GENERATED_SPLITS, draw_task, with_inert_line
+from .generator import AMBIGUOUS, GENERATED_SPLITS, draw_task
 from .ops import FIX_OPS, apply_op, describe_change
 from .runner import run_tests
 from .spaces import BufferedText
 from .tasks import Task, get_task, make_tasks, task_from_data, task_to_data
 from .tokens import OWNER_PAD, OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL  # noqa: F401 (bugfix_gym.env.OWNER_* still works)
-from .tools import CHARSET, MAX_ACTION_CHARS
+from .tools import CHARSET, HIDEABLE, MAX_ACTION_CHARS  # noqa: F401 (bugfix_gym.env.HIDEABLE still works)
 
 MAX_OBS_CHARS = 4096
-HIDEABLE = ("read", "test")  # tools whose output ``hide_outputs`` can blank
-HIDDEN_OUTPUT = "output hidden"
 _UNPRINTABLE = re.compile(r"[^\t\n\x20-\x7e]")  # escape sequences, \r, \x0b, \x0c, unicode: never shown
 MAX_KEPT_ACTION_CHARS = 256  # info["actions"] and the transcript keep at most this much of one action
+WRAPPER_OPTIONS = {"statement_dropout": "StatementDropout", "inert_lines": "InertLines",
+                   "hide_outputs": "HideOutputs", "tool_latency_s": "ToolLatency"}
+"""``gym.make("BugFix-v0")`` options that are wrappers (:mod:`bugfix_gym.text_wrappers`), not env arguments."""
 
 Tool = Callable[[Optional[str]], Tuple[str, float]]
 """A tool's handler: the call's argument (the op of an ``edit``, else None) -> (the tool's output, its part of
@@ -91,10 +91,13 @@ class BugFixEnv(gym.Env):
     hidden tests too); only test reports the agent saw count, and the env does not enforce it).
 
     ## Arguments
-    ``gym.make("BugFix-v0", split="train", tasks=None, max_turns=6, call_cost=0.0,
-    edit_penalty=0.0, render_mode=None, generated=None, hide_outputs=(), invalid_cost=0.0,
-    tool_latency_s=0.0, ambiguous_share=0.0, statement_dropout=0.0, no_change_cost=0.0,
-    inert_lines=0.0)``.
+    ``BugFixEnv(split="train", tasks=None, max_turns=6, call_cost=0.0, edit_penalty=0.0,
+    render_mode=None, generated=None, invalid_cost=0.0, ambiguous_share=0.0, no_change_cost=0.0)``.
+    ``gym.make("BugFix-v0", ...)`` takes these and four more, ``statement_dropout=0.0``,
+    ``inert_lines=0.0``, ``hide_outputs=()`` and ``tool_latency_s=0.0``, which apply the wrappers of
+    :mod:`bugfix_gym.text_wrappers` (:class:`~bugfix_gym.text_wrappers.StatementDropout`,
+    :class:`~bugfix_gym.text_wrappers.InertLines`, :class:`~bugfix_gym.text_wrappers.HideOutputs`,
+    :class:`~bugfix_gym.text_wrappers.ToolLatency`): the env does the dynamics, they do the rest.
 
     :param split: the book's task set, ``"train"``, ``"heldout"`` or ``"all"``
     :param tasks: a fixed list of :class:`Task` (e.g. from ``generate_tasks`` or
@@ -119,34 +122,21 @@ class BugFixEnv(gym.Env):
     :param ambiguous_share: with ``generated="train"``: the share of episodes (in [0, 1]) drawn
         only from the train templates whose code carries two plausible defects
         (``bugfix_gym.generator.AMBIGUOUS``), where reading narrows the choice and a test decides it
-    :param hide_outputs: an ablation: the named tools (``"read"``, ``"test"``) answer
-        ``"output hidden"`` instead of their output; validity, rewards and episode end are
-        unchanged
     :param invalid_cost: subtracted from the reward of every invalid call (finite, >= 0),
         so an invalid call is no longer a free "not yet"
-    :param statement_dropout: a training augmentation: at ``reset`` each word of the statement is
-        left out of the prompt with this probability (in [0, 1), drawn with ``self.np_random``), so a
-        policy cannot lean on the exact wording of the statements it trains on; the task and its
-        tests are unchanged. Evaluate with 0.
-    :param inert_lines: a training augmentation: at ``reset``, with this probability (in [0, 1]),
-        the task's function gains one statement that does nothing (``<noun> = <parameter>``)
-        between two of its top-level statements (:func:`bugfix_gym.generator.with_inert_line`), so a
-        template's code is not always the same shape; every op still changes the same code, and
-        the tests and the fix are unchanged. Evaluate with 0.
-    :param tool_latency_s: seconds slept on every valid ``test`` and ``submit`` call (finite,
-        >= 0), a stand-in for running the tests in a container (to measure scale-out)
 
     ## Version History
-    * v0: initial release.
+    * v0: initial release; ``statement_dropout``, ``inert_lines``, ``hide_outputs`` and ``tool_latency_s``
+      moved from the env's arguments to wrappers applied by ``gym.make`` (same episodes).
     """
 
     metadata = {"render_modes": ["ansi", "human"], "render_fps": 4}
 
     def __init__(self, split: str = "train", tasks: Sequence[Task] | None = None, max_turns: int = 6,
                  call_cost: float = 0.0, edit_penalty: float = 0.0, render_mode: str | None = None,
-                 generated: str | None = None, hide_outputs: Sequence[str] = (), invalid_cost: float = 0.0,
-                 tool_latency_s: float = 0.0, ambiguous_share: float = 0.0, statement_dropout: float = 0.0,
-                 no_change_cost: float = 0.0, inert_lines: float = 0.0):
+                 generated: str | None = None, invalid_cost: float = 0.0, ambiguous_share: float = 0.0,
+                 no_change_cost: float = 0.0, **wrapper_options: Any):
+        _no_wrapper_options(wrapper_options)
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             # gymnasium only warns here too; SB3's make_vec_env asks for "rgb_array" by default
             gym.logger.warn(f"BugFix-v0 renders as text only ({self.metadata['render_modes']}); "
@@ -169,14 +159,10 @@ class BugFixEnv(gym.Env):
         if self.generated:  # no fixed pool: every reset draws a new task
             self.tasks, self.split = [], "generated"
         self.ambiguous_share = _ambiguous_share(ambiguous_share, self.generated)
-        self.statement_dropout = _probability("statement_dropout", statement_dropout, one=False)
-        self.inert_lines = _probability("inert_lines", inert_lines)
-        self.call_cost = _cost("call_cost", call_cost)
-        self.edit_penalty = _cost("edit_penalty", edit_penalty)
-        self.invalid_cost = _cost("invalid_cost", invalid_cost)
-        self.no_change_cost = _cost("no_change_cost", no_change_cost)
-        self.tool_latency_s = _cost("tool_latency_s", tool_latency_s)
-        self.hide_outputs = _hideable(hide_outputs)
+        self.call_cost = nonnegative("call_cost", call_cost)
+        self.edit_penalty = nonnegative("edit_penalty", edit_penalty)
+        self.invalid_cost = nonnegative("invalid_cost", invalid_cost)
+        self.no_change_cost = nonnegative("no_change_cost", no_change_cost)
         self.render_mode = render_mode
         self.action_space = BufferedText(MAX_ACTION_CHARS, min_length=0, charset=CHARSET)
         self.observation_space = BufferedText(MAX_OBS_CHARS, min_length=0, charset=CHARSET)
@@ -194,8 +180,6 @@ class BugFixEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
         self.task = self._choose_task(options)
-        if self.inert_lines and self.np_random.random() < self.inert_lines:
-            self.task = with_inert_line(self.task, self.np_random)
         self.source = self.task.source
         self.turn = 0
         self.actions: list[str] = []
@@ -208,7 +192,7 @@ class BugFixEnv(gym.Env):
         self._done = False
         self._edits = {}
         self._failed = set()
-        obs = _prompt(self.task, self._statement())
+        obs = prompt_observation(self.task, self.task.statement)
         self.transcript = [(OWNER_PROMPT, obs)]
         if self.render_mode == "human":
             self.render()
@@ -222,14 +206,10 @@ class BugFixEnv(gym.Env):
         reward = 0.0 - self.call_cost  # not -0.0 when there is no cost
         call, why = self._legal_call(action)
         self.valid = call is not None
-        if self.tool_latency_s and call is not None and call[0] in ("test", "submit"):
-            time.sleep(self.tool_latency_s)  # stands in for running the tests in a container
         if call is None:
             self.n_invalid += 1
             obs = why
             reward -= self.invalid_cost
-        elif call[0] in self.hide_outputs:
-            obs = HIDDEN_OUTPUT
         else:
             obs, tool_reward = self.tools[call[0]](call[1])
             reward += tool_reward
@@ -386,15 +366,6 @@ class BugFixEnv(gym.Env):
             lines.append(f"[episode over: {self.stop}]")
         return "\n".join(lines)
 
-    def _statement(self) -> str:
-        """The task's statement, each word left out with probability ``statement_dropout``."""
-        assert self.task is not None
-        if not self.statement_dropout:  # draws nothing, so the env's random stream is as without the option
-            return self.task.statement
-        words = self.task.statement.split()
-        keep = self.np_random.random(len(words)) >= self.statement_dropout
-        return " ".join(w for w, k in zip(words, keep) if k)
-
     def _choose_task(self, options: dict[str, Any] | None) -> Task:
         """The task of ``reset(options=...)``: the one named in ``options["task"]``, else a draw."""
         if options is None:
@@ -451,8 +422,9 @@ def _printable(text: str) -> str:
     return _UNPRINTABLE.sub("?", text[:MAX_OBS_CHARS].replace("\r\n", "\n"))
 
 
-def _prompt(task: Task, statement: str) -> str:
-    """The reset prompt inside the observation space; a huge statement is cut, the call menu kept."""
+def prompt_observation(task: Task, statement: str) -> str:
+    """The reset prompt showing ``statement`` (:func:`bugfix_gym.tools.prompt`) inside the observation space:
+    a huge statement is cut, the call menu kept."""
     text = tools.prompt(task, statement)
     if len(text) > MAX_OBS_CHARS:
         menu = " . calls : " + tools.MENU  # how tools.prompt ends
@@ -468,8 +440,8 @@ def _turn_budget(max_turns: Any) -> int:
     return int(max_turns)
 
 
-def _cost(name: str, value: Any) -> float:
-    """A reward option: a finite number >= 0."""
+def nonnegative(name: str, value: Any) -> float:
+    """A finite number >= 0 (a cost, a share, seconds), else a one-line error naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a finite number >= 0, got {type(value).__name__} {value!r:.40}")
     if not math.isfinite(value) or value < 0:
@@ -488,16 +460,8 @@ def _generator_split(generated: Any, tasks: Sequence[Task] | None) -> str | None
     return generated
 
 
-def _probability(name: str, p: Any, one: bool = True) -> float:
-    """A finite ``p`` in [0, 1] (in [0, 1) without ``one``), else a one-line error naming ``name``."""
-    p = _cost(name, p)
-    if p > 1 or (p == 1 and not one):
-        raise ValueError(f"{name} is a probability in [0, {'1]' if one else '1)'}, got {p!r}")
-    return p
-
-
 def _ambiguous_share(share: Any, generated: str | None) -> float:
-    share = _cost("ambiguous_share", share)
+    share = nonnegative("ambiguous_share", share)
     if share > 1:
         raise ValueError(f"ambiguous_share is a share of episodes in [0, 1], got {share!r}")
     if share and generated != "train":
@@ -505,11 +469,10 @@ def _ambiguous_share(share: Any, generated: str | None) -> float:
     return share
 
 
-def _hideable(hide_outputs: Any) -> tuple[str, ...]:
-    if isinstance(hide_outputs, str) or not isinstance(hide_outputs, (list, tuple, set, frozenset)):
-        raise TypeError(f"hide_outputs must be a list of tool names such as ['read', 'test'], got "
-                        f"{type(hide_outputs).__name__} {hide_outputs!r:.40}")
-    unknown = [name for name in hide_outputs if name not in HIDEABLE]
-    if unknown:
-        raise ValueError(f"hide_outputs can name only {', '.join(map(repr, HIDEABLE))}, got {unknown[0]!r:.40}")
-    return tuple(name for name in HIDEABLE if name in hide_outputs)
+def _no_wrapper_options(options: dict[str, Any]) -> None:
+    """One clear error for a ``BugFixEnv`` argument that is a wrapper now, or that does not exist."""
+    for name in options:
+        if name in WRAPPER_OPTIONS:
+            raise TypeError(f"{name} is a wrapper, not a BugFixEnv argument: use gym.make('BugFix-v0', {name}=...) "
+                            f"or wrap the env in bugfix_gym.text_wrappers.{WRAPPER_OPTIONS[name]}")
+        raise TypeError(f"BugFixEnv.__init__() got an unexpected keyword argument {name!r}")  # as Python words it

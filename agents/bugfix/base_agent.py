@@ -19,7 +19,8 @@ from typing import Any, Sequence
 
 import torch
 
-from bugfix_gym import BugFixEnv, Task, Tokenizer, make_tasks, scripted_policy
+from bugfix_gym import Task, Tokenizer, make_tasks, scripted_policy
+from bugfix_gym.text_wrappers import make_bugfix_env
 
 from agents.algorithms.losses import masked_mean, tool_output_mask
 from agents.model.tinyagent import TinyAgent, TinyAgentConfig, sequence_log_probs
@@ -74,7 +75,7 @@ def make_base_agent(tok: Tokenizer, seed: int = 0, kinds: Sequence[str] = ("rand
     tasks = make_tasks("train") if tasks is None else list(tasks)
     for k, kind in enumerate(kinds):
         policy = scripted_policy(kind, seed=seed + k, **(teacher_kwargs or {}).get(kind, {}))
-        env = BugFixEnv(tasks=tasks, **(env_kwargs or {}))
+        env = make_bugfix_env(tasks=tasks, **(env_kwargs or {}))
         demos += [scripted_rollout(policy, env, task, tok) for task in tasks for _ in range(episodes_per_task)]
     data = collate(demos, tok.pad_id)  # ids [N, T], policy_mask [N, T-1]
     if tool_coef:
