@@ -85,7 +85,7 @@ class InertLines(_TextEnvWrapper):
     played on that task (a second ``reset`` with ``options={"task": ...}``, which draws nothing). A
     template's code is then not always the same shape; every op still changes the same code, and the
     tests and the fix are unchanged. Evaluate without it. Apply it inside :class:`StatementDropout`, whose
-    draw comes after this one.
+    draw comes after this one, and inside wrappers that count episodes at ``reset`` (SB3's ``Monitor``).
 
     With ``render_mode="human"`` the env prints the prompt of both resets.
 
