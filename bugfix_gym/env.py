@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import numbers
 import re
-from typing import Any, Callable, Optional, Sequence, Tuple
+from typing import Any, Callable, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -26,7 +26,7 @@ WRAPPER_OPTIONS = {"statement_dropout": "StatementDropout", "inert_lines": "Iner
                    "hide_outputs": "HideOutputs", "tool_latency_s": "ToolLatency"}
 """``gym.make("BugFix-v0")`` options that are wrappers (:mod:`bugfix_gym.text_wrappers`), not env arguments."""
 
-Tool = Callable[[Optional[str]], Tuple[str, float]]
+Tool = Callable[[str | None], tuple[str, float]]
 """A tool's handler: the call's argument (the op of an ``edit``, else None) -> (the tool's output, its part of
 the step's reward)."""
 
@@ -124,6 +124,8 @@ class BugFixEnv(gym.Env):
         (``bugfix_gym.generator.AMBIGUOUS``), where reading narrows the choice and a test decides it
     :param invalid_cost: subtracted from the reward of every invalid call (finite, >= 0),
         so an invalid call is no longer a free "not yet"
+    :param wrapper_options: none is taken; naming one of the four wrapper options above is a
+        ``TypeError`` that names its wrapper
 
     ## Version History
     * v0: initial release; ``statement_dropout``, ``inert_lines``, ``hide_outputs`` and ``tool_latency_s``
