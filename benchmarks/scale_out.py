@@ -46,6 +46,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
 
 from bugfix_gym import CALLS
+from bugfix_gym.text_wrappers import ToolLatency
 from bugfix_gym.wrappers import DiscreteCalls
 
 if TYPE_CHECKING:
@@ -58,15 +59,15 @@ LATENCY_CALLS = [CALLS.index("test"), CALLS.index("submit")]  # the calls that s
 
 
 def make_env() -> gym.Env:
-    """One BugFix-v0 in the ``DiscreteCalls`` view (latency is set later, in the running env)."""
-    return DiscreteCalls(gym.make("bugfix_gym:BugFix-v0"))
+    """One BugFix-v0 in the ``DiscreteCalls`` view (latency is set later, in the running env's ``ToolLatency``)."""
+    return DiscreteCalls(ToolLatency(gym.make("bugfix_gym:BugFix-v0")))
 
 
 def make_text_env() -> gym.Env:
     """One plain (text) BugFix-v0 in SB3's ``Monitor``, as TokenPPO trains on it."""
     from stable_baselines3.common.monitor import Monitor
 
-    return Monitor(gym.make("bugfix_gym:BugFix-v0"))
+    return Monitor(ToolLatency(gym.make("bugfix_gym:BugFix-v0")))
 
 
 def build(backend: str, n_workers: int, env_fn: Callable[[], gym.Env] = make_env) -> VecEnv:

@@ -18,7 +18,8 @@ from .tools import CALLS, parse_call
 
 __version__ = "0.1.0"
 
-_register(id="BugFix-v0", entry_point="bugfix_gym.env:BugFixEnv")
+# BugFixEnv in the wrappers (bugfix_gym.text_wrappers) that its options statement_dropout, inert_lines, ... ask for
+_register(id="BugFix-v0", entry_point="bugfix_gym.text_wrappers:make_bugfix_env")
 _register(id="LookThenAnswer-v0", entry_point="bugfix_gym.look:LookThenAnswerEnv")
 # the array views (bugfix_gym.wrappers), for libraries that build envs from an id (TorchRL GymEnv, SB3, RLlib)
 _register(id="BugFixCalls-v0", entry_point="bugfix_gym.wrappers:make_discrete_calls")

@@ -5,26 +5,30 @@ from __future__ import annotations
 import math
 import numbers
 import re
-import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import gymnasium as gym
 import numpy as np
 
 from . import tools
-from .generator import AMBIGUOUS, GENERATED_SPLITS, draw_task, with_inert_line
+from .generator import AMBIGUOUS, GENERATED_SPLITS, draw_task
 from .ops import FIX_OPS, apply_op, describe_change
 from .runner import run_tests
 from .spaces import BufferedText
 from .tasks import Task, get_task, make_tasks, task_from_data, task_to_data
 from .tokens import OWNER_PAD, OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL  # noqa: F401 (bugfix_gym.env.OWNER_* still works)
-from .tools import CHARSET, MAX_ACTION_CHARS
+from .tools import CHARSET, HIDEABLE, MAX_ACTION_CHARS  # noqa: F401 (bugfix_gym.env.HIDEABLE still works)
 
 MAX_OBS_CHARS = 4096
-HIDEABLE = ("read", "test")  # tools whose output ``hide_outputs`` can blank
-HIDDEN_OUTPUT = "output hidden"
 _UNPRINTABLE = re.compile(r"[^\t\n\x20-\x7e]")  # escape sequences, \r, \x0b, \x0c, unicode: never shown
 MAX_KEPT_ACTION_CHARS = 256  # info["actions"] and the transcript keep at most this much of one action
+WRAPPER_OPTIONS = {"statement_dropout": "StatementDropout", "inert_lines": "InertLines",
+                   "hide_outputs": "HideOutputs", "tool_latency_s": "ToolLatency"}
+"""``gym.make("BugFix-v0")`` options that are wrappers (:mod:`bugfix_gym.text_wrappers`), not env arguments."""
+
+Tool = Callable[[str | None], tuple[str, float]]
+"""A tool's handler: the call's argument (the op of an ``edit``, else None) -> (the tool's output, its part of
+the step's reward)."""
 
 
 class BugFixEnv(gym.Env):
@@ -87,10 +91,13 @@ class BugFixEnv(gym.Env):
     hidden tests too); only test reports the agent saw count, and the env does not enforce it).
 
     ## Arguments
-    ``gym.make("BugFix-v0", split="train", tasks=None, max_turns=6, call_cost=0.0,
-    edit_penalty=0.0, render_mode=None, generated=None, hide_outputs=(), invalid_cost=0.0,
-    tool_latency_s=0.0, ambiguous_share=0.0, statement_dropout=0.0, no_change_cost=0.0,
-    inert_lines=0.0)``.
+    ``BugFixEnv(split="train", tasks=None, max_turns=6, call_cost=0.0, edit_penalty=0.0,
+    render_mode=None, generated=None, invalid_cost=0.0, ambiguous_share=0.0, no_change_cost=0.0)``.
+    ``gym.make("BugFix-v0", ...)`` takes these and four more, ``statement_dropout=0.0``,
+    ``inert_lines=0.0``, ``hide_outputs=()`` and ``tool_latency_s=0.0``, which apply the wrappers of
+    :mod:`bugfix_gym.text_wrappers` (:class:`~bugfix_gym.text_wrappers.StatementDropout`,
+    :class:`~bugfix_gym.text_wrappers.InertLines`, :class:`~bugfix_gym.text_wrappers.HideOutputs`,
+    :class:`~bugfix_gym.text_wrappers.ToolLatency`): the env does the dynamics, they do the rest.
 
     :param split: the book's task set, ``"train"``, ``"heldout"`` or ``"all"``
     :param tasks: a fixed list of :class:`Task` (e.g. from ``generate_tasks`` or
@@ -115,34 +122,23 @@ class BugFixEnv(gym.Env):
     :param ambiguous_share: with ``generated="train"``: the share of episodes (in [0, 1]) drawn
         only from the train templates whose code carries two plausible defects
         (``bugfix_gym.generator.AMBIGUOUS``), where reading narrows the choice and a test decides it
-    :param hide_outputs: an ablation: the named tools (``"read"``, ``"test"``) answer
-        ``"output hidden"`` instead of their output; validity, rewards and episode end are
-        unchanged
     :param invalid_cost: subtracted from the reward of every invalid call (finite, >= 0),
         so an invalid call is no longer a free "not yet"
-    :param statement_dropout: a training augmentation: at ``reset`` each word of the statement is
-        left out of the prompt with this probability (in [0, 1), drawn with ``self.np_random``), so a
-        policy cannot lean on the exact wording of the statements it trains on; the task and its
-        tests are unchanged. Evaluate with 0.
-    :param inert_lines: a training augmentation: at ``reset``, with this probability (in [0, 1]),
-        the task's function gains one statement that does nothing (``<noun> = <parameter>``)
-        between two of its top-level statements (:func:`bugfix_gym.generator.with_inert_line`), so a
-        template's code is not always the same shape; every op still changes the same code, and
-        the tests and the fix are unchanged. Evaluate with 0.
-    :param tool_latency_s: seconds slept on every valid ``test`` and ``submit`` call (finite,
-        >= 0), a stand-in for running the tests in a container (to measure scale-out)
+    :param wrapper_options: none is taken; naming one of the four wrapper options above is a
+        ``TypeError`` that names its wrapper
 
     ## Version History
-    * v0: initial release.
+    * v0: initial release; ``statement_dropout``, ``inert_lines``, ``hide_outputs`` and ``tool_latency_s``
+      moved from the env's arguments to wrappers applied by ``gym.make`` (same episodes).
     """
 
     metadata = {"render_modes": ["ansi", "human"], "render_fps": 4}
 
     def __init__(self, split: str = "train", tasks: Sequence[Task] | None = None, max_turns: int = 6,
                  call_cost: float = 0.0, edit_penalty: float = 0.0, render_mode: str | None = None,
-                 generated: str | None = None, hide_outputs: Sequence[str] = (), invalid_cost: float = 0.0,
-                 tool_latency_s: float = 0.0, ambiguous_share: float = 0.0, statement_dropout: float = 0.0,
-                 no_change_cost: float = 0.0, inert_lines: float = 0.0):
+                 generated: str | None = None, invalid_cost: float = 0.0, ambiguous_share: float = 0.0,
+                 no_change_cost: float = 0.0, **wrapper_options: Any):
+        _no_wrapper_options(wrapper_options)
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             # gymnasium only warns here too; SB3's make_vec_env asks for "rgb_array" by default
             gym.logger.warn(f"BugFix-v0 renders as text only ({self.metadata['render_modes']}); "
@@ -165,17 +161,16 @@ class BugFixEnv(gym.Env):
         if self.generated:  # no fixed pool: every reset draws a new task
             self.tasks, self.split = [], "generated"
         self.ambiguous_share = _ambiguous_share(ambiguous_share, self.generated)
-        self.statement_dropout = _probability("statement_dropout", statement_dropout, one=False)
-        self.inert_lines = _probability("inert_lines", inert_lines)
-        self.call_cost = _cost("call_cost", call_cost)
-        self.edit_penalty = _cost("edit_penalty", edit_penalty)
-        self.invalid_cost = _cost("invalid_cost", invalid_cost)
-        self.no_change_cost = _cost("no_change_cost", no_change_cost)
-        self.tool_latency_s = _cost("tool_latency_s", tool_latency_s)
-        self.hide_outputs = _hideable(hide_outputs)
+        self.call_cost = nonnegative("call_cost", call_cost)
+        self.edit_penalty = nonnegative("edit_penalty", edit_penalty)
+        self.invalid_cost = nonnegative("invalid_cost", invalid_cost)
+        self.no_change_cost = nonnegative("no_change_cost", no_change_cost)
         self.render_mode = render_mode
         self.action_space = BufferedText(MAX_ACTION_CHARS, min_length=0, charset=CHARSET)
         self.observation_space = BufferedText(MAX_OBS_CHARS, min_length=0, charset=CHARSET)
+        self.tools: dict[str, Tool] = {"read": self._read, "test": self._test, "edit": self._edit,
+                                       "revert": self._revert, "submit": self._submit}
+        """The table of tools ``step`` dispatches to: a call's name -> its handler."""
         self.task: Task | None = None
         self.source = ""
         self.transcript: list[tuple[int, str]] = []
@@ -187,8 +182,6 @@ class BugFixEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
         self.task = self._choose_task(options)
-        if self.inert_lines and self.np_random.random() < self.inert_lines:
-            self.task = with_inert_line(self.task, self.np_random)
         self.source = self.task.source
         self.turn = 0
         self.actions: list[str] = []
@@ -201,13 +194,40 @@ class BugFixEnv(gym.Env):
         self._done = False
         self._edits = {}
         self._failed = set()
-        obs = _prompt(self.task, self._statement())
+        obs = prompt_observation(self.task, self.task.statement)
         self.transcript = [(OWNER_PROMPT, obs)]
         if self.render_mode == "human":
             self.render()
         return obs, self._info()
 
     def step(self, action: str):
+        self._check_step(action)
+        self.turn += 1
+        kept = action[:MAX_KEPT_ACTION_CHARS]
+        self.actions.append(kept)
+        reward = 0.0 - self.call_cost  # not -0.0 when there is no cost
+        call, why = self._legal_call(action)
+        self.valid = call is not None
+        if call is None:
+            self.n_invalid += 1
+            obs = why
+            reward -= self.invalid_cost
+        else:
+            obs, tool_reward = self.tools[call[0]](call[1])
+            reward += tool_reward
+        terminated = self.stop == "submit"
+        truncated = not terminated and self.turn >= self.max_turns
+        if truncated:
+            self.stop = "budget"
+        self._done = terminated or truncated
+        obs = _printable(obs)
+        self.transcript += [(OWNER_POLICY, kept), (OWNER_TOOL, obs)]
+        if self.render_mode == "human":
+            self.render()
+        return obs, float(reward), bool(terminated), bool(truncated), self._info()
+
+    def _check_step(self, action: Any) -> None:
+        """One clear error for a step the env cannot take: a non-string action, or no episode running."""
         if not isinstance(action, str):
             raise TypeError(f"BugFix-v0 actions are call strings such as 'read' or 'edit fix_init', got "
                             f"{type(action).__name__}; wrap the env in bugfix_gym.wrappers.DiscreteCalls "
@@ -216,59 +236,59 @@ class BugFixEnv(gym.Env):
             raise RuntimeError("call reset() before step()")
         if self._done:
             raise RuntimeError("the episode has ended; call reset() before step()")
-        self.turn += 1
-        self.actions.append(action[:MAX_KEPT_ACTION_CHARS])
-        reward = 0.0 - self.call_cost  # not -0.0 when there is no cost
-        terminated = False
+
+    def _legal_call(self, action: str) -> tuple[tuple[str, str | None] | None, str]:
+        """``(call, "")`` for a legal call, ``(None, why)`` for an invalid one (``revert`` is legal only
+        after the source changed)."""
+        assert self.task is not None
         call = tools.parse_call(action)
-        if call is not None and call[0] == "revert" and self.source == self.task.source:
-            call, obs = None, "invalid call : nothing to revert"
-        else:
-            obs = None
-        self.valid = call is not None
-        if self.tool_latency_s and call is not None and call[0] in ("test", "submit"):
-            time.sleep(self.tool_latency_s)  # stands in for running the tests in a container
         if call is None:
-            self.n_invalid += 1
-            obs = obs or tools.why_invalid(action)
-            reward -= self.invalid_cost
-        elif call[0] in self.hide_outputs:
-            obs = HIDDEN_OUTPUT
-        elif call[0] == "read":
-            obs = self.source
-        elif call[0] == "test":
-            report = run_tests(self.task, self.source, "visible")
-            obs = f"visible tests : {report.passed} / {report.total} passed"
-            if report.first_failure:
-                obs += f" . first failure : {report.first_failure}"
-            if report.passed < report.total:
-                self._failed.add(self.source)
-        elif call[0] == "edit":
-            new = apply_op(self.source, call[1])
-            obs = describe_change(self.source, new)
-            self._edits[(self.source, str(call[1]))] = new
-            reward -= self.edit_penalty + (self.no_change_cost if new == self.source else 0.0)
-            self.source = new
-            self.ops.append(str(call[1]))
-        elif call[0] == "revert":
-            self.source = self.task.source
-            obs = "reverted to the original source"
-        else:  # submit
-            report = run_tests(self.task, self.source, "hidden")
-            self.submitted, self.hidden_pass = True, report.ok
-            self.stop, terminated = "submit", True
-            reward += 1.0 if report.ok else 0.0
-            obs = "hidden tests passed" if report.ok else f"hidden tests failed : {report.passed} / {report.total}"
-        truncated = not terminated and self.turn >= self.max_turns
-        if truncated:
-            self.stop = "budget"
-        self._done = terminated or truncated
-        obs = _printable(obs)
-        self.transcript.append((OWNER_POLICY, action[:MAX_KEPT_ACTION_CHARS]))
-        self.transcript.append((OWNER_TOOL, obs))
-        if self.render_mode == "human":
-            self.render()
-        return obs, float(reward), bool(terminated), bool(truncated), self._info()
+            return None, tools.why_invalid(action)
+        if call[0] == "revert" and self.source == self.task.source:
+            return None, "invalid call : nothing to revert"
+        return call, ""
+
+    # ------------------------------------------------------------------ the tools
+    def _read(self, arg: str | None) -> tuple[str, float]:
+        """``read``: the current source."""
+        return self.source, 0.0
+
+    def _test(self, arg: str | None) -> tuple[str, float]:
+        """``test``: the visible tests' report; a source with a failure is remembered (useful_calls)."""
+        assert self.task is not None
+        report = run_tests(self.task, self.source, "visible")
+        obs = f"visible tests : {report.passed} / {report.total} passed"
+        if report.first_failure:
+            obs += f" . first failure : {report.first_failure}"
+        if report.passed < report.total:
+            self._failed.add(self.source)
+        return obs, 0.0
+
+    def _edit(self, op: str | None) -> tuple[str, float]:
+        """``edit <op>``: apply the op; costs ``edit_penalty``, plus ``no_change_cost`` if nothing changed."""
+        new = apply_op(self.source, str(op))
+        obs = describe_change(self.source, new)
+        self._edits[(self.source, str(op))] = new
+        cost = self.edit_penalty + (self.no_change_cost if new == self.source else 0.0)
+        self.source = new
+        self.ops.append(str(op))
+        return obs, -cost
+
+    def _revert(self, arg: str | None) -> tuple[str, float]:
+        """``revert``: back to the task's original source."""
+        assert self.task is not None
+        self.source = self.task.source
+        return "reverted to the original source", 0.0
+
+    def _submit(self, arg: str | None) -> tuple[str, float]:
+        """``submit``: run the hidden tests and end the episode; 1.0 if every one passes."""
+        assert self.task is not None
+        report = run_tests(self.task, self.source, "hidden")
+        self.submitted, self.hidden_pass = True, report.ok
+        self.stop = "submit"
+        if report.ok:
+            return "hidden tests passed", 1.0
+        return f"hidden tests failed : {report.passed} / {report.total}", 0.0
 
     def render(self):
         text = self.render_text()
@@ -348,15 +368,6 @@ class BugFixEnv(gym.Env):
             lines.append(f"[episode over: {self.stop}]")
         return "\n".join(lines)
 
-    def _statement(self) -> str:
-        """The task's statement, each word left out with probability ``statement_dropout``."""
-        assert self.task is not None
-        if not self.statement_dropout:  # draws nothing, so the env's random stream is as without the option
-            return self.task.statement
-        words = self.task.statement.split()
-        keep = self.np_random.random(len(words)) >= self.statement_dropout
-        return " ".join(w for w, k in zip(words, keep) if k)
-
     def _choose_task(self, options: dict[str, Any] | None) -> Task:
         """The task of ``reset(options=...)``: the one named in ``options["task"]``, else a draw."""
         if options is None:
@@ -413,8 +424,9 @@ def _printable(text: str) -> str:
     return _UNPRINTABLE.sub("?", text[:MAX_OBS_CHARS].replace("\r\n", "\n"))
 
 
-def _prompt(task: Task, statement: str) -> str:
-    """The reset prompt inside the observation space; a huge statement is cut, the call menu kept."""
+def prompt_observation(task: Task, statement: str) -> str:
+    """The reset prompt showing ``statement`` (:func:`bugfix_gym.tools.prompt`) inside the observation space:
+    a huge statement is cut, the call menu kept."""
     text = tools.prompt(task, statement)
     if len(text) > MAX_OBS_CHARS:
         menu = " . calls : " + tools.MENU  # how tools.prompt ends
@@ -430,8 +442,8 @@ def _turn_budget(max_turns: Any) -> int:
     return int(max_turns)
 
 
-def _cost(name: str, value: Any) -> float:
-    """A reward option: a finite number >= 0."""
+def nonnegative(name: str, value: Any) -> float:
+    """A finite number >= 0 (a cost, a share, seconds), else a one-line error naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a finite number >= 0, got {type(value).__name__} {value!r:.40}")
     if not math.isfinite(value) or value < 0:
@@ -450,16 +462,8 @@ def _generator_split(generated: Any, tasks: Sequence[Task] | None) -> str | None
     return generated
 
 
-def _probability(name: str, p: Any, one: bool = True) -> float:
-    """A finite ``p`` in [0, 1] (in [0, 1) without ``one``), else a one-line error naming ``name``."""
-    p = _cost(name, p)
-    if p > 1 or (p == 1 and not one):
-        raise ValueError(f"{name} is a probability in [0, {'1]' if one else '1)'}, got {p!r}")
-    return p
-
-
 def _ambiguous_share(share: Any, generated: str | None) -> float:
-    share = _cost("ambiguous_share", share)
+    share = nonnegative("ambiguous_share", share)
     if share > 1:
         raise ValueError(f"ambiguous_share is a share of episodes in [0, 1], got {share!r}")
     if share and generated != "train":
@@ -467,11 +471,10 @@ def _ambiguous_share(share: Any, generated: str | None) -> float:
     return share
 
 
-def _hideable(hide_outputs: Any) -> tuple[str, ...]:
-    if isinstance(hide_outputs, str) or not isinstance(hide_outputs, (list, tuple, set, frozenset)):
-        raise TypeError(f"hide_outputs must be a list of tool names such as ['read', 'test'], got "
-                        f"{type(hide_outputs).__name__} {hide_outputs!r:.40}")
-    unknown = [name for name in hide_outputs if name not in HIDEABLE]
-    if unknown:
-        raise ValueError(f"hide_outputs can name only {', '.join(map(repr, HIDEABLE))}, got {unknown[0]!r:.40}")
-    return tuple(name for name in HIDEABLE if name in hide_outputs)
+def _no_wrapper_options(options: dict[str, Any]) -> None:
+    """One clear error for a ``BugFixEnv`` argument that is a wrapper now, or that does not exist."""
+    for name in options:
+        if name in WRAPPER_OPTIONS:
+            raise TypeError(f"{name} is a wrapper, not a BugFixEnv argument: use gym.make('BugFix-v0', {name}=...) "
+                            f"or wrap the env in bugfix_gym.text_wrappers.{WRAPPER_OPTIONS[name]}")
+        raise TypeError(f"BugFixEnv.__init__() got an unexpected keyword argument {name!r}")  # as Python words it

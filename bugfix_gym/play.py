@@ -16,12 +16,13 @@ shown as ``?``, never sent to the terminal.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from typing import Sequence, TextIO
 
 from .env import BugFixEnv
 from .generator import GENERATED_SPLITS
-from .tasks import SPLITS, get_task
+from .tasks import SPLITS, Task, get_task
 from .tools import CALLS
 
 
@@ -55,6 +56,23 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout:
         parser.error(f"--episodes must be at least 1, got {args.episodes}")
     if args.generated and args.pack:
         parser.error("use either --pack or --generated, not both")
+    tasks, task = _chosen_tasks(parser, args)
+    env = BugFixEnv(split=args.split, tasks=tasks, render_mode="ansi", generated=args.generated)
+    try:
+        for episode in range(args.episodes):
+            seed = None if args.seed is None else args.seed + episode
+            env.reset(seed=seed, options={"task": task} if task is not None else None)
+            if not _play_episode(env, stdin, stdout):
+                return 0
+    except KeyboardInterrupt:
+        _show(stdout, "")
+        return 130
+    return 0
+
+
+def _chosen_tasks(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[list[Task] | None, Task | None]:
+    """The tasks of ``--pack`` (None without it) and the task of ``--task`` (None without it); a bad pack
+    or an unknown name is a usage error."""
     tasks = None
     if args.pack:
         from .packs import TaskPackError, load_task_pack
@@ -65,50 +83,47 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout:
             parser.error(str(exc))
     task = None
     if args.task:
-        pool = tasks
         try:
-            task = next(t for t in pool if t.name == args.task) if pool else get_task(args.task)
+            task = next(t for t in tasks if t.name == args.task) if tasks else get_task(args.task)
         except (KeyError, StopIteration):
             parser.error(f"no task named {args.task!r}; `python -c \"import bugfix_gym as b; "
                          f"print([t.name for t in b.make_tasks('all')])\"` lists them")
-    env = BugFixEnv(split=args.split, tasks=tasks, render_mode="ansi", generated=args.generated)
+    return tasks, task
 
-    def show(text: str) -> None:
-        stdout.write(text + "\n")
+
+def _play_episode(env: BugFixEnv, stdin: TextIO, stdout: TextIO) -> bool:
+    """Play the episode ``env`` was just reset to, one typed line per call; False when the player left
+    (``quit``, or the end of the input), True when the episode ended."""
+    show = functools.partial(_show, stdout)
+    show(env.render())
+    show("type a call (help for the list, quit to leave)")
+    while True:
+        stdout.write("> ")
         stdout.flush()
-
-    try:
-        for episode in range(args.episodes):
-            seed = None if args.seed is None else args.seed + episode
-            env.reset(seed=seed, options={"task": task} if task is not None else None)
+        line = stdin.readline()
+        if not line:  # end of input
+            show("")
+            return False
+        line = line.rstrip("\n")
+        if line.strip() in ("quit", "exit"):
+            return False
+        if line.strip() == "help":
+            show("calls : " + " | ".join(CALLS))
+            continue
+        obs, reward, terminated, truncated, info = env.step(line)
+        show(f"[turn {info['turn']}/{env.max_turns}] {obs}")
+        if terminated or truncated:
             show(env.render())
-            show("type a call (help for the list, quit to leave)")
-            done = False
-            while not done:
-                stdout.write("> ")
-                stdout.flush()
-                line = stdin.readline()
-                if not line:  # end of input
-                    show("")
-                    return 0
-                line = line.rstrip("\n")
-                if line.strip() in ("quit", "exit"):
-                    return 0
-                if line.strip() == "help":
-                    show("calls : " + " | ".join(CALLS))
-                    continue
-                obs, reward, terminated, truncated, info = env.step(line)
-                done = terminated or truncated
-                show(f"[turn {info['turn']}/{env.max_turns}] {obs}")
-                if done:
-                    show(env.render())
-                    answer = env.task.fix_op if env.task is not None else "?"
-                    show(f"reward {reward:.1f} . stop : {info['stop']} . "
-                         f"{'fixed' if info['hidden_pass'] else 'not fixed'} (the defect was {answer})")
-    except KeyboardInterrupt:
-        show("")
-        return 130
-    return 0
+            answer = env.task.fix_op if env.task is not None else "?"
+            show(f"reward {reward:.1f} . stop : {info['stop']} . "
+                 f"{'fixed' if info['hidden_pass'] else 'not fixed'} (the defect was {answer})")
+            return True
+
+
+def _show(stdout: TextIO, text: str) -> None:
+    """Write one line of the game and flush it."""
+    stdout.write(text + "\n")
+    stdout.flush()
 
 
 if __name__ == "__main__":

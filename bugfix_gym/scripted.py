@@ -107,22 +107,12 @@ def careful_policy(seed: int = 0, p_read: float = 0.6, p_test: float = 0.2, op_p
     :param retry_on_no_change: edit again at once when an edit changed nothing
     :param max_turns: the env's turn budget
     """
-    if not (0 <= p_read and 0 <= p_test and p_read + p_test <= 1):
-        raise ValueError(f"p_read and p_test must be probabilities with p_read + p_test <= 1, got {p_read}, {p_test}")
-    prior = np.full(len(FIX_OPS), 1 / len(FIX_OPS)) if op_prior is None else np.asarray(op_prior, dtype=float)
-    if prior.shape != (len(FIX_OPS),) or (prior < 0).any() or prior.sum() <= 0:
-        raise ValueError(f"op_prior must be {len(FIX_OPS)} non-negative weights over {', '.join(FIX_OPS)}")
-    prior = prior / prior.sum()
+    prior = _op_prior(p_read, p_test, op_prior)
     rng = np.random.default_rng(seed)
     plan: dict[str, Any] = {}
 
-    def next_edit() -> str:
-        order = plan["order"]
-        return f"edit {order.pop(0)}" if order else "submit"
-
     def careful(observation: str, info: dict[str, Any]) -> str:
-        turn = info["turn"]
-        if turn == 0:  # a new episode: draw its whole plan now, before seeing anything
+        if info["turn"] == 0:  # a new episode: draw its whole plan now, before seeing anything
             look = rng.choice(3, p=[p_read, p_test, max(0.0, 1 - p_read - p_test)])
             n = int((prior > 0).sum())
             plan["order"] = [FIX_OPS[i] for i in rng.choice(len(FIX_OPS), size=n, replace=False, p=prior)]
@@ -130,24 +120,44 @@ def careful_policy(seed: int = 0, p_read: float = 0.6, p_test: float = 0.2, op_p
             if look < 2:
                 plan["last"] = ("read", "test")[look]
                 return plan["last"]
-        left = max_turns - turn  # turns left, this one included
-        last = plan["last"]
-        if turn == 0 or last in ("read", "revert") or (last == "test" and not info["ops"]):
-            action = next_edit()
-        elif last.startswith("edit"):
-            if observation == "no change" and retry_on_no_change and left >= 2:
-                action = next_edit()
-            else:
-                action = "test" if left >= 2 else "submit"
-        elif last == "test":
-            if tests_passed(observation) or left < 3:
-                action = "submit"
-            else:  # revert the failed fix; if nothing changed (revert illegal), just try the next op
-                action = "revert" if info["call_mask"][CALLS.index("revert")] else next_edit()
-        else:
-            action = "submit"
-        if left == 1 and action != "submit":
+        left = max_turns - info["turn"]  # turns left, this one included
+        action = _careful_call(plan["last"], observation, info, left, retry_on_no_change)
+        if action == _NEXT_EDIT:
+            action = f"edit {plan['order'].pop(0)}" if plan["order"] else "submit"
+        if left == 1:  # the last turn: only a submit can still pass
             action = "submit"
         plan["last"] = action
         return action
     return careful
+
+
+_NEXT_EDIT = "<the next op of the episode's order>"
+
+
+def _careful_call(last: str | None, observation: str, info: dict[str, Any], left: int, retry_on_no_change: bool
+                  ) -> str:
+    """What :func:`careful_policy` calls after ``last`` (None: nothing yet) answered ``observation``, with
+    ``left`` turns left: a call, or ``_NEXT_EDIT`` for the next op of its order."""
+    if last in (None, "read", "revert") or (last == "test" and not info["ops"]):
+        return _NEXT_EDIT
+    assert last is not None
+    if last.startswith("edit"):
+        if observation == "no change" and retry_on_no_change and left >= 2:
+            return _NEXT_EDIT  # nothing changed, so there is nothing to test or revert
+        return "test" if left >= 2 else "submit"
+    if last == "test":
+        if tests_passed(observation) or left < 3:
+            return "submit"
+        # revert the failed fix; if nothing changed (revert illegal), just try the next op
+        return "revert" if info["call_mask"][CALLS.index("revert")] else _NEXT_EDIT
+    return "submit"
+
+
+def _op_prior(p_read: float, p_test: float, op_prior: Sequence[float] | None) -> np.ndarray:
+    """:func:`careful_policy`'s weights over ``FIX_OPS`` (normalised), its arguments checked."""
+    if not (0 <= p_read and 0 <= p_test and p_read + p_test <= 1):
+        raise ValueError(f"p_read and p_test must be probabilities with p_read + p_test <= 1, got {p_read}, {p_test}")
+    prior = np.full(len(FIX_OPS), 1 / len(FIX_OPS)) if op_prior is None else np.asarray(op_prior, dtype=float)
+    if prior.shape != (len(FIX_OPS),) or (prior < 0).any() or prior.sum() <= 0:
+        raise ValueError(f"op_prior must be {len(FIX_OPS)} non-negative weights over {', '.join(FIX_OPS)}")
+    return prior / prior.sum()

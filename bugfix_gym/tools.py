@@ -21,6 +21,8 @@ CALLS: tuple[str, ...] = ("read", "test", *(f"edit {op}" for op in FIX_OPS), "re
 CALL_INDEX = {call: i for i, call in enumerate(CALLS)}
 REVERT = CALL_INDEX["revert"]
 MENU = " | ".join(CALLS)
+HIDEABLE = ("read", "test")  # tools whose output bugfix_gym.text_wrappers.HideOutputs can blank
+HIDDEN_OUTPUT = "output hidden"  # what a hidden tool answers
 
 # Words the tools can say, so the tokenizer knows them even before any task is seen.
 VOCABULARY_TEXT = (

@@ -14,7 +14,7 @@ libraries' policies want arrays, so two wrappers turn the text episode into arra
 
 Both are registered: ``gym.make("BugFixCalls-v0", max_len=128, layout="tianshou",
 split="train")`` and ``gym.make("BugFixTokens-v0", max_len=128)`` build the view over a
-fresh ``BugFixEnv`` (view arguments first, the rest go to the env), so a library that
+fresh ``BugFix-v0`` (view arguments first, the rest go to the env), so a library that
 takes an env id needs no glue.
 
 Observation (both views), ``Dict`` of ``Box`` arrays of length ``max_len``:
@@ -55,8 +55,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from .env import BugFixEnv
 from .tasks import make_tasks
+from .text_wrappers import make_bugfix_env
 from .tokenizer import Tokenizer, build_tokenizer, fixed_tokenizer
 from .tokens import OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL, encode_segment
 from .tools import CALL_INDEX, CALLS
@@ -370,11 +370,13 @@ class DiscreteCalls(_TokenViewWrapper):
 
 def make_discrete_calls(tokenizer: Tokenizer | None = None, max_len: int = 512, layout: Layout = "dict",
                         **env_kwargs: Any) -> DiscreteCalls:
-    """``DiscreteCalls(BugFixEnv(**env_kwargs), ...)``: the entry point of ``BugFixCalls-v0``."""
-    return DiscreteCalls(BugFixEnv(**env_kwargs), tokenizer, max_len, layout)
+    """``DiscreteCalls(gym.make("BugFix-v0", **env_kwargs), ...)`` without gym.make's own checking wrappers:
+    the entry point of ``BugFixCalls-v0``."""
+    return DiscreteCalls(make_bugfix_env(**env_kwargs), tokenizer, max_len, layout)
 
 
 def make_token_observation(tokenizer: Tokenizer | None = None, max_len: int = 512, max_call_tokens: int = 8,
                            **env_kwargs: Any) -> TokenObservation:
-    """``TokenObservation(BugFixEnv(**env_kwargs), ...)``: the entry point of ``BugFixTokens-v0``."""
-    return TokenObservation(BugFixEnv(**env_kwargs), tokenizer, max_len, max_call_tokens)
+    """``TokenObservation(gym.make("BugFix-v0", **env_kwargs), ...)`` without gym.make's own checking wrappers:
+    the entry point of ``BugFixTokens-v0``."""
+    return TokenObservation(make_bugfix_env(**env_kwargs), tokenizer, max_len, max_call_tokens)

@@ -29,8 +29,9 @@ import torch
 
 from agents.algorithms.ppo import TokenPPO
 from agents.bugfix.evaluation import sample_episodes
-from bugfix_gym import BugFixEnv, episode_stats, generate_tasks, parse_call
+from bugfix_gym import episode_stats, generate_tasks, parse_call
 from bugfix_gym.env import HIDEABLE
+from bugfix_gym.text_wrappers import make_bugfix_env
 
 REPORT = (("pass_rate", "pass rate"), ("valid_calls", "valid calls"), ("read_rate", "read rate"),
           ("test_rate", "test rate"), ("revert_rate", "revert use"), ("edits_per_episode", "edits / episode"),
@@ -52,7 +53,7 @@ def interest(actions: list[str]) -> tuple[bool, bool, int]:
 
 def transcript(task, actions: list[str], env_kwargs: dict) -> str:
     """Replay ``actions`` on ``task`` (tool outputs are deterministic) and render the episode."""
-    env = BugFixEnv(tasks=[task], render_mode="ansi", **env_kwargs)
+    env = make_bugfix_env(tasks=[task], render_mode="ansi", **env_kwargs)
     env.reset(options={"task": task})
     for action in actions:
         env.step(action)

@@ -18,6 +18,7 @@ from bugfix_gym import CALLS, BugFixEnv, get_task, make_tasks, scripted_policy
 from bugfix_gym.execution import MAX_LOOP_TICKS, call_one, compile_function, run_cases
 from bugfix_gym.runner import run_tests
 from bugfix_gym.tasks import Task, task_from_correct, task_problems
+from bugfix_gym.text_wrappers import HideOutputs, InertLines, StatementDropout
 
 INFO_KEYS = {"task", "turn", "n_turns", "actions", "ops", "n_invalid", "valid", "submitted", "hidden_pass", "stop",
              "call_mask", "useful_calls"}
@@ -195,11 +196,11 @@ def test_useful_calls_close_an_edit_only_after_the_episode_showed_it_useless():
     useful = env.useful_calls()
     assert not useful[CALLS.index(f"edit {wrong}")] and not useful[CALLS.index("edit fix_range_end")]
     assert useful[CALLS.index("edit fix_comparison")] and useful.sum() == 6
-    hidden = BugFixEnv(hide_outputs=["test"])  # a hidden test report shows nothing: nothing is closed by it
+    hidden = HideOutputs(BugFixEnv(), ["test"])  # a hidden test report shows nothing: nothing is closed by it
     hidden.reset(options={"task": task})
     for call in (f"edit {wrong}", "test", "revert"):
         hidden.step(call)
-    assert hidden.useful_calls()[CALLS.index(f"edit {wrong}")]
+    assert hidden.unwrapped.useful_calls()[CALLS.index(f"edit {wrong}")]
 
 
 def test_get_state_and_set_state_carry_what_the_episode_has_shown():
@@ -378,11 +379,11 @@ def test_bad_reset_options_give_one_clear_line(options, error, message):
     (dict(generated="train", ambiguous_share=1.5), ValueError, r"ambiguous_share is a share of episodes in \[0, 1\]"),
     (dict(generated="test", ambiguous_share=0.3), ValueError, "ambiguous_share needs generated='train'"),
     (dict(ambiguous_share=0.3), ValueError, "ambiguous_share needs generated='train'"),
-    (dict(statement_dropout=1.0), ValueError, r"statement_dropout is a probability in \[0, 1\)"),
-    (dict(statement_dropout=-0.1), ValueError, "statement_dropout must be a finite number >= 0"),
-    (dict(inert_lines=1.5), ValueError, r"inert_lines is a probability in \[0, 1\]"),
-    (dict(hide_outputs="read"), TypeError, r"hide_outputs must be a list of tool names such as \['read', 'test'\]"),
-    (dict(hide_outputs=["read", "edit"]), ValueError, "hide_outputs can name only 'read', 'test', got 'edit'"),
+    (dict(statement_dropout=0.3), TypeError, r"statement_dropout is a wrapper, not a BugFixEnv argument: use "
+                                             r"gym.make\('BugFix-v0', statement_dropout=...\) or wrap the env in "
+                                             r"bugfix_gym.text_wrappers.StatementDropout"),
+    (dict(hide_outputs=["read"]), TypeError, "hide_outputs is a wrapper, not a BugFixEnv argument"),
+    (dict(max_turn=6), TypeError, r"BugFixEnv.__init__\(\) got an unexpected keyword argument 'max_turn'"),
 ])
 def test_bad_constructor_arguments_give_one_clear_line(kwargs, error, message):
     with pytest.raises(error, match=message) as exc_info:
@@ -467,12 +468,12 @@ def test_inert_lines_add_one_statement_that_changes_no_op_site_test_or_fix():
     from bugfix_gym import FIX_OPS, apply_op
     from bugfix_gym.generator import NOUNS
 
-    plain, noisy = BugFixEnv(generated="train"), BugFixEnv(generated="train", inert_lines=1.0)
+    plain, noisy = BugFixEnv(generated="train"), InertLines(BugFixEnv(generated="train"), 1.0)
     changed = 0
     for seed in range(60):
         plain.reset(seed=seed)
         noisy.reset(seed=seed)
-        a, b = plain.task, noisy.task
+        a, b = plain.task, noisy.unwrapped.task
         same = ("name", "statement", "fix_op", "visible", "hidden")
         assert [getattr(b, k) for k in same] == [getattr(a, k) for k in same]
         added = [line for line in b.source.splitlines() if line not in a.source.splitlines()]
@@ -488,21 +489,21 @@ def test_inert_lines_add_one_statement_that_changes_no_op_site_test_or_fix():
             assert pa[1:4] == pb[1:4] and (call == f"edit {a.fix_op}" or pa[0] == pb[0])
         assert pb[1] == 1.0
     assert 20 < changed < 60  # one-statement functions and guarded ones keep their shape
-    zero = BugFixEnv(generated="train", inert_lines=0.0)
+    zero = InertLines(BugFixEnv(generated="train"), 0.0)
     zero.reset(seed=5)
     plain.reset(seed=5)
-    assert zero.task == plain.task and zero.np_random.random() == plain.np_random.random()  # 0 draws nothing
+    assert zero.unwrapped.task == plain.task and zero.np_random.random() == plain.np_random.random()  # 0 draws nothing
 
 
 def test_statement_dropout_leaves_out_statement_words_and_nothing_else():
     from bugfix_gym import tools
 
-    plain, dropped = BugFixEnv(generated="train"), BugFixEnv(generated="train", statement_dropout=0.5)
+    plain, dropped = BugFixEnv(generated="train"), StatementDropout(BugFixEnv(generated="train"), 0.5)
     kept = total = 0
     for seed in range(40):
         prompt, _ = plain.reset(seed=seed)
         short, _ = dropped.reset(seed=seed)
-        task = dropped.task
+        task = dropped.unwrapped.task
         assert task == plain.task and prompt == tools.prompt(task)  # the same task; 0 changes nothing
         head, tail = f"fix the function {task.name} : ", f" . calls : {tools.MENU}"
         assert short.startswith(head) and short.endswith(tail)
@@ -551,8 +552,8 @@ def test_generated_mode_still_plays_a_given_task_but_has_no_index():
         env.reset(options={"task": 0})
 
 
-# ---------------------------------------------------------------- hide_outputs= and invalid_cost=
-def _play_calls(env: BugFixEnv, calls) -> list:
+# ---------------------------------------------------------------- HideOutputs and invalid_cost=
+def _play_calls(env: gym.Env, calls) -> list:
     env.reset(options={"task": "clamp"})
     out = []
     for call in calls:
@@ -564,12 +565,12 @@ def _play_calls(env: BugFixEnv, calls) -> list:
 def test_hide_outputs_blanks_only_the_named_tools_and_changes_nothing_else():
     calls = ["read", "test", "dance", "edit swap_minmax", "test", "submit"]
     plain = _play_calls(BugFixEnv(), calls)
-    hidden = _play_calls(BugFixEnv(hide_outputs=("read", "test")), calls)
+    hidden = _play_calls(HideOutputs(BugFixEnv(), ("read", "test")), calls)
     assert [h[0] for h in hidden] == ["output hidden", "output hidden", plain[2][0], plain[3][0], "output hidden",
                                       "hidden tests passed"]
     assert [h[1:] for h in hidden] == [p[1:] for p in plain]  # rewards, episode end, validity unchanged
     assert plain[0][0].startswith("def clamp") and plain[1][0].startswith("visible tests")
-    read_only = _play_calls(BugFixEnv(hide_outputs=["read"]), calls[:2])
+    read_only = _play_calls(HideOutputs(BugFixEnv(), ["read"]), calls[:2])
     assert read_only[0][0] == "output hidden" and read_only[1][0] == plain[1][0]
 
 
@@ -602,3 +603,7 @@ def test_check_env_passes_with_the_new_options(kwargs):
         warnings.simplefilter("always")
         check_env(gym.make("BugFix-v0", **kwargs).unwrapped, skip_render_check=False)
     assert [str(w.message) for w in caught] == []
+    with warnings.catch_warnings(record=True) as caught:  # and with the wrappers those options apply
+        warnings.simplefilter("always")
+        check_env(gym.make("BugFix-v0", **kwargs), skip_render_check=False)
+    assert [str(w.message) for w in caught if "is different from the unwrapped version" not in str(w.message)] == []

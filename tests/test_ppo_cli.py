@@ -242,6 +242,15 @@ def test_eval_foresight_overrides_the_models_own_and_needs_a_grammar(tmp_path, s
     assert err.count("\n") == 1 and "needs a model with a call grammar" in err
 
 
+def _wrapper_option(env, name, default=None):
+    """The option ``name`` of the text wrapper around ``env`` that has it (bugfix_gym.text_wrappers), else ``default``
+    (``gym.make`` applies a wrapper only where its option is not the default)."""
+    try:
+        return env.get_wrapper_attr(name)
+    except AttributeError:
+        return default
+
+
 def _train_args(out, timesteps=96, *extra):
     return ["train", "--timesteps", str(timesteps), "--n-envs", "4", "--n-episodes", "8", "--n-minibatches", "2",
             "--eval-episodes", "1", "--out", str(out), "--no-progress", "--seed", "5", *extra]
@@ -366,8 +375,8 @@ def test_generated_recipe_trains_from_its_own_base_agent_and_keeps_the_best_weig
     model = TokenPPO.load(out / "tokenppo.zip")
     assert model.policy.tokenizer.words == bugfix_gym.fixed_tokenizer().words  # reads any generated code
     assert model.policy.grammar is not None and model.kl_coef == RECIPES["generated"]["ppo"]["kl_coef"]
-    train_env = make_env(json.loads((out / "run.json").read_text()), 1, 0).envs[0].unwrapped
-    assert train_env.ambiguous_share == 0.3 and train_env.statement_dropout == 0.0
+    train_env = make_env(json.loads((out / "run.json").read_text()), 1, 0).envs[0]
+    assert train_env.unwrapped.ambiguous_share == 0.3 and _wrapper_option(train_env, "statement_dropout", 0.0) == 0.0
     assert list((tmp_path / "cache").glob("base_agent-*.pt"))  # the recipe's base agent, cached
 
 
@@ -382,13 +391,13 @@ def test_ablations_change_the_demonstrations_the_training_envs_and_validation(
                               n_tasks=40)
     monkeypatch.setitem(RECIPES, "generated", recipe)
     demo_envs = []
+    make_bugfix_env = agents.bugfix.base_agent.make_bugfix_env
 
-    class SpyEnv(bugfix_gym.BugFixEnv):  # the env the base agent's demonstrations are played in
-        def __init__(self, **kwargs):
-            super().__init__(**kwargs)
-            demo_envs.append(self)
+    def spy_make_env(**kwargs):  # the env the base agent's demonstrations are played in
+        demo_envs.append(make_bugfix_env(**kwargs))
+        return demo_envs[-1]
 
-    monkeypatch.setattr(agents.bugfix.base_agent, "BugFixEnv", SpyEnv)
+    monkeypatch.setattr(agents.bugfix.base_agent, "make_bugfix_env", spy_make_env)
     evaluated_with = []
     original = TokenPPO.evaluate
 
@@ -405,14 +414,16 @@ def test_ablations_change_the_demonstrations_the_training_envs_and_validation(
     assert settings["ablation"] == ablation
     (demo_env,) = demo_envs
     model = TokenPPO.load(out / "tokenppo.zip", env=make_env(settings, 1, 0))
-    train_env = model.get_env().envs[0].unwrapped
+    train_wrapped = model.get_env().envs[0]
+    train_env = train_wrapped.unwrapped
     if ablation == "book-tasks":
         book = {t.name for t in bugfix_gym.make_tasks("train")}
-        assert {t.name for t in demo_env.tasks} == book and train_env.generated is None
+        assert {t.name for t in demo_env.unwrapped.tasks} == book and train_env.generated is None
         assert {t.name for t in train_env.tasks} == book
         assert all(kw is None for kw in evaluated_with)
     else:
-        assert demo_env.hide_outputs == train_env.hide_outputs == ("read", "test")
+        assert _wrapper_option(demo_env, "hide_outputs") == _wrapper_option(train_wrapped, "hide_outputs") == (
+            "read", "test")
         assert train_env.generated == "train"
         assert evaluated_with and all(kw == {"hide_outputs": ["read", "test"]} for kw in evaluated_with)
     assert main(["train", "--ablation", ablation, "--out", str(tmp_path / "x")]) == 2  # needs --tasks generated

@@ -1,4 +1,4 @@
-"""RayVecEnv steps like SB3's own vector envs; BugFix-v0's tool_latency_s sleeps where it should.
+"""RayVecEnv steps like SB3's own vector envs (the ToolLatency wrapper's own tests are in test_text_wrappers.py).
 
 One local Ray session (2 CPUs) is shared by the module's tests and shut down at the end.
 """
@@ -15,8 +15,8 @@ from gymnasium.wrappers import OrderEnforcing
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 import bugfix_gym
-import bugfix_gym.env
 from bugfix_gym import BugFixEnv
+from bugfix_gym.text_wrappers import ToolLatency
 from bugfix_gym.wrappers import DiscreteCalls
 
 
@@ -152,27 +152,6 @@ def test_without_ray_the_error_says_what_to_install(monkeypatch):
         RayVecEnv(discrete_env_fns(1))
 
 
-def test_tool_latency_sleeps_on_valid_test_and_submit_calls_only(monkeypatch):
-    slept: list[float] = []
-    monkeypatch.setattr(bugfix_gym.env.time, "sleep", slept.append)
-    env = BugFixEnv(tool_latency_s=0.02)
-    env.reset(seed=0)
-    for call in ["read", "test", "tset", "edit fix_init", "revert", "submit"]:
-        env.step(call)
-    assert slept == [0.02, 0.02]
-    env.reset(seed=0)
-    env.step("test")
-    assert len(slept) == 3
-    assert BugFixEnv().tool_latency_s == 0.0
-
-
-@pytest.mark.parametrize("bad, error", [(-0.1, ValueError), (float("nan"), ValueError), (float("inf"), ValueError),
-                                        ("0.02", TypeError), (None, TypeError)])
-def test_tool_latency_must_be_a_finite_number_of_seconds(bad, error):
-    with pytest.raises(error, match="tool_latency_s must be a finite number >= 0"):
-        BugFixEnv(tool_latency_s=bad)
-
-
 def test_asynchronous_sampling_gives_whole_on_policy_episodes_and_trains(ray, shared_base_agent, tok):
     """send / receive: each env steps as soon as its call is written. The episodes are still whole,
     their tokens still the policy's own (sample_logp = the trainer's recomputation), and TokenPPO
@@ -184,7 +163,7 @@ def test_asynchronous_sampling_gives_whole_on_policy_episodes_and_trains(ray, sh
     from agents.rollout.sampler import EpisodeSampler
     from agents.rollout.trajectory import collate
 
-    venv = RayVecEnv([lambda: BugFixEnv(tool_latency_s=0.005) for _ in range(3)])
+    venv = RayVecEnv([lambda: ToolLatency(BugFixEnv(), 0.005) for _ in range(3)])
     try:
         trajs = EpisodeSampler(venv, tok, asynchronous=True).collect(shared_base_agent, 8,
                                                                      generator=torch.Generator().manual_seed(0))

@@ -18,7 +18,8 @@ from typing import Any, Sequence
 
 import torch
 
-from bugfix_gym import BugFixEnv, Task, Tokenizer, make_tasks, scripted_policy
+from bugfix_gym import Task, Tokenizer, make_tasks, scripted_policy
+from bugfix_gym.text_wrappers import make_bugfix_env
 
 from agents.algorithms.losses import masked_mean, tool_output_mask
 from agents.files.checkpoint import load_state_dict_file, save_state_dict_file
@@ -97,7 +98,7 @@ def _demonstrations(tok: Tokenizer, tasks: list[Task], kinds: Sequence[str], epi
     demos = []
     for k, kind in enumerate(kinds):
         policy = scripted_policy(kind, seed=seed + k, **(teacher_kwargs or {}).get(kind, {}))
-        env = BugFixEnv(tasks=tasks, **(env_kwargs or {}))
+        env = make_bugfix_env(tasks=tasks, **(env_kwargs or {}))
         demos += [scripted_rollout(policy, env, task, tok) for task in tasks for _ in range(episodes_per_task)]
     return collate(demos, tok.pad_id)
 

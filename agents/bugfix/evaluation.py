@@ -8,7 +8,8 @@ from typing import Any, Sequence
 import torch
 from stable_baselines3.common.vec_env import DummyVecEnv
 
-from bugfix_gym import BugFixEnv, Tokenizer, episode_stats
+from bugfix_gym import Tokenizer, episode_stats
+from bugfix_gym.text_wrappers import make_bugfix_env
 
 from agents.model.tinyagent import TinyAgent
 from agents.rollout.sampler import EpisodeSampler
@@ -18,7 +19,7 @@ from agents.rollout.trajectory import Trajectory
 # ---------------------------------------------------------------------- task lists and statistics
 def task_vec_env(n_envs: int, **env_kwargs) -> DummyVecEnv:
     """A ``DummyVecEnv`` of ``n_envs`` BugFix-v0 envs (for playing given tasks)."""
-    return DummyVecEnv([lambda: BugFixEnv(**env_kwargs) for _ in range(n_envs)])
+    return DummyVecEnv([lambda: make_bugfix_env(**env_kwargs) for _ in range(n_envs)])
 
 
 def sample_episodes(model: TinyAgent, tokenizer: Tokenizer, tasks: Sequence[Any], n_per_task: int = 1,
