@@ -341,7 +341,7 @@ def _check_memory(settings: dict[str, Any], model_config: dict[str, Any]) -> Non
 def cmd_train(args: argparse.Namespace) -> int:
     import torch
 
-    from agents.bugfix import recipes
+    from agents.bugfix import evaluation, recipes
     from agents.algorithms.callbacks import KeepBest, StopAfterIterations
     from agents.model.tinyagent import TinyAgentConfig
     from agents.algorithms.ppo import DivergenceError, TokenPPO
@@ -393,7 +393,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             model.tensorboard_log = str(out / "tb")
         (out / RUN_FILE).write_text(json.dumps(settings, indent=1))
         print(f"  ready in {time.perf_counter() - t0:.0f} s; evaluating the base agent ...", flush=True)
-        before = {name: model.evaluate(tasks, k, seed=settings["seed"], env_kwargs=_eval_env(settings))
+        before = {name: evaluation.evaluate(model, tasks, k, seed=settings["seed"], env_kwargs=_eval_env(settings))
                   for name, (tasks, k) in _eval_sets(settings["tasks"], settings["eval_episodes"]).items()}
     snapshots = Snapshots()
     callbacks: list[Any] = [snapshots]
@@ -409,7 +409,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         keep_best = KeepBest(recipes.validation_tasks(settings), every=settings["validation"]["every"],
                              seed=settings["seed"], env_kwargs=_eval_env(settings),
                              average_last=settings["validation"].get("average_last"),
-                             save_dir=out / "evaluated" if settings.get("save_evaluated") else None)
+                             save_dir=out / "evaluated" if settings.get("save_evaluated") else None,
+                             evaluate=evaluation.evaluate)
         callbacks.append(keep_best)
     t1 = time.perf_counter()
     print(f"training TokenPPO for {remaining} {unit} ({settings['n_envs']} envs, at least "
@@ -445,7 +446,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     model_path = out / MODEL_FILE
     model.save(model_path)
     (out / RESUME_FILE).unlink(missing_ok=True)
-    after = {name: model.evaluate(tasks, k, seed=settings["seed"], env_kwargs=_eval_env(settings))
+    after = {name: evaluation.evaluate(model, tasks, k, seed=settings["seed"], env_kwargs=_eval_env(settings))
              for name, (tasks, k) in _eval_sets(settings["tasks"], settings["eval_episodes"]).items()}
     print(f"\n{model._iteration} iterations, {model.num_timesteps} env steps, {model.total_policy_tokens} policy "
           f"tokens in {train_s:.0f} s\n")
@@ -474,6 +475,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from bugfix_gym.env import HIDEABLE
 
     from agents.algorithms.ppo import TokenPPO
+    from agents.bugfix import evaluation
 
     torch.set_num_threads(1)
     try:
@@ -508,7 +510,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         model.policy.foresight = None if args.foresight is None else \
             Foresight(model.policy.grammar, model.policy.tokenizer, args.foresight)
     env_kwargs = dict(hide_outputs=list(HIDEABLE)) if args.hide_outputs else None
-    stats = model.evaluate(tasks, episodes, seed=args.seed, env_kwargs=env_kwargs)
+    stats = evaluation.evaluate(model, tasks, episodes, seed=args.seed, env_kwargs=env_kwargs)
     if args.json:
         print(json.dumps(_jsonable(dict(stats, model=str(args.model), tasks=what, episodes_per_task=episodes,
                                         call_mask=model.policy.call_mask_key,
