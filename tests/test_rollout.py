@@ -320,6 +320,20 @@ def test_a_model_with_its_own_cache_kind_gets_a_new_cache_from_the_same_sampler(
     assert made == []
     a = sampler.play_tasks(other, tasks, generator=torch.Generator().manual_seed(0))
     assert made == [2]
+
+    class NoKeys:  # a cache kind without keys and values (the benchmark's prefix re-runner keeps tokens)
+        def __init__(self, batch_size):
+            self.lengths = torch.zeros(batch_size, dtype=torch.long)
+
+    class OtherKind(OwnCache):
+        def new_cache(self, batch_size):
+            made.append(batch_size)
+            return NoKeys(batch_size)
+
+    other_kind = OtherKind(shared_base_agent.config)
+    for _ in range(2):  # the second batch must not read keys the first cache does not have
+        assert isinstance(sampler._cache_for(other_kind), NoKeys)
+    assert made == [2, 2, 2]
     fresh = EpisodeSampler(task_vec_env(2), tok)
     b = fresh.play_tasks(shared_base_agent, tasks, generator=torch.Generator().manual_seed(0))
     assert [t.ids.tolist() for t in a] == [t.ids.tolist() for t in b]  # same weights, same episodes

@@ -64,6 +64,11 @@ class KVCache:
     def batch_size(self) -> int:
         return self.lengths.shape[0]
 
+    def fits(self, config: TinyAgentConfig, batch_size: int, dtype: torch.dtype) -> bool:
+        """Whether this cache can serve a model of ``config`` (weights of ``dtype``) over ``batch_size`` rows."""
+        return self.k.shape[:3] == (config.n_layer, batch_size, config.n_head) and self.k.dtype == dtype \
+            and self.max_len == config.max_len
+
     def reserve(self, n: int) -> None:
         """Make room for ``n`` positions per row (doubling the capacity, at most ``max_len``)."""
         cap = self.k.shape[3]

@@ -119,12 +119,12 @@ class EpisodeSampler:
 
     def _cache_for(self, model: TinyAgent) -> KVCache:
         """An empty KV cache for the envs, reusing the last one's memory when it fits: every row starts
-        at length 0 and the stale keys and values beyond a row's length are never attended to."""
+        at length 0 and the stale keys and values beyond a row's length are never attended to. A model
+        class that keeps another kind of cache (its own ``new_cache``) gets a new one each time."""
         cache = self._cache
-        if cache is None or type(model) is not self._cache_model_type \
-                or cache.k.shape[:3] != (model.config.n_layer, self.venv.num_envs, model.config.n_head) \
-                or cache.k.dtype != model.tok_emb.weight.dtype or cache.max_len != model.config.max_len:
-            cache = self._cache = model.new_cache(self.venv.num_envs)  # a subclass may keep another kind of cache
+        if not (isinstance(cache, KVCache) and type(model) is self._cache_model_type
+                and cache.fits(model.config, self.venv.num_envs, model.tok_emb.weight.dtype)):
+            cache = self._cache = model.new_cache(self.venv.num_envs)
             self._cache_model_type = type(model)
         cache.lengths.zero_()
         return cache
