@@ -17,7 +17,7 @@ from agents.model.tinyagent import KVCache, TinyAgent
 
 
 @dataclass
-class Calls:
+class WrittenCalls:
     """What :func:`write_calls` wrote: per row the call's tokens, their log-probs and grammar states,
     and the critic value of every token fed to the model (in feeding order)."""
 
@@ -31,7 +31,7 @@ class Calls:
 def write_calls(model: TinyAgent, cache: KVCache, feed: list[list[int]], writing: Sequence[bool], eoc_id: int, *,
                 max_call_tokens: int = 8, grammar: CallGrammar | None = None, temperature: float = 1.0,
                 deterministic: bool = False, generator: torch.Generator | None = None,
-                start_states: Sequence[int] | None = None, foresight: Foresight | None = None) -> Calls:
+                start_states: Sequence[int] | None = None, foresight: Foresight | None = None) -> WrittenCalls:
     """Write one call for each row with ``writing[b]``, token by token with the KV cache.
 
     Every model call feeds each row its pending tokens (first ``feed[b]``: the prompt, or a
@@ -56,7 +56,7 @@ def write_calls(model: TinyAgent, cache: KVCache, feed: list[list[int]], writing
     """
     B = len(feed)
     device = model.tok_emb.weight.device
-    out = Calls([[] for _ in range(B)], [[] for _ in range(B)], [[] for _ in range(B)], [[] for _ in range(B)])
+    out = WrittenCalls([[] for _ in range(B)], [[] for _ in range(B)], [[] for _ in range(B)], [[] for _ in range(B)])
     if grammar is None:
         state = [NO_STATE] * B
     else:
