@@ -469,17 +469,7 @@ def score_tokens(model: TinyAgent, ids: torch.Tensor, mask: torch.Tensor | None 
     """
     B, T = ids.shape
     if chunk is not None and chunk < B and lengths is not None:
-        order = torch.argsort(lengths, descending=True)  # [B]
-        parts: list[list[torch.Tensor]] = [[], [], []]
-        for start in range(0, B, chunk):
-            rows = order[start: start + chunk]
-            L = max(int(lengths[rows].max()), 2)
-            sub = (None if x is None else x[rows, : L - 1] for x in (mask, grammar_state))
-            outs = score_tokens(model, ids[rows, :L], next(sub), grammar=grammar, grammar_state=next(sub))
-            for part, out in zip(parts, outs):  # 3 x [c, L-1]
-                part.append(F.pad(out, (0, T - L)))  # [c, T-1]
-        inverse = torch.argsort(order)  # back to the batch's order
-        return tuple(torch.cat(part)[inverse] for part in parts)  # type: ignore[return-value]
+        return _score_in_chunks(model, ids, mask, lengths, chunk, grammar, grammar_state)
     if mask is None:
         if grammar is not None:
             raise ValueError("score_tokens with a grammar needs the policy mask")
@@ -506,6 +496,25 @@ def score_tokens(model: TinyAgent, ids: torch.Tensor, mask: torch.Tensor | None 
         return torch.zeros(B, T - 1, device=v.device, dtype=v.dtype).masked_scatter(where, v)
 
     return scatter(out_logp), scatter(out_v), scatter(out_ent)
+
+
+def _score_in_chunks(model: TinyAgent, ids: torch.Tensor, mask: torch.Tensor | None, lengths: torch.Tensor,
+                     chunk: int, grammar: Any, grammar_state: torch.Tensor | None
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`score_tokens` over length-sorted chunks of ``chunk`` rows, each trimmed to its longest row,
+    back in the batch's order: ids [B, T] -> (logp, values, entropy), each [B, T-1]."""
+    B, T = ids.shape
+    order = torch.argsort(lengths, descending=True)  # [B]
+    parts: list[list[torch.Tensor]] = [[], [], []]
+    for start in range(0, B, chunk):
+        rows = order[start: start + chunk]
+        L = max(int(lengths[rows].max()), 2)
+        sub = (None if x is None else x[rows, : L - 1] for x in (mask, grammar_state))
+        outs = score_tokens(model, ids[rows, :L], next(sub), grammar=grammar, grammar_state=next(sub))
+        for part, out in zip(parts, outs):  # 3 x [c, L-1]
+            part.append(F.pad(out, (0, T - L)))  # [c, T-1]
+    inverse = torch.argsort(order)  # back to the batch's order
+    return tuple(torch.cat(part)[inverse] for part in parts)  # type: ignore[return-value]
 
 
 def sequence_log_probs(model: TinyAgent, ids: torch.Tensor) -> torch.Tensor:
