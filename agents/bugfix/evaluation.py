@@ -14,7 +14,7 @@ from bugfix_gym import BugFixEnv, Tokenizer, episode_stats, get_task
 from agents.algorithms.policies import TinyAgentPolicy
 from agents.model.tinyagent import TinyAgent
 from agents.rollout.sampler import EpisodeSampler
-from agents.rollout.trajectory import Trajectory
+from agents.rollout.trajectory import Trajectory, rollout_stats
 
 #: what plays the tasks: an algorithm (``TokenPPO``, ``Reinforce``), its policy, or a bare model
 Agent = Any
@@ -97,5 +97,4 @@ def evaluate(agent: Agent, tasks: Sequence[Any], n_per_task: int = 1, seed: int 
     tasks = [get_task(t) for t in tasks]
     trajs = sample_episodes(agent, tasks, n_per_task, seed, **kwargs)
     fix_ops = [t.fix_op for t in tasks for _ in range(n_per_task)]
-    return dict(episode_stats([t.info for t in trajs], [t.reward for t in trajs], fix_ops),
-                policy_tokens=sum(float(t.policy_mask.sum()) for t in trajs) / len(trajs))
+    return rollout_stats(trajs, summarise=lambda infos, rewards: episode_stats(infos, rewards, fix_ops))
