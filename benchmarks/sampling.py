@@ -133,21 +133,30 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     else:
         model, name = cached_base_agent(tok, seed=0), "base agent"
     model.eval()
-    naive = without_cache(model)
     train = bugfix_gym.make_tasks("train")
     tasks = [train[i % len(train)].name for i in range(args.batch)]
     sampler = EpisodeSampler(task_vec_env(args.batch), tok)
     slow_sampler = EpisodeSampler(task_vec_env(args.batch), tok)  # its own: each sampler reuses its cache
 
     time_sampling(sampler, model, tasks, 999)  # warm-up: env test cache, allocator
-    rows: dict[str, list[float]] = {"sampling (KV cache)": [], "full forward": [], "sampling (no cache)": [],
-                                    "grammar": [], "grammar + foresight": []}
     grammared: dict[str, EpisodeSampler] = {}
     if args.foresight is not None:
         grammar = CallGrammar(tok, bugfix_gym.CALLS)
         grammared = {"grammar": EpisodeSampler(task_vec_env(args.batch), tok, grammar=grammar),
                      "grammar + foresight": EpisodeSampler(task_vec_env(args.batch), tok, grammar=grammar,
                                                            foresight=Foresight(grammar, tok, args.foresight))}
+    rows, tokens = time_repeats(args, model, tasks, sampler, slow_sampler, grammared)
+    return report(args, name, rows, tokens, bool(grammared))
+
+
+def time_repeats(args: argparse.Namespace, model: TinyAgent, tasks: Sequence[str], sampler: EpisodeSampler,
+                 slow_sampler: EpisodeSampler, grammared: dict[str, EpisodeSampler]
+                 ) -> tuple[dict[str, list[float]], dict[str, list[int]]]:
+    """Every path once per repeat, in turn, on the same tasks and seed: tokens per second and tokens, per path."""
+    tok = sampler.tok
+    naive = without_cache(model)
+    rows: dict[str, list[float]] = {"sampling (KV cache)": [], "full forward": [], "sampling (no cache)": [],
+                                    "grammar": [], "grammar + foresight": []}
     tokens: dict[str, list[int]] = {k: [] for k in rows}
     for r in range(args.repeats):
         trajs, dt = time_sampling(sampler, model, tasks, r)
@@ -167,7 +176,12 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             played, dt = time_sampling(decoding, model, tasks, r)
             rows[key].append(generated_tokens(played) / dt)
             tokens[key].append(generated_tokens(played))
+    return rows, tokens
 
+
+def report(args: argparse.Namespace, name: str, rows: dict[str, list[float]], tokens: dict[str, list[int]],
+           grammared: bool) -> dict[str, float]:
+    """Print the medians and the ratios; return the ratios."""
     med = {k: statistics.median(v) for k, v in rows.items() if v}
     print(f"\n{name}, batch {args.batch}, {args.repeats} repeats (median), torch threads {torch.get_num_threads()}")
     print(f"{'path':<22}{'tokens':>9}{'tokens/s':>12}")

@@ -43,7 +43,7 @@ KEYS = ("reward", "pass_rate", "valid_calls", "submit_rate", "turns", "policy_to
 def sample(model: TinyAgent, tok: bg.Tokenizer, tasks: Sequence, n_per_task: int, seed: int, **kw: Any
            ) -> list[Trajectory]:
     """n_per_task episodes of each task, sampled at temperature 1 in lockstep, in task order."""
-    return sample_episodes(model, tok, tasks, n_per_task, seed, **kw)
+    return sample_episodes(model, tasks, n_per_task, seed, tokenizer=tok, **kw)
 
 
 def short(action: str) -> str:

@@ -21,7 +21,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from agents.bugfix.base_agent import cached_base_agent
 from agents.model.tinyagent import TinyAgent, sequence_log_probs
 from agents.rollout.trajectory import Trajectory
-from agents.bugfix.evaluation import sample_episodes
+from agents.bugfix.evaluation import evaluate, sample_episodes
 from bugfix_gym import build_tokenizer, make_tasks, parse_call
 
 tok = build_tokenizer(make_tasks("all"))
@@ -50,7 +50,7 @@ def base_agent(seed: int = 0, steps: int | None = None, verbose: bool = True) ->
 
 def sample(model: TinyAgent, tasks: Sequence, n_per_task: int, seed: int, **env_kwargs: Any) -> list[Trajectory]:
     """``n_per_task`` episodes of each task, sampled at temperature 1 in lockstep, in task order (book §6.2)."""
-    return sample_episodes(model, tok, tasks, n_per_task, seed, env_kwargs=env_kwargs or None)
+    return sample_episodes(model, tasks, n_per_task, seed, tokenizer=tok, env_kwargs=env_kwargs or None)
 
 
 def short(action: str) -> str:
@@ -103,7 +103,7 @@ class HeldOutEval(BaseCallback):
         updates = len(self.model.diagnostics)
         if updates % self.every == 0 and updates not in self.pass_rate:
             start = time.perf_counter()
-            stats = self.model.evaluate(self.tasks, self.episodes_per_task, seed=100 + updates)
+            stats = evaluate(self.model, self.tasks, self.episodes_per_task, seed=100 + updates)
             self.pass_rate[updates] = stats["pass_rate"]
             self.seconds += time.perf_counter() - start
 

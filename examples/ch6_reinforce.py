@@ -86,7 +86,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def train(args: argparse.Namespace, base: TinyAgent) -> tuple[Reinforce, HeldOutEval, float, float]:
     """The book's run; returns the trainer, its held-out evaluations, the EMA's start and the wall time."""
-    baseline_init = evaluate(base, tok, train_tasks, 16, args.seed)["pass_rate"]  # measured, as the book does
+    baseline_init = evaluate(base, train_tasks, 16, args.seed, tokenizer=tok)["pass_rate"]  # measured, as the book does
     env = make_vec_env("BugFix-v0", n_envs=args.episodes, seed=args.seed,
                        env_kwargs=dict(tasks=train_tasks, invalid_cost=args.invalid_cost,
                                        render_mode=None))  # None: SB3 would ask for rgb_array
@@ -142,7 +142,7 @@ def before_after(base: TinyAgent, trained: TinyAgent, grammar: CallGrammar | Non
         if grammar is not None:
             rows.append(("REINFORCE, free", trained, None))
         for who, model, rule in rows:
-            s = evaluate(model, tok, tasks, 16, seed=7, grammar=rule)
+            s = evaluate(model, tasks, 16, seed=7, tokenizer=tok, grammar=rule)
             book = BOOK_TABLE.get((who, name))
             print(f"{who + ', ' + name:<26}{s['pass_rate']:>7.3f}{s['valid_calls']:>7.3f}{s['submit_rate']:>8.3f}"
                   f"{s['turns']:>7.2f}{s['policy_tokens']:>8.2f} | " + (f"{book:>9.3f}" if book is not None else ""))
@@ -153,7 +153,7 @@ def behaviour(trained: TinyAgent, grammar: CallGrammar | None) -> None:
     edits, first edit right, the most common call sequences."""
     print()
     for name, tasks in [("train", train_tasks), ("held-out", heldout_tasks)]:
-        trajs = sample_episodes(trained, tok, tasks, 16, seed=8, grammar=grammar)
+        trajs = sample_episodes(trained, tasks, 16, seed=8, tokenizer=tok, grammar=grammar)
         reads = sum(any(parse_call(a) == ("read", None) for a in t.info["actions"]) for t in trajs) / len(trajs)
         edits = sum(len(t.info["ops"]) for t in trajs) / len(trajs)
         first_right = sum(bool(t.info["ops"]) and t.info["ops"][0] == FIX_OP[t.task] for t in trajs) / len(trajs)

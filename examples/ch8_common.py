@@ -59,7 +59,7 @@ def base_agent() -> TinyAgent:
 
 def sample(model: TinyAgent, tasks: Sequence, n_per_task: int, seed: int) -> list[Trajectory]:
     """``n_per_task`` episodes of each task at temperature 1, in lockstep, seeded, in task order."""
-    return sample_episodes(model, tok, tasks, n_per_task, seed)
+    return sample_episodes(model, tasks, n_per_task, seed, tokenizer=tok)
 
 
 def old_batch(model: TinyAgent) -> list[Trajectory]:

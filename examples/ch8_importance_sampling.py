@@ -113,7 +113,7 @@ class Reweighting:
 
 def train_and_measure(rw: Reweighting, base: TinyAgent, lr: float, seed: int, start: float) -> None:
     """k REINFORCE updates from ``base`` in one ``learn`` call; ``rw`` measures after each k in KS."""
-    baseline_init = evaluate(base, tok, train_tasks, 16, seed)["pass_rate"]
+    baseline_init = evaluate(base, train_tasks, 16, seed, tokenizer=tok)["pass_rate"]
     trainer = Reinforce("TinyAgentPolicy", train_env(64, seed), base_agent=copy.deepcopy(base),
                         policy_kwargs=dict(tokenizer=tok), n_episodes=64, learning_rate=lr, seed=seed,
                         baseline_init=baseline_init)

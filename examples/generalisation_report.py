@@ -90,9 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     tasks = generate_tasks("test", args.n, seed=args.gen_seed)
     if args.statement is not None:
         tasks = [dataclasses.replace(task, statement=args.statement) for task in tasks]
-    policy = model.policy
-    trajs = sample_episodes(policy.model, policy.tokenizer, tasks, 1, args.seed, env_kwargs=env_kwargs or None,
-                            temperature=model.temperature, **policy.sampler_kwargs())
+    trajs = sample_episodes(model, tasks, 1, args.seed, env_kwargs=env_kwargs or None)
     stats = episode_stats([t.info for t in trajs], [t.reward for t in trajs], [t.fix_op for t in tasks])
     print(f"{args.model} on {args.n} unseen generated test tasks (gen-seed {args.gen_seed}, sampling seed "
           f"{args.seed}, one episode each)")

@@ -60,7 +60,7 @@ def test_edit_practice_teaches_the_edits_answers_on_code_it_never_practised_on(t
 def test_base_agent_lands_in_the_books_ranges(shared_base_agent, tok):
     """Book: valid calls 0.98, submit 0.78-0.83, pass 0.12-0.19 on both splits (16 episodes per task)."""
     for split in ("train", "heldout"):
-        stats = evaluate(shared_base_agent, tok, bugfix_gym.make_tasks(split), 16, seed=0)
+        stats = evaluate(shared_base_agent, bugfix_gym.make_tasks(split), 16, seed=0, tokenizer=tok)
         assert stats["valid_calls"] >= 0.90, (split, stats)
         assert 0.65 <= stats["submit_rate"] <= 0.95, (split, stats)
         assert 0.06 <= stats["pass_rate"] <= 0.30, (split, stats)

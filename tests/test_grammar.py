@@ -10,6 +10,7 @@ from stable_baselines3.common.env_util import make_vec_env
 import bugfix_gym
 from agents.decoding.grammar import NO_STATE, CallGrammar
 from agents.algorithms.ppo import TokenPPO
+from agents.bugfix.evaluation import sample_episodes
 
 
 def _paths(grammar: CallGrammar, state: int, prefix: list[int], eoc: int) -> list[list[int]]:
@@ -123,13 +124,13 @@ def test_a_policy_that_follows_useful_calls_never_writes_a_closed_call_and_its_f
                          n_episodes=16, n_minibatches=2, n_epochs=2, seed=2, critic_warmup_steps=0, target_kl=None,
                          policy_kwargs=dict(tokenizer=tok, call_grammar=bugfix_gym.CALLS,
                                             call_mask_key="useful_calls"))
-    played = model.sample_episodes(tasks * 3, generator=torch.Generator().manual_seed(0))
+    played = sample_episodes(model, tasks * 3, seed=0)
     assert all(_replay_useful(bugfix_gym.get_task(t.task), t.info["actions"]) for t in played)
     closed = [t for t in played if any(s >= model.policy.grammar.n_nodes for s in t.grammar_state.tolist())]
     assert closed  # some calls were written with a call closed (revert at least, before any edit)
     free = TokenPPO("TinyAgentPolicy", make_vec_env("BugFix-v0", n_envs=8, seed=2), base_agent=shared_base_agent,
                     n_episodes=16, seed=2, policy_kwargs=dict(tokenizer=tok, call_grammar=bugfix_gym.CALLS))
-    unmasked = free.sample_episodes(tasks * 3, generator=torch.Generator().manual_seed(0))
+    unmasked = sample_episodes(free, tasks * 3, seed=0)
     assert not all(_replay_useful(bugfix_gym.get_task(t.task), t.info["actions"]) for t in unmasked)
     model.train_on_batch(model.sample_episodes(n=16))
     assert model.seen[0]["ratio_min"] == 1.0 and model.seen[0]["ratio_max"] == 1.0

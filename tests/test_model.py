@@ -119,6 +119,18 @@ def test_peek_gives_each_continuation_the_full_forwards_logits_and_leaves_the_ca
         model.peek(rows, torch.zeros(3, 1, 600, dtype=torch.long), cache)
 
 
+def test_peek_runs_through_the_blocks_own_forward():
+    """One attention path per kind of input, behind ``Block.forward``: peek calls every block once."""
+    model = _model(seed=4)
+    cache = model.new_cache(2)
+    model.extend(torch.randint(V, (2, 6)), torch.tensor([6, 3]), cache)
+    called = []
+    for block in model.blocks:
+        block.register_forward_hook(lambda module, args, out: called.append(tuple(out.shape)))
+    model.peek(torch.tensor([1, 0]), torch.randint(V, (2, 5, 2)), cache)
+    assert called == [(2, 5, 2, model.config.d_model)] * model.config.n_layer
+
+
 def test_kv_cache_overflow_and_long_input_raise():
     model = _model(max_len=16)
     with pytest.raises(ValueError, match="max_len"):

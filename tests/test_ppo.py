@@ -19,6 +19,7 @@ from stable_baselines3.common.env_util import make_vec_env
 from agents.algorithms.buffers import TokenRolloutBuffer
 from agents.algorithms.callbacks import StopAfterIterations
 from agents.bugfix.callbacks import KeepBest
+from agents.bugfix.evaluation import evaluate, sample_episodes
 from agents.algorithms.ppo import DivergenceError, TokenPPO
 from agents.rollout.trajectory import Trajectory
 
@@ -381,7 +382,7 @@ def test_short_training_run_improves_pass_rate(base):
     probe = [t.name for t in bugfix_gym.make_tasks("train")] * 4  # 80 episodes, every train task
 
     def pass_rate():
-        trajs = model.sample_episodes(tasks=probe, generator=torch.Generator().manual_seed(123))
+        trajs = sample_episodes(model, probe, seed=123)
         return float(np.mean([bool(t.info["submitted"] and t.info["hidden_pass"]) for t in trajs]))
 
     before = pass_rate()
@@ -437,17 +438,16 @@ def test_same_seed_same_training(base):
         assert torch.equal(v, w), k
 
 
-def test_keep_best_puts_back_the_weights_of_the_best_validation_score(base, monkeypatch):
+def test_keep_best_puts_back_the_weights_of_the_best_validation_score(base):
     model = small(base_agent=base)
     scores = iter([0.2, 0.9, 0.4, 0.1])  # iterations 0, 2, 4 and the end (after 5 updates)
     seen = {}
 
-    def fake_evaluate(tasks, episodes_per_task=1, seed=0, env_kwargs=None):
-        seen[keep.iteration] = copy.deepcopy(model.policy.state_dict())
+    def fake_evaluate(agent, tasks, episodes_per_task=1, seed=0, env_kwargs=None):
+        seen[keep.iteration] = copy.deepcopy(agent.policy.state_dict())
         return {"pass_rate": next(scores)}
 
-    monkeypatch.setattr(model, "evaluate", fake_evaluate)
-    keep = KeepBest(["count_above"], every=2)
+    keep = KeepBest(["count_above"], every=2, evaluate=fake_evaluate)
     model.learn(10**9, callback=[StopAfterIterations(5), keep])
     assert keep.history == [(0, 0.2), (2, 0.9), (4, 0.4), (5, 0.1)]
     assert (keep.best_iteration, keep.best_pass_rate) == (2, 0.9)
@@ -456,17 +456,16 @@ def test_keep_best_puts_back_the_weights_of_the_best_validation_score(base, monk
     assert not all(torch.equal(final[k], seen[5][k]) for k in final)
 
 
-def test_keep_best_with_average_last_puts_back_the_mean_of_the_latest_evaluated_weights(base, monkeypatch):
+def test_keep_best_with_average_last_puts_back_the_mean_of_the_latest_evaluated_weights(base):
     model = small(base_agent=base)
     scores = iter([0.2, 0.9, 0.4, 0.1, 0.7])  # iterations 0, 2, 4, the end (5), then the mean
     seen = {}
 
-    def fake_evaluate(tasks, episodes_per_task=1, seed=0, env_kwargs=None):
-        seen[len(seen)] = copy.deepcopy(model.policy.state_dict())
+    def fake_evaluate(agent, tasks, episodes_per_task=1, seed=0, env_kwargs=None):
+        seen[len(seen)] = copy.deepcopy(agent.policy.state_dict())
         return {"pass_rate": next(scores)}
 
-    monkeypatch.setattr(model, "evaluate", fake_evaluate)
-    keep = KeepBest(["count_above"], every=2, average_last=0.5)
+    keep = KeepBest(["count_above"], every=2, average_last=0.5, evaluate=fake_evaluate)
     model.learn(10**9, callback=[StopAfterIterations(5), keep])
     assert keep.history == [(0, 0.2), (2, 0.9), (4, 0.4), (5, 0.1)]
     assert keep.averaged_iterations == [4, 5] and keep.average_pass_rate == 0.7
@@ -477,11 +476,11 @@ def test_keep_best_with_average_last_puts_back_the_mean_of_the_latest_evaluated_
     assert not all(torch.equal(seen[2][k], seen[3][k]) for k in final)  # two different weights were averaged
 
 
-def test_keep_best_counts_iterations_from_the_updates_a_resumed_model_has_done(base, tmp_path, monkeypatch):
+def test_keep_best_counts_iterations_from_the_updates_a_resumed_model_has_done(base, tmp_path):
     model = small(base_agent=base)
     model._iteration = 6  # as after restoring a run stopped at iteration 6
-    monkeypatch.setattr(model, "evaluate", lambda *a, **k: {"pass_rate": 0.5})
-    keep = KeepBest(["count_above"], every=2, save_dir=tmp_path / "evaluated")
+    keep = KeepBest(["count_above"], every=2, save_dir=tmp_path / "evaluated",
+                    evaluate=lambda *a, **k: {"pass_rate": 0.5})
     model.learn(10**9, callback=[StopAfterIterations(3), keep])
     assert [it for it, _ in keep.history] == [6, 8, 9]
     assert sorted(p.name for p in (tmp_path / "evaluated").iterdir()) == [
@@ -491,7 +490,7 @@ def test_keep_best_counts_iterations_from_the_updates_a_resumed_model_has_done(b
 @pytest.mark.parametrize("share", [0.0, -0.5, 1.5])
 def test_keep_best_refuses_an_average_share_outside_0_1(share):
     with pytest.raises(ValueError, match="average_last must be in"):
-        KeepBest(["count_above"], average_last=share)
+        KeepBest(["count_above"], average_last=share, evaluate=evaluate)
 
 
 # ---------------------------------------------------------------------- the auxiliary tool-output loss

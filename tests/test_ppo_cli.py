@@ -22,6 +22,7 @@ from agents.cli.report import before_after, jsonable
 from agents.cli.settings import train_settings
 from agents.cli.train import make_env
 from agents.algorithms.ppo import TokenPPO
+from agents.bugfix.evaluation import evaluate
 
 
 @pytest.fixture
@@ -142,8 +143,8 @@ def test_eval_table_and_json(saved_model, capsys):
     assert main(["eval", str(saved_model), "--pack", "examples/task_pack_example.json", "--episodes", "2",
                  "--json"]) == 0
     stats = json.loads(capsys.readouterr().out)
-    direct = TokenPPO.load(saved_model).evaluate(bugfix_gym.load_task_pack("examples/task_pack_example.json"), 2,
-                                                 seed=0)  # what eval must have run: the pack, 2 episodes, --seed 0
+    direct = evaluate(TokenPPO.load(saved_model), bugfix_gym.load_task_pack("examples/task_pack_example.json"), 2,
+                      seed=0)  # what eval must have run: the pack, 2 episodes, --seed 0
     assert stats["n_episodes"] == 6 and stats["episodes_per_task"] == 2
     assert {k: stats[k] for k in direct} == json.loads(json.dumps(jsonable(direct)))
 
@@ -159,7 +160,8 @@ def test_eval_call_mask_overrides_the_models_own_and_needs_a_grammar(tmp_path, s
     assert runs[()]["call_mask"] == "useful_calls" and runs[("--call-mask", "none")]["call_mask"] is None
     direct = TokenPPO.load(path)
     direct.policy.call_mask_key = None
-    assert runs[("--call-mask", "none")]["pass_rate"] == direct.evaluate(bugfix_gym.make_tasks("train"), 2)["pass_rate"]
+    unmasked = evaluate(direct, bugfix_gym.make_tasks("train"), 2)
+    assert runs[("--call-mask", "none")]["pass_rate"] == unmasked["pass_rate"]
     assert main(["eval", str(tmp_path / "g.zip"), "--call-mask", "useful_calls"]) == 0
     capsys.readouterr()
 
@@ -337,7 +339,7 @@ def test_evaluate_matches_a_direct_evaluation(shared_base_agent):
     model = TokenPPO("TinyAgentPolicy", make_vec_env("BugFix-v0", n_envs=2), base_agent=shared_base_agent,
                      n_episodes=4, seed=0)
     tasks = bugfix_gym.make_tasks("heldout")
-    a, b = model.evaluate(tasks, 2, seed=9), model.evaluate(tasks, 2, seed=9)
+    a, b = evaluate(model, tasks, 2, seed=9), evaluate(model, tasks, 2, seed=9)
     assert a == b and a["n_episodes"] == 20
 
 
@@ -399,13 +401,13 @@ def test_ablations_change_the_demonstrations_the_training_envs_and_validation(
 
     monkeypatch.setattr(agents.bugfix.base_agent, "make_bugfix_env", spy_make_env)
     evaluated_with = []
-    original = TokenPPO.evaluate
+    original = agents.bugfix.evaluation.evaluate
 
-    def spy_evaluate(self, tasks, episodes_per_task=1, seed=0, env_kwargs=None):
+    def spy_evaluate(model, tasks, episodes_per_task=1, seed=0, env_kwargs=None):
         evaluated_with.append(env_kwargs)
-        return original(self, tasks, episodes_per_task, seed, env_kwargs)
+        return original(model, tasks, episodes_per_task, seed, env_kwargs=env_kwargs)
 
-    monkeypatch.setattr(TokenPPO, "evaluate", spy_evaluate)
+    monkeypatch.setattr(agents.bugfix.evaluation, "evaluate", spy_evaluate)
     out = tmp_path / ablation
     assert main(["train", "--tasks", "generated", "--ablation", ablation, "--iterations", "1", "--n-envs", "4",
                  "--n-episodes", "8", "--n-minibatches", "2", "--eval-episodes", "1", "--out", str(out),
@@ -465,9 +467,9 @@ def test_generalisation_report_statement_probe_replaces_only_the_statement(saved
     seen = []
     original = agents.bugfix.evaluation.sample_episodes
 
-    def spy(model, tok, tasks, *args, **kwargs):
+    def spy(model, tasks, *args, **kwargs):
         seen.extend(tasks)
-        return original(model, tok, tasks, *args, **kwargs)
+        return original(model, tasks, *args, **kwargs)
 
     monkeypatch.setattr(report, "sample_episodes", spy)
     probe = ["--n", "4", "--transcripts", "0", "--statement", "return the right value"]

@@ -15,7 +15,7 @@ from agents.algorithms.callbacks import StopAfterIterations
 from agents.model.tinyagent import TinyAgentConfig, sequence_log_probs
 from agents.algorithms.reinforce import Reinforce, policy_gradient_step
 from agents.rollout.trajectory import collate
-from agents.bugfix.evaluation import sample_episodes
+from agents.bugfix.evaluation import evaluate, sample_episodes
 from bugfix_gym import build_tokenizer, make_tasks
 
 
@@ -40,7 +40,7 @@ def _agent(tok, base, tasks=None, n_envs=4, **kw) -> Reinforce:
 
 def _batch(tok, base, n=16, seed=0):
     agent = _agent(tok, base, seed=seed)
-    trajs = sample_episodes(base, tok, make_tasks("train")[:4], n // 4, seed=seed)
+    trajs = sample_episodes(base, make_tasks("train")[:4], n // 4, seed=seed, tokenizer=tok)
     return agent, collate(trajs, tok.pad_id)
 
 
@@ -111,9 +111,9 @@ def test_short_seeded_run_improves_pass_rate_on_two_tasks(tiny):
         by_op.setdefault(task.fix_op, task)
     tasks = [by_op["swap_minmax"], by_op["fix_range_end"]]
     agent = _agent(tok, base, tasks=tasks, n_envs=16, n_episodes=32, learning_rate=1.5e-3, seed=0)
-    before = agent.evaluate(tasks, 32, seed=1)["pass_rate"]
+    before = evaluate(agent, tasks, 32, seed=1)["pass_rate"]
     agent.learn(10**6, callback=StopAfterIterations(60))
-    after = agent.evaluate(tasks, 32, seed=1)["pass_rate"]
+    after = evaluate(agent, tasks, 32, seed=1)["pass_rate"]
     assert agent._iteration == 60
     assert after >= before + 0.4 and after >= 0.6, (before, after)
 

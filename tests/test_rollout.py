@@ -22,7 +22,7 @@ TRAIN = [t.name for t in bugfix_gym.make_tasks("train")]
 
 
 def _sample(model, tok, tasks, seed=0, **kw) -> list[Trajectory]:
-    return sample_episodes(model, tok, tasks, seed=seed, **kw)
+    return sample_episodes(model, tasks, seed=seed, tokenizer=tok, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -143,6 +143,17 @@ def test_untrained_agent_makes_no_valid_call(tok):
     torch.manual_seed(0)
     stats = rollout_stats(_sample(TinyAgent(tok.vocab_size), tok, TRAIN[:4] * 2))
     assert stats["valid_calls"] == 0 and stats["turns"] == 6 and stats["pass_rate"] == 0
+
+
+def test_rollout_stats_use_the_given_or_registered_summary_else_returns_and_calls(tok):
+    trajs = _sample(TinyAgent(tok.vocab_size), tok, TRAIN[:2])
+    assert rollout_stats(trajs)["valid_calls"] == 0  # BugFix-v0's own summary, registered by agents.bugfix
+    for t in trajs:
+        t.info = {"score": t.reward}  # as another text env would report
+    generic = rollout_stats(trajs)
+    assert set(generic) == {"reward", "turns", "policy_tokens"} and generic["turns"] == 6
+    mine = rollout_stats(trajs, summarise=lambda infos, rewards: {"best": max(i["score"] for i in infos)})
+    assert mine == {"best": max(t.reward for t in trajs), "policy_tokens": generic["policy_tokens"]}
 
 
 def test_the_grammar_makes_every_call_legal_and_is_recorded(tok):
@@ -309,6 +320,20 @@ def test_a_model_with_its_own_cache_kind_gets_a_new_cache_from_the_same_sampler(
     assert made == []
     a = sampler.play_tasks(other, tasks, generator=torch.Generator().manual_seed(0))
     assert made == [2]
+
+    class NoKeys:  # a cache kind without keys and values (the benchmark's prefix re-runner keeps tokens)
+        def __init__(self, batch_size):
+            self.lengths = torch.zeros(batch_size, dtype=torch.long)
+
+    class OtherKind(OwnCache):
+        def new_cache(self, batch_size):
+            made.append(batch_size)
+            return NoKeys(batch_size)
+
+    other_kind = OtherKind(shared_base_agent.config)
+    for _ in range(2):  # the second batch must not read keys the first cache does not have
+        assert isinstance(sampler._cache_for(other_kind), NoKeys)
+    assert made == [2, 2, 2]
     fresh = EpisodeSampler(task_vec_env(2), tok)
     b = fresh.play_tasks(shared_base_agent, tasks, generator=torch.Generator().manual_seed(0))
     assert [t.ids.tolist() for t in a] == [t.ids.tolist() for t in b]  # same weights, same episodes
@@ -374,3 +399,34 @@ def test_foresight_needs_edit_calls(tok):
 
     with pytest.raises(ValueError, match="edit <op>"):
         Foresight(CallGrammar(tok, ["read", "submit"]), tok, 0.5)
+
+
+# ---------------------------------------------------------------------- the one evaluator
+def test_the_evaluator_plays_an_algorithm_as_its_rollouts_do_and_a_policy_at_temperature_one(shared_base_agent, tok):
+    from agents.algorithms.ppo import TokenPPO
+    from agents.bugfix.evaluation import evaluate
+
+    model = TokenPPO("TinyAgentPolicy", gym.make("BugFix-v0"), base_agent=shared_base_agent, n_episodes=4, seed=0,
+                     temperature=0.7, policy_kwargs=dict(tokenizer=tok, call_grammar=bugfix_gym.CALLS,
+                                                         call_mask_key="call_mask"))
+    tasks, bare = TRAIN[:6], model.policy.model
+    settings = model.policy.sampler_kwargs()
+    assert settings["grammar"] is not None and settings["call_mask_key"] == "call_mask"
+    as_trained = evaluate(bare, tasks, 2, seed=4, tokenizer=tok, temperature=0.7, **settings)
+    np.testing.assert_equal(evaluate(model, tasks, 2, seed=4), as_trained)  # nan == nan for the empty groups
+    np.testing.assert_equal(evaluate(model.policy, tasks, 2, seed=4),
+                            evaluate(bare, tasks, 2, seed=4, tokenizer=tok, **settings))
+    trajs = sample_episodes(model, tasks, 2, seed=4)
+    assert [t.task for t in trajs] == [t for t in tasks for _ in range(2)]
+    assert all((t.grammar_state[t.policy_mask > 0] >= 0).all() for t in trajs)  # the policy's grammar was used
+
+
+def test_the_evaluator_says_what_it_needs_in_one_line(tok):
+    from agents.bugfix.evaluation import evaluate
+
+    with pytest.raises(ValueError, match="pass tokenizer=tok"):
+        evaluate(TinyAgent(tok.vocab_size), TRAIN[:1])
+    with pytest.raises(TypeError, match="the tokenizer is a keyword now"):
+        evaluate(TinyAgent(tok.vocab_size), tok, TRAIN[:1])
+    with pytest.raises(TypeError, match="not a str"):
+        sample_episodes("model", TRAIN[:1])

@@ -11,6 +11,7 @@ import torch
 
 from agents.algorithms.advantages import gae_policy_tokens
 from agents.algorithms.ppo import TokenPPO
+from agents.bugfix.evaluation import sample_episodes
 from agents.rollout.trajectory import collate
 
 PATH = pathlib.Path(__file__).resolve().parents[1] / "examples" / "token_ppo_single_file.py"
@@ -25,7 +26,7 @@ def test_one_update_has_the_loss_tokenppo_computes_on_the_same_batch(shared_base
     model = TokenPPO("TinyAgentPolicy", gym.make("BugFix-v0"), base_agent=shared_base_agent, n_episodes=12,
                      n_minibatches=3, gamma=args.gamma, gae_lambda=args.gae_lambda, ent_coef=args.ent_coef,
                      dual_clip=None, forward_chunk=None, critic_warmup_steps=0, seed=3)
-    trajs = model.sample_episodes(tasks=[t.name for t in model.env.get_attr("tasks")[0][:12]])
+    trajs = sample_episodes(model, [t.name for t in model.env.get_attr("tasks")[0][:12]], seed=3)  # as its sampler
     buffer = model.rollout_buffer_class(len(trajs), model.observation_space, model.action_space,
                                         gamma=args.gamma, gae_lambda=args.gae_lambda, **model.rollout_buffer_kwargs)
     buffer.add(trajs)

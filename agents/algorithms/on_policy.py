@@ -284,33 +284,22 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         self.logger.record("time/sample_s", sample_s, exclude="stdout")
         self._last_rollout = dict(stats, episodes=len(trajs), policy_tokens=n_tokens, sample_s=sample_s)
 
-    def sample_episodes(self, tasks: list | None = None, n: int | None = None, *, env: VecEnv | None = None,
+    def sample_episodes(self, n: int | None = None, *, env: VecEnv | None = None,
                         generator: th.Generator | None = None, temperature: float | None = None,
                         deterministic: bool = False) -> list[Trajectory]:
-        """Episodes of the current policy (no grad), for experiments and evaluation.
+        """``n`` (default ``n_episodes``) episodes of the current policy (no grad) in ``env`` (default
+        ``self.env`` itself, stepped as training does), for experiments. Episodes of given BugFix
+        tasks: :func:`agents.bugfix.evaluation.sample_episodes`.
 
-        With ``tasks``: one episode of each given task (``reset(options={"task": task})``) in a
-        fresh ``DummyVecEnv`` of BugFix-v0 envs, or in ``env`` if given. Without: ``n`` (default
-        ``n_episodes``) episodes of ``env`` (default a copy of nothing: ``self.env`` itself is
-        stepped, as training does).
-
-        :param tasks: tasks (names or Task objects) to play, one episode each
-        :param n: number of episodes when no tasks are given
+        :param n: number of episodes
         :param env: the vector env to play
         :param generator: seeds the sampling (default: the algorithm's own sampler generator)
         :param temperature: sampling temperature (default ``self.temperature``)
         :param deterministic: greedy decoding
         """
-        from agents.bugfix.evaluation import task_vec_env
-
         gen = self.sample_generator if generator is None else generator
         temp = self.temperature if temperature is None else temperature
         self.policy.set_training_mode(False)
-        model = self.policy.model
-        if tasks is not None:
-            venv = env if env is not None else task_vec_env(min(64, max(1, len(tasks))))
-            sampler = EpisodeSampler(venv, self.policy.tokenizer, **self.policy.sampler_kwargs())
-            return sampler.play_tasks(model, tasks, generator=gen, temperature=temp, deterministic=deterministic)
         if env is None or env is self.env:
             if self.sampler is None:
                 raise ValueError("this model has no environment: pass env= to the constructor, load() or set_env()")
@@ -318,24 +307,8 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         else:
             sampler = self._make_sampler(env)
             assert sampler is not None
-        return sampler.collect(model, n or self.n_episodes, fresh=self.fresh_batches, generator=gen,
+        return sampler.collect(self.policy.model, n or self.n_episodes, fresh=self.fresh_batches, generator=gen,
                                temperature=temp, deterministic=deterministic)
-
-    def evaluate(self, tasks: list, episodes_per_task: int = 1, seed: int = 0,
-                 env_kwargs: dict[str, Any] | None = None) -> dict[str, float]:
-        """Play each BugFix task ``episodes_per_task`` times with the current policy (seeded, temperature of
-        the rollouts) and summarise (:func:`agents.bugfix.evaluation.evaluate`).
-
-        :param tasks: Task objects or names
-        :param episodes_per_task: episodes per task
-        :param seed: seeds the sampling
-        :param env_kwargs: BugFix-v0 options of the evaluation envs
-        """
-        from agents.bugfix.evaluation import evaluate
-
-        self.policy.set_training_mode(False)
-        return evaluate(self.policy.model, self.policy.tokenizer, tasks, episodes_per_task, seed,
-                        env_kwargs=env_kwargs, temperature=self.temperature, **self.policy.sampler_kwargs())
 
     # ------------------------------------------------------------------ training progress
     @property

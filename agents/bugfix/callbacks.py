@@ -6,11 +6,12 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from stable_baselines3.common.callbacks import BaseCallback
 
+from agents.bugfix.evaluation import evaluate as evaluate_on_tasks
 from agents.files.checkpoint import ParameterSnapshot
 
 
@@ -19,7 +20,7 @@ class KeepBest(BaseCallback):
 
     Every ``every`` iterations (at the end of a rollout, so the weights evaluated are the ones
     that just collected it) and once more at the end, the policy plays each validation task once
-    (:meth:`~agents.algorithms.on_policy.TokenOnPolicyAlgorithm.evaluate`, its own seeded sampler, so the
+    (``evaluate``, its own seeded sampler, so the
     training stream is untouched). SB3's ``EvalCallback`` saves its best model to a file; this
     keeps a copy in memory and loads it into the policy at the end, so what ``learn`` returns is
     the best model seen. ``history`` has ``(iteration, pass_rate)`` of every evaluation.
@@ -40,16 +41,20 @@ class KeepBest(BaseCallback):
     :param save_dir: if given, every evaluated model is also saved there as ``iteration-NNNN.zip``
         (``model.save``), to be evaluated along training afterwards
     :param verbose: 1 prints each evaluation
+    :param evaluate: the evaluator, ``evaluate(model, tasks, n_per_task, seed=, env_kwargs=)`` -> stats with
+        ``pass_rate`` (default :func:`agents.bugfix.evaluation.evaluate`)
     """
 
     def __init__(self, tasks: list, every: int = 20, seed: int = 0, env_kwargs: dict[str, Any] | None = None,
-                 average_last: float | None = None, save_dir: str | os.PathLike | None = None, verbose: int = 0):
+                 average_last: float | None = None, save_dir: str | os.PathLike | None = None, verbose: int = 0, *,
+                 evaluate: Callable[..., dict[str, float]] = evaluate_on_tasks):
         super().__init__(verbose)
         if every < 1:
             raise ValueError(f"every must be at least 1, got {every}")
         if average_last is not None and not 0.0 < average_last <= 1.0:
             raise ValueError(f"average_last must be in (0, 1] or None, got {average_last}")
         self.tasks, self.every, self.seed = list(tasks), int(every), seed
+        self.evaluate = evaluate
         self.env_kwargs = dict(env_kwargs or {})
         self.average_last = average_last
         self.save_dir = Path(save_dir) if save_dir is not None else None
@@ -62,8 +67,8 @@ class KeepBest(BaseCallback):
         self._best: ParameterSnapshot | None = None
 
     def _evaluate(self) -> None:
-        rate = float(self.model.evaluate(self.tasks, 1, seed=self.seed,  # type: ignore[attr-defined]
-                                         env_kwargs=self.env_kwargs or None)["pass_rate"])
+        rate = float(self.evaluate(self.model, self.tasks, 1, seed=self.seed, env_kwargs=self.env_kwargs or None)[
+            "pass_rate"])
         self.history.append((self.iteration, rate))
         if self.save_dir is not None:
             self.save_dir.mkdir(parents=True, exist_ok=True)
@@ -107,7 +112,7 @@ class KeepBest(BaseCallback):
         mean = {k: torch.stack([s[k] for s in states]).mean(0) if v.is_floating_point() else v
                 for k, v in states[-1].items()}
         self.model.policy.load_state_dict(mean)
-        self.average_pass_rate = float(self.model.evaluate(  # type: ignore[attr-defined]
-            self.tasks, 1, seed=self.seed, env_kwargs=self.env_kwargs or None)["pass_rate"])
+        self.average_pass_rate = float(self.evaluate(
+            self.model, self.tasks, 1, seed=self.seed, env_kwargs=self.env_kwargs or None)["pass_rate"])
         if self.verbose:
             print(f"validation pass rate {self.average_pass_rate:.3f} of the mean of {n} evaluated weights")

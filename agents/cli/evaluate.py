@@ -24,12 +24,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     from bugfix_gym.env import HIDEABLE
 
+    from agents.bugfix.evaluation import evaluate
+
     torch.set_num_threads(1)
     model = _load_model(args.model)
     tasks, what, episodes = _tasks(args)
     _override_decoding(model, args)
     env_kwargs = dict(hide_outputs=list(HIDEABLE)) if args.hide_outputs else None
-    stats = model.evaluate(tasks, episodes, seed=args.seed, env_kwargs=env_kwargs)
+    stats = evaluate(model, tasks, episodes, seed=args.seed, env_kwargs=env_kwargs)
     if args.json:
         print(json.dumps(jsonable(dict(stats, model=str(args.model), tasks=what, episodes_per_task=episodes,
                                        call_mask=model.policy.call_mask_key,

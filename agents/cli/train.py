@@ -258,7 +258,9 @@ def _evaluate(model: TokenPPO, settings: dict[str, Any]) -> dict[str, dict[str, 
     :param model: the TokenPPO
     :param settings: the run's settings
     """
-    return {name: model.evaluate(tasks, k, seed=settings["seed"], env_kwargs=eval_env(settings))
+    from agents.bugfix.evaluation import evaluate
+
+    return {name: evaluate(model, tasks, k, seed=settings["seed"], env_kwargs=eval_env(settings))
             for name, (tasks, k) in eval_sets(settings["tasks"], settings["eval_episodes"]).items()}
 
 

@@ -17,7 +17,7 @@ from agents.model.tinyagent import KVCache, TinyAgent
 
 
 @dataclass
-class Calls:
+class WrittenCalls:
     """What :func:`write_calls` wrote: per row the call's tokens, their log-probs and grammar states,
     and the critic value of every token fed to the model (in feeding order)."""
 
@@ -26,12 +26,23 @@ class Calls:
     states: list[list[int]]
     fed_values: list[list[float]]
 
+    @classmethod
+    def empty(cls, n_rows: int) -> "WrittenCalls":
+        return cls([[] for _ in range(n_rows)], [[] for _ in range(n_rows)], [[] for _ in range(n_rows)],
+                   [[] for _ in range(n_rows)])
+
+    def add(self, row: int, token: int, logp: float, state: int) -> None:
+        """Row ``row`` wrote ``token`` (log-prob ``logp``) in grammar state ``state``."""
+        self.tokens[row].append(token)
+        self.logp[row].append(logp)
+        self.states[row].append(state)
+
 
 @torch.no_grad()
 def write_calls(model: TinyAgent, cache: KVCache, feed: list[list[int]], writing: Sequence[bool], eoc_id: int, *,
                 max_call_tokens: int = 8, grammar: CallGrammar | None = None, temperature: float = 1.0,
                 deterministic: bool = False, generator: torch.Generator | None = None,
-                start_states: Sequence[int] | None = None, foresight: Foresight | None = None) -> Calls:
+                start_states: Sequence[int] | None = None, foresight: Foresight | None = None) -> WrittenCalls:
     """Write one call for each row with ``writing[b]``, token by token with the KV cache.
 
     Every model call feeds each row its pending tokens (first ``feed[b]``: the prompt, or a
@@ -55,8 +66,7 @@ def write_calls(model: TinyAgent, cache: KVCache, feed: list[list[int]], writing
         (:class:`Foresight`) before it picks one
     """
     B = len(feed)
-    device = model.tok_emb.weight.device
-    out = Calls([[] for _ in range(B)], [[] for _ in range(B)], [[] for _ in range(B)], [[] for _ in range(B)])
+    out = WrittenCalls.empty(B)
     if grammar is None:
         state = [NO_STATE] * B
     else:
@@ -65,37 +75,52 @@ def write_calls(model: TinyAgent, cache: KVCache, feed: list[list[int]], writing
     pending = [list(f) for f in feed]
     while any(pending):
         n_new = [len(p) for p in pending]
-        S = max(n_new)
-        chunk = torch.tensor([p + [0] * (S - len(p)) for p in pending], dtype=torch.long, device=device)  # [B, S]
-        logits, values = model.extend(chunk, torch.tensor(n_new, device=device), cache)  # [B, V], [B, S]
-        fed = values.cpu().tolist()
-        for b in range(B):
-            out.fed_values[b] += fed[b][: n_new[b]]
+        logits = _feed(model, cache, pending, out)
         rows = [b for b in active if n_new[b]]  # a writing row always has something to feed
         pending = [[] for _ in range(B)]
         if not rows:
             break
-        rows_t = torch.tensor(rows, device=device)
-        step_logits = logits[rows_t].float() / temperature  # [R, V]
-        if foresight is not None and grammar is not None:
-            foresight.refine(model, cache, rows, state)
-        if grammar is not None:
-            step_logits = grammar.mask_logits(step_logits, torch.tensor([state[b] for b in rows], device=device))
-        logp_all = F.log_softmax(step_logits, dim=-1)  # [R, V]
-        new = logp_all.argmax(-1, keepdim=True) if deterministic else sample_tokens(logp_all.exp(), generator)  # [R, 1]
-        new_logp = logp_all.gather(-1, new).squeeze(-1).tolist()  # [R]
-        still = []
-        for b, t, lp in zip(rows, new.squeeze(-1).tolist(), new_logp):
-            out.tokens[b].append(t)
-            out.logp[b].append(lp)
-            out.states[b].append(state[b])
+        new, new_logp = _next_tokens(model, cache, logits, rows, state, grammar=grammar, temperature=temperature,
+                                     deterministic=deterministic, generator=generator, foresight=foresight)
+        active = []
+        for b, t, lp in zip(rows, new, new_logp):
+            out.add(b, t, lp, state[b])
             if grammar is not None:
                 state[b] = grammar.step(state[b], t)
             if t != eoc_id and len(out.tokens[b]) < max_call_tokens:
                 pending[b] = [t]
-                still.append(b)
-        active = still
+                active.append(b)
     return out
+
+
+def _feed(model: TinyAgent, cache: KVCache, pending: list[list[int]], out: WrittenCalls) -> torch.Tensor:
+    """Feed each row its pending tokens in one :meth:`TinyAgent.extend`, keep their critic values in
+    ``out.fed_values``; return the logits at each row's last fed token [B, V]."""
+    device = model.tok_emb.weight.device
+    n_new = [len(p) for p in pending]
+    S = max(n_new)
+    chunk = torch.tensor([p + [0] * (S - len(p)) for p in pending], dtype=torch.long, device=device)  # [B, S]
+    logits, values = model.extend(chunk, torch.tensor(n_new, device=device), cache)  # [B, V], [B, S]
+    fed = values.cpu().tolist()
+    for b in range(len(pending)):
+        out.fed_values[b] += fed[b][: n_new[b]]
+    return logits
+
+
+def _next_tokens(model: TinyAgent, cache: KVCache, logits: torch.Tensor, rows: list[int], state: list[int], *,
+                 grammar: CallGrammar | None, temperature: float, deterministic: bool,
+                 generator: torch.Generator | None, foresight: Foresight | None) -> tuple[list[int], list[float]]:
+    """The next token of each of ``rows`` from their logits [B, V] (at ``temperature``, within the grammar
+    and what foresight leaves open, which it may close in ``state``), and its log-prob."""
+    device = logits.device
+    step_logits = logits[torch.tensor(rows, device=device)].float() / temperature  # [R, V]
+    if foresight is not None and grammar is not None:
+        foresight.refine(model, cache, rows, state)
+    if grammar is not None:
+        step_logits = grammar.mask_logits(step_logits, torch.tensor([state[b] for b in rows], device=device))
+    logp_all = F.log_softmax(step_logits, dim=-1)  # [R, V]
+    new = logp_all.argmax(-1, keepdim=True) if deterministic else sample_tokens(logp_all.exp(), generator)  # [R, 1]
+    return new.squeeze(-1).tolist(), logp_all.gather(-1, new).squeeze(-1).tolist()  # [R], [R]
 
 
 def sample_tokens(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:

@@ -64,6 +64,11 @@ class KVCache:
     def batch_size(self) -> int:
         return self.lengths.shape[0]
 
+    def fits(self, config: TinyAgentConfig, batch_size: int, dtype: torch.dtype) -> bool:
+        """Whether this cache can serve a model of ``config`` (weights of ``dtype``) over ``batch_size`` rows."""
+        return self.k.shape[:3] == (config.n_layer, batch_size, config.n_head) and self.k.dtype == dtype \
+            and self.max_len == config.max_len
+
     def reserve(self, n: int) -> None:
         """Make room for ``n`` positions per row (doubling the capacity, at most ``max_len``)."""
         cap = self.k.shape[3]
@@ -166,6 +171,40 @@ class Packing:
                       n_rows=R, width=width, n_keys=n_keys, mask=mask)
 
 
+@dataclass
+class Continuations:
+    """``K`` continuations of ``S`` tokens after each of ``R`` cached rows, read against the cache
+    without writing to it (:meth:`TinyAgent.peek`): each continuation attends to its row's cached
+    tokens and to its own earlier tokens.
+
+    :param rows: [R] the cache rows continued
+    :param start: [R] their cached lengths (the continuations' first position)
+    :param seen: [R, 1, 1, 1, P] bool, cached key ``j`` is the row's (``j < start``)
+    :param causal: [S, S] bool, a continuation's token sees its own earlier tokens
+    """
+
+    rows: torch.Tensor
+    start: torch.Tensor
+    seen: torch.Tensor
+    causal: torch.Tensor
+
+    @classmethod
+    def build(cls, rows: torch.Tensor, cache: "KVCache", width: int) -> "Continuations":
+        start = cache.lengths[rows]  # [R]
+        n_keys = int(start.max())
+        if n_keys + width > cache.max_len:
+            raise ValueError(f"KV cache overflow: a continuation needs {n_keys + width} positions, "
+                             f"max_len={cache.max_len}")
+        seen = (torch.arange(n_keys, device=rows.device) < start[:, None])[:, None, None, None, :]  # [R, 1, 1, 1, P]
+        causal = torch.ones(width, width, dtype=torch.bool, device=rows.device).tril()  # [S, S]
+        return cls(rows=rows, start=start, seen=seen, causal=causal)
+
+    @property
+    def n_keys(self) -> int:
+        """P: the cached positions read (the longest row's)."""
+        return self.seen.shape[-1]
+
+
 def _long_tensors(device: torch.device, *lists: list[int]) -> tuple[torch.Tensor, ...]:
     """Several int lists -> long tensors, made with one ``torch.tensor`` call (each is a view)."""
     flat = torch.tensor([x for lst in lists for x in lst], dtype=torch.long, device=device)
@@ -184,9 +223,14 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(config.d_model, config.d_model, bias=config.bias)
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0,
-                packing: Packing | None = None) -> torch.Tensor:
-        """Full causal attention over ``x`` [B, T, C]; with a cache, ``x`` is the packed new tokens [N, C]
-        (see :class:`Packing`): their keys and values go into the cache, their queries attend to it."""
+                packing: Packing | Continuations | None = None) -> torch.Tensor:
+        """Full causal attention over ``x`` [B, T, C]. With a cache and a :class:`Packing`, ``x`` is the
+        packed new tokens [N, C]: their keys and values go into the cache, their queries attend to it.
+        With :class:`Continuations`, ``x`` is [R, K, S, C]: each continuation attends to its row's cache
+        (read only) and to itself."""
+        if isinstance(packing, Continuations):
+            assert cache is not None
+            return self.proj(self._attend_continuations(x, cache, layer, packing))
         if cache is not None:
             assert packing is not None
             return self.proj(self._attend_cached(x, cache, layer, packing))
@@ -228,6 +272,21 @@ class CausalSelfAttention(nn.Module):
         assert y is not None
         return y
 
+    def _attend_continuations(self, x: torch.Tensor, cache: KVCache, layer: int, cont: Continuations) -> torch.Tensor:
+        R, K, S, C = x.shape
+        nh, hs, P = self.n_head, self.hs, cont.n_keys
+        q, k, v = self.qkv(x).split(C, dim=-1)  # 3 x [R, K, S, C]
+        q, k, v = (t.view(R, K, S, nh, hs).permute(0, 3, 1, 2, 4) for t in (q, k, v))  # [R, nh, K, S, hs]
+        keys, vals = cache.k[layer, cont.rows, :, :P], cache.v[layer, cont.rows, :, :P]  # [R, nh, P, hs]
+        scale = 1.0 / math.sqrt(hs)
+        to_cache = torch.einsum("rhksd,rhpd->rhksp", q, keys) * scale  # [R, nh, K, S, P]
+        to_self = torch.einsum("rhksd,rhktd->rhkst", q, k) * scale  # [R, nh, K, S, S]
+        to_cache = to_cache.masked_fill(~cont.seen, float("-inf"))
+        to_self = to_self.masked_fill(~cont.causal, float("-inf"))
+        w = torch.softmax(torch.cat([to_cache, to_self], dim=-1), dim=-1)  # [R, nh, K, S, P + S]
+        y = torch.einsum("rhksp,rhpd->rhksd", w[..., :P], vals) + torch.einsum("rhkst,rhktd->rhksd", w[..., P:], v)
+        return y.permute(0, 2, 3, 1, 4).reshape(R, K, S, C)  # [R, K, S, C]
+
 
 class MLP(nn.Module):
     """The block's feed-forward network: ``proj(gelu(fc(x)))``."""
@@ -252,7 +311,7 @@ class Block(nn.Module):
         self.mlp = MLP(config)
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0,
-                packing: Packing | None = None) -> torch.Tensor:
+                packing: Packing | Continuations | None = None) -> torch.Tensor:
         x = x + self.attn(self.ln1(x), cache, layer, packing)
         return x + self.mlp(self.ln2(x))
 
@@ -377,31 +436,11 @@ class TinyAgent(nn.Module):
         :param cache: the KV cache (read only)
         :return: logits [R, K, V] at each continuation's last token
         """
-        R, K, S = ids.shape
-        nh, hs, C = self.config.n_head, self.config.d_model // self.config.n_head, self.config.d_model
-        start = cache.lengths[rows]  # [R]
-        if int(start.max()) + S > cache.max_len:
-            raise ValueError(f"KV cache overflow: a continuation needs {int(start.max()) + S} positions, "
-                             f"max_len={cache.max_len}")
-        P = int(start.max())
-        x = self.embed(ids, start[:, None, None] + torch.arange(S, device=ids.device))  # [R, K, S, C]
-        seen = (torch.arange(P, device=ids.device) < start[:, None])[:, None, None, None, :]  # [R, 1, 1, 1, P]
-        causal = torch.ones(S, S, dtype=torch.bool, device=ids.device).tril()  # [S, S]
-        scale = 1.0 / math.sqrt(hs)
+        S = ids.shape[2]
+        cont = Continuations.build(rows, cache, S)
+        x = self.embed(ids, cont.start[:, None, None] + torch.arange(S, device=ids.device))  # [R, K, S, C]
         for layer, block in enumerate(self.blocks):
-            assert isinstance(block, Block)
-            attn = block.attn
-            q, k, v = attn.qkv(block.ln1(x)).split(C, dim=-1)  # 3 x [R, K, S, C]
-            q, k, v = (t.view(R, K, S, nh, hs).permute(0, 3, 1, 2, 4) for t in (q, k, v))  # [R, nh, K, S, hs]
-            keys, vals = cache.k[layer, rows, :, :P], cache.v[layer, rows, :, :P]  # [R, nh, P, hs]
-            to_cache = torch.einsum("rhksd,rhpd->rhksp", q, keys) * scale  # [R, nh, K, S, P]
-            to_self = torch.einsum("rhksd,rhktd->rhkst", q, k) * scale  # [R, nh, K, S, S]
-            to_cache = to_cache.masked_fill(~seen, float("-inf"))
-            to_self = to_self.masked_fill(~causal, float("-inf"))
-            w = torch.softmax(torch.cat([to_cache, to_self], dim=-1), dim=-1)  # [R, nh, K, S, P + S]
-            y = torch.einsum("rhksp,rhpd->rhksd", w[..., :P], vals) + torch.einsum("rhkst,rhktd->rhksd", w[..., P:], v)
-            x = x + attn.proj(y.permute(0, 2, 3, 1, 4).reshape(R, K, S, C))  # [R, K, S, C]
-            x = x + block.mlp(block.ln2(x))
+            x = block(x, cache, layer, cont)  # the blocks' own path; attention reads the cache in place
         return self.lm_head(self.ln_f(x[:, :, -1]))  # [R, K, V]
 
 
@@ -430,17 +469,7 @@ def score_tokens(model: TinyAgent, ids: torch.Tensor, mask: torch.Tensor | None 
     """
     B, T = ids.shape
     if chunk is not None and chunk < B and lengths is not None:
-        order = torch.argsort(lengths, descending=True)  # [B]
-        parts: list[list[torch.Tensor]] = [[], [], []]
-        for start in range(0, B, chunk):
-            rows = order[start: start + chunk]
-            L = max(int(lengths[rows].max()), 2)
-            sub = (None if x is None else x[rows, : L - 1] for x in (mask, grammar_state))
-            outs = score_tokens(model, ids[rows, :L], next(sub), grammar=grammar, grammar_state=next(sub))
-            for part, out in zip(parts, outs):  # 3 x [c, L-1]
-                part.append(F.pad(out, (0, T - L)))  # [c, T-1]
-        inverse = torch.argsort(order)  # back to the batch's order
-        return tuple(torch.cat(part)[inverse] for part in parts)  # type: ignore[return-value]
+        return _score_in_chunks(model, ids, mask, lengths, chunk, grammar, grammar_state)
     if mask is None:
         if grammar is not None:
             raise ValueError("score_tokens with a grammar needs the policy mask")
@@ -467,6 +496,25 @@ def score_tokens(model: TinyAgent, ids: torch.Tensor, mask: torch.Tensor | None 
         return torch.zeros(B, T - 1, device=v.device, dtype=v.dtype).masked_scatter(where, v)
 
     return scatter(out_logp), scatter(out_v), scatter(out_ent)
+
+
+def _score_in_chunks(model: TinyAgent, ids: torch.Tensor, mask: torch.Tensor | None, lengths: torch.Tensor,
+                     chunk: int, grammar: Any, grammar_state: torch.Tensor | None
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`score_tokens` over length-sorted chunks of ``chunk`` rows, each trimmed to its longest row,
+    back in the batch's order: ids [B, T] -> (logp, values, entropy), each [B, T-1]."""
+    B, T = ids.shape
+    order = torch.argsort(lengths, descending=True)  # [B]
+    parts: list[list[torch.Tensor]] = [[], [], []]
+    for start in range(0, B, chunk):
+        rows = order[start: start + chunk]
+        L = max(int(lengths[rows].max()), 2)
+        sub = (None if x is None else x[rows, : L - 1] for x in (mask, grammar_state))
+        outs = score_tokens(model, ids[rows, :L], next(sub), grammar=grammar, grammar_state=next(sub))
+        for part, out in zip(parts, outs):  # 3 x [c, L-1]
+            part.append(F.pad(out, (0, T - L)))  # [c, T-1]
+    inverse = torch.argsort(order)  # back to the batch's order
+    return tuple(torch.cat(part)[inverse] for part in parts)  # type: ignore[return-value]
 
 
 def sequence_log_probs(model: TinyAgent, ids: torch.Tensor) -> torch.Tensor:

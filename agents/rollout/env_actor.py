@@ -1,8 +1,12 @@
 """EnvActor: one environment behind method calls, the process-side half of :class:`agents.RayVecEnv`.
 
-Kept apart from ``ray_vec_env`` so that an actor's process imports only gymnasium and
-bugfix-gym, not Stable-Baselines3 and torch (whose import would dominate an actor's
+Kept apart from ``ray_vec_env`` so that an actor's process imports only gymnasium and the
+env's own code, not Stable-Baselines3 and torch (whose import would dominate an actor's
 start-up); it has no Ray import either, so it can be tested as a plain object.
+
+An actor imports no env package by itself: an ``env_fn`` that makes an env by its id names the
+package that registers it, Gymnasium's way (``gym.make("bugfix_gym:BugFix-v0")`` imports
+``bugfix_gym`` first), or calls the env's class (pickled by reference, so its module is imported).
 """
 
 from __future__ import annotations
@@ -11,8 +15,6 @@ from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
-
-import bugfix_gym  # noqa: F401  (registers BugFix-v0 in every actor's process, so env_fns may gym.make it)
 
 
 class EnvActor:

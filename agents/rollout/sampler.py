@@ -119,12 +119,12 @@ class EpisodeSampler:
 
     def _cache_for(self, model: TinyAgent) -> KVCache:
         """An empty KV cache for the envs, reusing the last one's memory when it fits: every row starts
-        at length 0 and the stale keys and values beyond a row's length are never attended to."""
+        at length 0 and the stale keys and values beyond a row's length are never attended to. A model
+        class that keeps another kind of cache (its own ``new_cache``) gets a new one each time."""
         cache = self._cache
-        if cache is None or type(model) is not self._cache_model_type \
-                or cache.k.shape[:3] != (model.config.n_layer, self.venv.num_envs, model.config.n_head) \
-                or cache.k.dtype != model.tok_emb.weight.dtype or cache.max_len != model.config.max_len:
-            cache = self._cache = model.new_cache(self.venv.num_envs)  # a subclass may keep another kind of cache
+        if not (isinstance(cache, KVCache) and type(model) is self._cache_model_type
+                and cache.fits(model.config, self.venv.num_envs, model.tok_emb.weight.dtype)):
+            cache = self._cache = model.new_cache(self.venv.num_envs)
             self._cache_model_type = type(model)
         cache.lengths.zero_()
         return cache
@@ -166,10 +166,11 @@ class EpisodeSampler:
         if fresh or self.episodes is None:
             self.restart()
         quota = [-(-n_episodes // B)] * B if fresh else None
-        run = self._run(model, quota, n_episodes, max_env_steps=max_env_steps, on_step=on_step, decoding=decoding)
+        collection = self._play(model, quota, n_episodes, max_env_steps=max_env_steps, on_step=on_step,
+                                decoding=decoding)
         if fresh:
             self.episodes = None  # the episodes in progress are not part of any batch: start over next time
-        return [traj for _, traj in run.finished]
+        return [traj for _, traj in collection.finished]
 
     def _rounds(self, model: TinyAgent, rounds: int, max_env_steps: int | None, on_step: StepHook | None,
                 decoding: dict[str, Any]) -> list[Trajectory]:
@@ -194,26 +195,27 @@ class EpisodeSampler:
             if stopped or (max_env_steps is not None and steps >= max_env_steps):
                 break
             self.restart()
-            run = self._run(model, [1] * B, B,
-                            max_env_steps=None if max_env_steps is None else max_env_steps - steps,
-                            on_step=counting, decoding=decoding)
-            out += [traj for _, traj in run.finished]
+            collection = self._play(model, [1] * B, B,
+                                    max_env_steps=None if max_env_steps is None else max_env_steps - steps,
+                                    on_step=counting, decoding=decoding)
+            out += [traj for _, traj in collection.finished]
         self.episodes = None
         return out
 
-    def _run(self, model: TinyAgent, quota: list[int] | None, n_episodes: int,
-             max_env_steps: int | None, on_step: StepHook | None, decoding: dict[str, Any]) -> "_Run":
-        run = _Run(self, model, quota, n_episodes, decoding)
+    def _play(self, model: TinyAgent, quota: list[int] | None, n_episodes: int,
+              max_env_steps: int | None, on_step: StepHook | None, decoding: dict[str, Any]) -> "_Collection":
+        """One :class:`_Collection` with this quota, played in lockstep or asynchronously (model in eval mode)."""
+        collection = _Collection(self, model, quota, n_episodes, decoding)
         was_training = model.training
         model.eval()
         try:
             if self.asynchronous:
-                run.asynchronous(max_env_steps, on_step)
+                collection.asynchronous(max_env_steps, on_step)
             else:
-                run.lockstep(max_env_steps, on_step)
+                collection.lockstep(max_env_steps, on_step)
         finally:
             model.train(was_training)
-        return run
+        return collection
 
     def _tool_ids(self, ep: EpisodeRecord, text: str, max_len: int) -> list[int]:
         """The tool output's tokens, cut so that the next call still fits in the context
@@ -238,15 +240,15 @@ class EpisodeSampler:
             self.restart()
             self.venv.set_options(None)
             decoding = dict(generator=generator, temperature=temperature, deterministic=deterministic)
-            run = self._run(model, [1] * len(chunk) + [0] * (B - len(chunk)), len(chunk), max_env_steps=None,
-                            on_step=None, decoding=decoding)
-            by_row = dict(run.finished)  # each recorded env finishes exactly one episode
+            collection = self._play(model, [1] * len(chunk) + [0] * (B - len(chunk)), len(chunk),
+                                    max_env_steps=None, on_step=None, decoding=decoding)
+            by_row = dict(collection.finished)  # each recorded env finishes exactly one episode
             out += [by_row[b] for b in range(len(chunk))]
         self.episodes = None  # the waiting envs' episodes were not recorded: start over next time
         return out
 
 
-class _Run:
+class _Collection:
     """One collection: the KV cache, what each env feeds next, how many episodes each env still records,
     and the finished episodes.
 
@@ -257,7 +259,7 @@ class _Run:
     def __init__(self, sampler: EpisodeSampler, model: TinyAgent, quota: list[int] | None, n_episodes: int,
                  decoding: dict[str, Any]):
         assert sampler.episodes is not None
-        self.s, self.model, self.decoding = sampler, model, decoding
+        self.sampler, self.model, self.decoding = sampler, model, decoding
         self.B = sampler.venv.num_envs
         self.quota = list(quota) if quota is not None else None
         self.target = sum(quota) if quota is not None else n_episodes
@@ -279,15 +281,15 @@ class _Run:
     def write(self, rows: Sequence[int]) -> tuple[list[str], list[bool]]:
         """Write the calls of ``rows`` (one model pass per token, those rows only): their actions, and
         whether each was written by the policy (else it is the filler)."""
-        eps = self.s.episodes
+        eps = self.sampler.episodes
         assert eps is not None
         writing = [False] * self.B
         for b in rows:
             writing[b] = self.records(b) and not eps[b].cut
         feed = [self.feed[b] if b in rows else [] for b in range(self.B)]
-        calls = write_calls(self.model, self.cache, feed, writing, self.s.tok.eoc_id,
-                            max_call_tokens=self.s.max_call_tokens, grammar=self.s.grammar,
-                            start_states=[ep.call_start for ep in eps], foresight=self.s.foresight,
+        calls = write_calls(self.model, self.cache, feed, writing, self.sampler.tok.eoc_id,
+                            max_call_tokens=self.sampler.max_call_tokens, grammar=self.sampler.grammar,
+                            start_states=[ep.call_start for ep in eps], foresight=self.sampler.foresight,
                             **self.decoding)
         actions = []
         for b in rows:
@@ -295,9 +297,9 @@ class _Run:
             self.feed[b] = []
             if writing[b]:
                 eps[b].add_call(calls.tokens[b], calls.logp[b], calls.states[b])
-                actions.append(self.s.tok.decode(calls.tokens[b]))
+                actions.append(self.sampler.tok.decode(calls.tokens[b]))
             else:
-                actions.append(self.s.filler)
+                actions.append(self.sampler.filler)
         return actions, [writing[b] for b in rows]
 
     def absorb(self, b: int, obs: Any, reward: float, done: bool, info: dict, written: bool) -> bool:
@@ -305,34 +307,34 @@ class _Run:
 
         :return: whether a recorded episode finished
         """
-        eps = self.s.episodes
+        eps = self.sampler.episodes
         assert eps is not None
         ep, max_len = eps[b], self.model.config.max_len
         if written:
             ep.add_reward(reward)
         if not done:
             if written:
-                out = self.s._tool_ids(ep, str(obs), max_len)
+                out = self.sampler._tool_ids(ep, str(obs), max_len)
                 ep.add_tool(out)
                 # the call's last token (not fed yet) and the tool output, in one prefill
                 self.feed[b] = [ep.ids[len(ep.ids) - len(out) - 1]] + out if not ep.cut else []
-                ep.call_start = self.s.call_start(info)
+                ep.call_start = self.sampler.call_start(info)
             return False
         if written:
-            ep.add_tool(self.s._tool_ids(ep, _terminal_text(info), max_len))
+            ep.add_tool(self.sampler._tool_ids(ep, _terminal_text(info), max_len))
         recorded = self.records(b)
         if recorded:
             self.finished.append((b, ep.trajectory(info)))
             if self.quota is not None:
                 self.quota[b] -= 1
-        eps[b] = new = self.s._new_episode(str(obs), self.s._reset_info(b))
+        eps[b] = new = self.sampler._new_episode(str(obs), self.sampler._reset_info(b))
         self.cache.lengths[b] = 0  # the row starts over; stale keys are never read
         self.feed[b] = list(new.ids) if self.records(b) else []
         return recorded
 
     def lockstep(self, max_env_steps: int | None, on_step: StepHook | None) -> None:
         """Every env steps at once (SB3's ``step_async`` / ``step_wait``), deterministic for a seed."""
-        venv, steps = self.s.venv, 0
+        venv, steps = self.sampler.venv, 0
         everyone = list(range(self.B))
         while not self.complete and (max_env_steps is None or steps < max_env_steps):
             actions, written = self.write(everyone)
@@ -349,7 +351,7 @@ class _Run:
         """Each env steps as soon as its call is written (``venv.send`` / ``venv.receive``), so envs with
         slow tools do not hold the others back; an env past its quota waits. The order of events depends
         on timing."""
-        venv: Any = self.s.venv  # has send() / receive() (checked when the sampler was made)
+        venv: Any = self.sampler.venv  # has send() / receive() (checked when the sampler was made)
         sent = 0
         busy: dict[int, bool] = {}  # env -> whether its call was written by the policy
         idle = list(range(self.B))

@@ -15,7 +15,6 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from bugfix_gym.evaluation import episode_stats
 from bugfix_gym.tokenizer import Tokenizer
 from bugfix_gym.tokens import OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL, encode_segment
 from bugfix_gym.tokens import policy_mask
@@ -166,17 +165,40 @@ def collate(trajs: Sequence[Trajectory], pad_id: int = 0) -> dict[str, torch.Ten
     )
 
 
-def rollout_stats(trajs: Sequence[Trajectory]) -> dict[str, float]:
-    """Summary of trajectories: the BugFix statistics of :func:`bugfix_gym.episode_stats` (when the
-    env's ``info`` has them) plus ``reward``, ``turns`` and ``policy_tokens`` (per episode)."""
+#: the statistics of finished episodes, from their final ``info`` dicts and their returns
+EpisodeSummary = Callable[[list[dict], list[float]], dict]
+#: the summaries the layers that know an env registered: (does an info come from that env, its summary)
+_EPISODE_SUMMARIES: list[tuple[Callable[[dict], bool], EpisodeSummary]] = []
+
+
+def register_episode_summary(recognises: Callable[[dict], bool], summarise: EpisodeSummary) -> None:
+    """Let :func:`rollout_stats` summarise the episodes of an env with the env's own statistics:
+    those whose every final ``info`` ``recognises`` (the BugFix layer registers BugFix-v0's).
+
+    :param recognises: ``info -> bool``, whether a final info comes from that env
+    :param summarise: ``(infos, rewards) -> statistics``
+    """
+    _EPISODE_SUMMARIES.append((recognises, summarise))
+
+
+def _returns_and_calls(infos: list[dict], rewards: list[float], trajs: Sequence[Trajectory]) -> dict[str, float]:
+    """Any text env's summary: the mean return and calls (turns) per episode."""
+    calls = [int(((t.owner[1:] == OWNER_POLICY) & (t.owner[:-1] != OWNER_POLICY)).sum()) for t in trajs]
+    return dict(reward=sum(rewards) / len(trajs), turns=sum(calls) / len(trajs))
+
+
+def rollout_stats(trajs: Sequence[Trajectory], summarise: EpisodeSummary | None = None) -> dict[str, float]:
+    """Summary of trajectories: ``summarise(infos, rewards)``, by default the summary registered for
+    the env whose infos these are (:func:`register_episode_summary`; BugFix-v0: pass rate, valid calls,
+    behaviour) or else ``reward`` and ``turns``; plus ``policy_tokens`` (per episode).
+
+    :param trajs: finished episodes
+    :param summarise: the statistics of the episodes' final infos and returns (None: as registered)
+    """
     if not trajs:
         raise ValueError("rollout_stats needs at least one trajectory")
-    n = len(trajs)
-    tokens = sum(float(t.policy_mask.sum()) for t in trajs) / n
-    infos = [t.info for t in trajs]
-    if all("submitted" in i and "n_turns" in i for i in infos):
-        stats = episode_stats(infos, [t.reward for t in trajs])
-    else:  # another text env: returns and calls per episode
-        calls = [int(((t.owner[1:] == OWNER_POLICY) & (t.owner[:-1] != OWNER_POLICY)).sum()) for t in trajs]
-        stats = dict(reward=sum(t.reward for t in trajs) / n, turns=sum(calls) / n)
-    return dict(stats, policy_tokens=tokens)
+    infos, rewards = [t.info for t in trajs], [t.reward for t in trajs]
+    if summarise is None:
+        summarise = next((fn for recognises, fn in _EPISODE_SUMMARIES if all(map(recognises, infos))), None)
+    stats = summarise(infos, rewards) if summarise is not None else _returns_and_calls(infos, rewards, trajs)
+    return dict(stats, policy_tokens=sum(float(t.policy_mask.sum()) for t in trajs) / len(trajs))
