@@ -34,7 +34,7 @@ def ray():
 def discrete_env_fns(n: int) -> list:
     """``n`` factories of the DiscreteCalls view. Local lambdas travel by value, so an actor
     does not import this module (and with it SB3 and torch) to rebuild them."""
-    return [lambda: DiscreteCalls(gym.make("bugfix_gym:BugFix-v0"), max_len=128) for _ in range(n)]
+    return [lambda: DiscreteCalls(gym.make("BugFix-v0"), max_len=128) for _ in range(n)]
 
 
 def legal_calls(rng: np.random.Generator, masks: np.ndarray) -> np.ndarray:
@@ -94,7 +94,7 @@ def test_same_trajectories_as_dummy_vec_env_with_auto_reset_seeds_and_options(ra
 def test_text_observations_and_string_actions_match_dummy_vec_env(ray):
     from agents import RayVecEnv
 
-    make = functools.partial(gym.make, "bugfix_gym:BugFix-v0", max_turns=3)
+    make = functools.partial(gym.make, "BugFix-v0", max_turns=3)
     vecs = [DummyVecEnv([make, make]), RayVecEnv([make, make])]
     for vec in vecs:
         vec.seed(3)
@@ -120,7 +120,7 @@ def test_text_observations_and_string_actions_match_dummy_vec_env(ray):
 def test_attributes_methods_and_wrapper_checks_reach_the_right_actor(ray):
     from agents import RayVecEnv
 
-    vec = RayVecEnv([lambda: BugFixEnv(max_turns=3), lambda: gym.make("bugfix_gym:BugFix-v0", max_turns=5)])
+    vec = RayVecEnv([lambda: BugFixEnv(max_turns=3), lambda: gym.make("BugFix-v0", max_turns=5)])
     assert vec.get_attr("max_turns") == [3, 5]
     assert vec.get_attr("max_turns", indices=[1]) == [5]
     assert vec.has_attr("call_mask") and not vec.has_attr("no_such_attribute")
@@ -146,14 +146,24 @@ def test_attributes_methods_and_wrapper_checks_reach_the_right_actor(ray):
 
 
 def test_an_actor_imports_no_env_package_by_itself():
-    """The actor's module knows no BugFix: an env id names the package that registers it."""
+    """The actor's module knows no BugFix: it imports the packages it is given, then makes the env
+    (a plain id once the registering package is imported; a prefixed id imports it by itself)."""
     probe = ("import sys; import agents.rollout.env_actor as m; "
              "print(sorted(n for n in ('bugfix_gym', 'torch', 'stable_baselines3') if n in sys.modules)); "
              "actor = m.EnvActor(lambda: __import__('gymnasium').make('bugfix_gym:BugFix-v0', max_turns=2)); "
-             "print(actor.get_attr('max_turns'))")
+             "print(actor.get_attr('max_turns')); "
+             "plain = m.EnvActor(lambda: __import__('gymnasium').make('LookThenAnswer-v0'), ['bugfix_gym']); "
+             "print(type(plain.env.unwrapped).__name__)")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split("\n")[:2] == ["[]", "2"]
+    assert out.stdout.split("\n")[:3] == ["[]", "2", "LookThenAnswerEnv"]
+
+
+def test_the_actors_import_the_packages_that_registered_the_drivers_env_ids():
+    from agents.rollout.env_actor import registering_packages
+
+    packages = registering_packages()
+    assert "bugfix_gym" in packages and "gymnasium" not in packages
 
 
 def test_without_ray_the_error_says_what_to_install(monkeypatch):
@@ -203,7 +213,7 @@ def test_make_vec_env_builds_monitored_envs_in_actors_that_step_like_dummy_vec_e
     from agents import RayVecEnv
 
     kw = dict(n_envs=2, seed=5, env_kwargs=dict(max_turns=3, render_mode=None))
-    vecs = [make_vec_env("BugFix-v0", **kw), make_vec_env("bugfix_gym:BugFix-v0", vec_env_cls=RayVecEnv, **kw)]
+    vecs = [make_vec_env("BugFix-v0", **kw), make_vec_env("BugFix-v0", vec_env_cls=RayVecEnv, **kw)]
     try:
         assert isinstance(vecs[1], RayVecEnv) and vecs[1].env_is_wrapped(Monitor) == [True, True]
         first = [vec.reset() for vec in vecs]

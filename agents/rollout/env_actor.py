@@ -4,26 +4,42 @@ Kept apart from ``ray_vec_env`` so that an actor's process imports only gymnasiu
 env's own code, not Stable-Baselines3 and torch (whose import would dominate an actor's
 start-up); it has no Ray import either, so it can be tested as a plain object.
 
-An actor imports no env package by itself: an ``env_fn`` that makes an env by its id names the
-package that registers it, Gymnasium's way (``gym.make("bugfix_gym:BugFix-v0")`` imports
-``bugfix_gym`` first), or calls the env's class (pickled by reference, so its module is imported).
+An actor knows no env package: it first imports the packages it is given (``RayVecEnv`` passes
+those that registered the driver's env ids, :func:`registering_packages`), so an ``env_fn`` may make
+an env by its plain id (``gym.make("BugFix-v0")``) as in the driver.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
+
+
+def registering_packages() -> list[str]:
+    """The top-level packages, other than Gymnasium's own, whose import registered an env id in this
+    process (``import bugfix_gym`` registers ``BugFix-v0``): what another process must import to make
+    the same ids."""
+    found = set()
+    for spec in gym.registry.values():
+        entry = spec.entry_point
+        module = entry.split(":")[0] if isinstance(entry, str) else getattr(entry, "__module__", "") or ""
+        found.add(module.split(".")[0])
+    return sorted(found - {"", "gymnasium", "ale_py", "shimmy", "__main__"})
 
 
 class EnvActor:
     """One environment and the commands of SB3's ``SubprocVecEnv`` worker, as methods.
 
     :param env_fn: returns a new environment; called once, in the actor's process
+    :param packages: modules to import first (those that register the env ids ``env_fn`` may use)
     """
 
-    def __init__(self, env_fn: Callable[[], gym.Env]):
+    def __init__(self, env_fn: Callable[[], gym.Env], packages: Sequence[str] = ()):
+        for package in packages:
+            importlib.import_module(package)
         env = env_fn()
         if not isinstance(env, gym.Env):  # an old-gym / shimmy env: SB3 converts it
             from stable_baselines3.common.vec_env.patch_gym import _patch_env

@@ -30,7 +30,7 @@ import numpy as np
 from gymnasium import spaces
 from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
 
-from agents.rollout.env_actor import EnvActor
+from agents.rollout.env_actor import EnvActor, registering_packages
 
 
 def _import_ray():
@@ -131,7 +131,8 @@ class RayVecEnv(VecEnv):
         init_ray(address, num_cpus, **(init_kwargs or {}))
         self._ray = _import_ray()
         actor_class = _remote_actor_class().options(**(actor_options or {}))
-        self.actors = [actor_class.remote(env_fn) for env_fn in env_fns]
+        packages = registering_packages()  # so an env_fn may gym.make an id this process registered
+        self.actors = [actor_class.remote(env_fn, packages) for env_fn in env_fns]
         self._pending: list[Any] = []
         self._in_flight: dict[int, Any] = {}  # env index -> step reference (asynchronous stepping)
         self.waiting = False
