@@ -32,8 +32,10 @@ from bugfix_gym.tools import CALLS
 
 from agents.algorithms.buffers import TokenRolloutBuffer, TokenRolloutBufferSamples
 from agents.files.checkpoint import ParameterSnapshot
-from agents.algorithms.losses import (AGGREGATION_MODES, KL_KINDS, aggregate_loss, clipped_policy_loss,
-                                      clipped_value_loss, kl_estimate, masked_mean, tool_output_mask)
+from agents.algorithms.advantages import ADVANTAGE_ESTIMATORS
+from agents.algorithms.losses import (KL_KINDS, LOSS_AGGREGATIONS, POLICY_LOSSES, PolicyLossConfig, aggregate_loss,
+                                      clipped_value_loss, get_policy_loss_fn, kl_estimate, masked_mean,
+                                      tool_output_mask)
 from agents.model.tinyagent import TinyAgent, score_tokens
 from agents.algorithms.on_policy import TokenOnPolicyAlgorithm
 from agents.algorithms.policies import TinyAgentPolicy
@@ -87,7 +89,7 @@ class TokenPPO(TokenOnPolicyAlgorithm):
         transcripts (:class:`agents.bugfix.practice.EditPractice`: recombined train code, drawn with the
         model's seed), one minibatch of them per PPO minibatch with the same weight; 0 = off
     :param practice_tasks: whose code the practice recombines: ``"generated"`` or ``"book"`` train code
-    :param loss_mode: loss aggregation (``agents.algorithms.losses.AGGREGATION_MODES``)
+    :param loss_mode: loss aggregation, a name in :data:`agents.algorithms.losses.LOSS_AGGREGATIONS`
     :param loss_norm_const: the constant for ``loss_mode="constant"``
     :param target_kl_mode: ``"minibatch"`` (SB3: stop before a step whose minibatch KL exceeds
         ``1.5 * target_kl``) or ``"epoch"`` (book: stop after an epoch whose mean KL exceeds ``target_kl``)
@@ -107,6 +109,10 @@ class TokenPPO(TokenOnPolicyAlgorithm):
     :param rollout_buffer_class: buffer class (default :class:`TokenRolloutBuffer`)
     :param rollout_buffer_kwargs: extra buffer arguments
     :param monitor_wrapper: wrap a plain env in SB3's ``Monitor``
+    :param policy_loss: the policy loss, a name in :data:`agents.algorithms.losses.POLICY_LOSSES`
+        (``"ppo_clip"``: the clipped surrogate above)
+    :param adv_estimator: the advantage estimator, a name in
+        :data:`agents.algorithms.advantages.ADVANTAGE_ESTIMATORS` (``"gae"``)
     :param _init_setup_model: build the networks now (``load`` passes False)
     """
 
@@ -115,7 +121,7 @@ class TokenPPO(TokenOnPolicyAlgorithm):
         "normalize_advantage", "target_kl", "n_minibatches",
         "clip_range_high", "dual_clip", "kl_coef", "kl_estimator", "loss_mode", "loss_norm_const", "target_kl_mode",
         "recompute_old_logp", "critic_warmup_steps", "critic_warmup_lr", "forward_chunk", "tool_coef", "tool_calls",
-        "practice", "practice_tasks")
+        "practice", "practice_tasks", "policy_loss", "adv_estimator")
 
     def __init__(
         self,
@@ -166,6 +172,8 @@ class TokenPPO(TokenOnPolicyAlgorithm):
         rollout_buffer_class: type[TokenRolloutBuffer] | None = None,
         rollout_buffer_kwargs: dict[str, Any] | None = None,
         monitor_wrapper: bool = True,
+        policy_loss: str = "ppo_clip",
+        adv_estimator: str = "gae",
     ):
         _check_ppo_args(n_epochs=n_epochs, n_minibatches=n_minibatches, batch_size=batch_size, dual_clip=dual_clip,
                         kl_estimator=kl_estimator, loss_mode=loss_mode, loss_norm_const=loss_norm_const,
@@ -173,7 +181,7 @@ class TokenPPO(TokenOnPolicyAlgorithm):
                         clip_range_high=clip_range_high, clip_range_vf=clip_range_vf, kl_coef=kl_coef,
                         tool_coef=tool_coef, tool_calls=tool_calls, practice=practice,
                         practice_tasks=practice_tasks, critic_warmup_steps=critic_warmup_steps,
-                        forward_chunk=forward_chunk)
+                        forward_chunk=forward_chunk, policy_loss=policy_loss, adv_estimator=adv_estimator)
         self.batch_size = batch_size
         self.n_minibatches = n_minibatches
         self.n_epochs = n_epochs
@@ -197,6 +205,8 @@ class TokenPPO(TokenOnPolicyAlgorithm):
         self.critic_warmup_steps = critic_warmup_steps
         self.critic_warmup_lr = critic_warmup_lr
         self.forward_chunk = forward_chunk
+        self.policy_loss = policy_loss
+        self.adv_estimator = adv_estimator
         self.critic_warmed_up = critic_warmup_steps <= 0
         self.ref_model: TinyAgent | None = None
         super().__init__(policy, env, learning_rate=learning_rate, n_episodes=n_episodes, gamma=gamma,
@@ -211,6 +221,7 @@ class TokenPPO(TokenOnPolicyAlgorithm):
     def _setup_model(self) -> None:
         self.rollout_buffer_kwargs = dict(self.rollout_buffer_kwargs or {})
         self.rollout_buffer_kwargs.setdefault("normalize_advantage", self.normalize_advantage)
+        self.rollout_buffer_kwargs.setdefault("adv_estimator", self.adv_estimator)
         super()._setup_model()
         self.clip_range = FloatSchedule(self.clip_range)
         if self.kl_coef:
@@ -356,9 +367,9 @@ class TokenPPO(TokenOnPolicyAlgorithm):
         scored = sample if tool is None else sample._replace(policy_mask=th.maximum(mask, tool))
         logp, values, entropy = self._score(self.policy.model, scored)  # 3 x [b, T-1], 0 off the scored mask
         mode, norm = self.loss_mode, self.loss_norm_const
-        pg_loss, stats = clipped_policy_loss(logp, sample.old_logp, sample.advantages, mask,
-                                             clip_low=clip_low, clip_high=clip_high, dual_clip=self.dual_clip,
-                                             mode=mode, norm_const=norm)
+        config = PolicyLossConfig(clip_low=clip_low, clip_high=clip_high, dual_clip=self.dual_clip, mode=mode,
+                                  norm_const=norm)
+        pg_loss, stats = get_policy_loss_fn(self.policy_loss)(logp, sample.old_logp, sample.advantages, mask, config)
         v_loss = clipped_value_loss(values, sample.old_values, sample.returns, mask, clip=self.clip_range_vf,
                                     mode=mode, norm_const=norm)
         entropy_mean = aggregate_loss(entropy, mask, mode, norm)
@@ -472,7 +483,7 @@ def _check_ppo_args(*, n_epochs: int, n_minibatches: int, batch_size: int | None
                     target_kl_mode: str, clip_range: Any, clip_range_high: float | None,
                     clip_range_vf: float | None, kl_coef: float, tool_coef: float,
                     tool_calls: Sequence[str] | None, practice: int, practice_tasks: str, critic_warmup_steps: int,
-                    forward_chunk: int | None) -> None:
+                    forward_chunk: int | None, policy_loss: str, adv_estimator: str) -> None:
     for name, value in (("n_epochs", n_epochs), ("n_minibatches", n_minibatches)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -504,8 +515,9 @@ def _check_ppo_args(*, n_epochs: int, n_minibatches: int, batch_size: int | None
         raise ValueError(f"dual_clip must be > 1 (typically 3) or None, got {dual_clip}")
     if kl_estimator not in KL_KINDS:
         raise ValueError(f"kl_estimator must be one of {KL_KINDS}, got {kl_estimator!r}")
-    if loss_mode not in AGGREGATION_MODES:
-        raise ValueError(f"loss_mode must be one of {AGGREGATION_MODES}, got {loss_mode!r}")
+    LOSS_AGGREGATIONS.check(loss_mode, "loss_mode")
+    POLICY_LOSSES.check(policy_loss, "policy_loss")
+    ADVANTAGE_ESTIMATORS.check(adv_estimator, "adv_estimator")
     if loss_mode == "constant" and loss_norm_const is None:
         raise ValueError("loss_mode='constant' needs loss_norm_const, e.g. batch_size * max_policy_tokens")
     if target_kl_mode not in ("minibatch", "epoch"):

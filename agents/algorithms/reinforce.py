@@ -23,8 +23,9 @@ from typing import Any, ClassVar
 import torch as th
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
 
-from agents.algorithms.advantages import EMABaseline, reward_to_go
-from agents.algorithms.losses import AGGREGATION_MODES, reinforce_loss
+from agents.algorithms.advantages import (ADVANTAGE_ESTIMATORS, AdvantageBatch, AdvantageConfig, EMABaseline,
+                                          get_adv_estimator_fn)
+from agents.algorithms.losses import LOSS_AGGREGATIONS, POLICY_LOSSES, PolicyLossConfig, get_policy_loss_fn
 from agents.model.tinyagent import TinyAgent, score_tokens
 from agents.algorithms.on_policy import TokenOnPolicyAlgorithm
 from agents.algorithms.policies import TinyAgentPolicy
@@ -35,7 +36,7 @@ BASELINES = ("ema", "batch_mean", "none")
 def policy_gradient_step(model: TinyAgent, optimizer: th.optim.Optimizer, batch: dict[str, th.Tensor],
                          advantages: th.Tensor, mode: str = "token_mean", norm_const: float | None = None,
                          max_grad_norm: float = 1.0, skip_zero: bool = True, grammar: Any = None,
-                         chunk: int | None = None) -> dict[str, Any]:
+                         chunk: int | None = None, policy_loss: str = "reinforce") -> dict[str, Any]:
     """One REINFORCE update on a collated batch (book §6.7).
 
     :param model: the policy (trained in place)
@@ -50,6 +51,8 @@ def policy_gradient_step(model: TinyAgent, optimizer: th.optim.Optimizer, batch:
     :param grammar: the call grammar the tokens were sampled under (scores the masked distribution)
     :param chunk: score in length-sorted chunks of this many trajectories (same gradient, far less
         padding; :func:`agents.model.tinyagent.score_tokens`); None = one padded pass
+    :param policy_loss: the loss, a name in :data:`agents.algorithms.losses.POLICY_LOSSES`; pi_old is
+        the policy itself (one step on its own samples)
     :return: ``dict(loss, grad_norm, skipped)``; ``grad_norm`` is measured before clipping
     """
     mask = batch["policy_mask"]  # [B, T-1]
@@ -61,7 +64,8 @@ def policy_gradient_step(model: TinyAgent, optimizer: th.optim.Optimizer, batch:
     lengths = (batch["owner"] > 0).sum(1) if "owner" in batch else None  # [B]
     logp, _, _ = score_tokens(model, batch["ids"], mask, lengths=lengths, chunk=chunk, grammar=grammar,
                               grammar_state=batch.get("grammar_state"))  # [B, T-1], with grad, 0 off the mask
-    loss = reinforce_loss(logp, adv, mask, mode, norm_const)
+    config = PolicyLossConfig(mode=mode, norm_const=norm_const)
+    loss, _ = get_policy_loss_fn(policy_loss)(logp, logp.detach(), adv, mask, config)
     optimizer.zero_grad()
     loss.backward()
     grad_norm = th.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
@@ -87,6 +91,9 @@ class Reinforce(TokenOnPolicyAlgorithm):
     :param skip_zero: skip the optimizer step when every advantage is zero
     :param forward_chunk: score the batch in length-sorted chunks of this many trajectories (same
         gradient, far less padding); None = one padded pass
+    :param policy_loss: the policy loss, a name in :data:`agents.algorithms.losses.POLICY_LOSSES`
+    :param adv_estimator: the advantage estimator, a name in
+        :data:`agents.algorithms.advantages.ADVANTAGE_ESTIMATORS`
     :param stats_window_size: episodes averaged by ``rollout/ep_rew_mean``; default ``n_episodes``
     :param tensorboard_log: TensorBoard log folder (None = off)
     :param policy_kwargs: extra :class:`TinyAgentPolicy` arguments; Adam keeps torch's own ``eps``
@@ -105,7 +112,7 @@ class Reinforce(TokenOnPolicyAlgorithm):
 
     saved_args: ClassVar[tuple[str, ...]] = TokenOnPolicyAlgorithm.saved_args + (
         "loss_mode", "loss_norm_const", "baseline", "baseline_init", "ema_decay", "use_reward_to_go", "skip_zero",
-        "forward_chunk")
+        "forward_chunk", "policy_loss", "adv_estimator")
 
     def __init__(self, policy: str | type[TinyAgentPolicy], env: GymEnv | str | None,
                  learning_rate: float | Schedule = 2e-3, n_episodes: int = 64, gamma: float = 1.0,
@@ -116,11 +123,13 @@ class Reinforce(TokenOnPolicyAlgorithm):
                  tensorboard_log: str | None = None, policy_kwargs: dict[str, Any] | None = None, verbose: int = 0,
                  seed: int | None = None, device: th.device | str = "cpu", _init_setup_model: bool = True, *,
                  base_agent: str | TinyAgent | None = "auto", temperature: float = 1.0, max_call_tokens: int = 8,
-                 fresh_batches: bool = True, async_envs: bool = False, monitor_wrapper: bool = True):
+                 fresh_batches: bool = True, async_envs: bool = False, monitor_wrapper: bool = True,
+                 policy_loss: str = "reinforce", adv_estimator: str = "return_minus_baseline"):
         if baseline not in BASELINES:
             raise ValueError(f"baseline must be one of {BASELINES}, got {baseline!r}")
-        if loss_mode not in AGGREGATION_MODES:
-            raise ValueError(f"loss_mode must be one of {AGGREGATION_MODES}, got {loss_mode!r}")
+        LOSS_AGGREGATIONS.check(loss_mode, "loss_mode")
+        POLICY_LOSSES.check(policy_loss, "policy_loss")
+        ADVANTAGE_ESTIMATORS.check(adv_estimator, "adv_estimator")
         if loss_mode == "constant" and loss_norm_const is None:
             raise ValueError("loss_mode='constant' needs loss_norm_const, e.g. n_episodes * max_policy_tokens")
         if not 0.0 <= ema_decay <= 1.0:
@@ -133,6 +142,8 @@ class Reinforce(TokenOnPolicyAlgorithm):
         self.use_reward_to_go = use_reward_to_go
         self.skip_zero = skip_zero
         self.forward_chunk = forward_chunk
+        self.policy_loss = policy_loss
+        self.adv_estimator = adv_estimator
         self.ema: EMABaseline | None = None if baseline_init is None else EMABaseline(baseline_init, ema_decay)
         policy_kwargs = dict(policy_kwargs or {})
         policy_kwargs.setdefault("optimizer_kwargs", {"foreach": True})  # torch Adam eps 1e-8, as the book
@@ -170,14 +181,12 @@ class Reinforce(TokenOnPolicyAlgorithm):
             b = float(rewards.mean())
         else:
             b = 0.0
-        mask = batch["policy_mask"]  # [B, T-1]
-        if self.use_reward_to_go:  # per-token G_t - b on policy tokens (book §6.5)
-            advantages = (reward_to_go(batch["token_rewards"], mask, self.gamma) - b) * mask
-        else:
-            advantages = rewards - b  # [B], broadcast over each trajectory's policy tokens
+        estimate = get_adv_estimator_fn(self.adv_estimator)  # default: R - b, or G_t - b per token
+        advantages, _ = estimate(AdvantageBatch(batch["token_rewards"], rewards, batch["policy_mask"], baseline=b),
+                                 AdvantageConfig(gamma=self.gamma, reward_to_go=self.use_reward_to_go))
         stats = policy_gradient_step(self.policy.model, self.policy.optimizer, batch, advantages, self.loss_mode,
                                      self.loss_norm_const, self.max_grad_norm, self.skip_zero, self.policy.grammar,
-                                     self.forward_chunk)
+                                     self.forward_chunk, self.policy_loss)
         if self.ema is not None and self.baseline == "ema":
             self.ema.update(rewards)
         self._n_updates += 0 if stats["skipped"] else 1
