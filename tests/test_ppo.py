@@ -549,3 +549,46 @@ def test_edit_practice_adds_a_loss_on_practice_answers_and_leaves_the_policy_ter
 def test_bad_tool_loss_settings_are_one_line_errors(kw, match):
     with pytest.raises(ValueError, match=match):
         TokenPPO("TinyAgentPolicy", vec(2), **kw)
+
+
+# ---------------------------------------------------------------------- one definition per setting
+def test_every_setting_is_documented_saved_and_kept_as_an_attribute_from_its_one_definition():
+    import dataclasses
+
+    from agents.algorithms.config import PPOConfig, ReinforceConfig
+    from agents.algorithms.reinforce import Reinforce
+
+    for algo, config in ((TokenPPO, PPOConfig), (Reinforce, ReinforceConfig)):
+        for field in dataclasses.fields(config):
+            assert f":param {field.name}: {field.metadata['help']} (default {field.default!r})" in algo.__doc__
+        saved = [f.name for f in dataclasses.fields(config) if f.metadata["saved"]]
+        assert list(algo.saved_args) == saved and "async_envs" not in saved
+    model = TokenPPO("TinyAgentPolicy", gym.make("BugFix-v0"), base_agent=None, clip_range_high=0.28, n_epochs=3)
+    assert (model.clip_range_high, model.n_epochs, model.kl_estimator) == (0.28, 3, "k3")
+    settings = model.saved_settings()
+    assert list(settings) == list(TokenPPO.saved_args) and settings["n_epochs"] == 3
+    assert Reinforce.config_class().learning_rate == 2e-3 and PPOConfig().learning_rate == 1e-3
+    with pytest.raises(TypeError, match="TokenPPO\\(\\) got an unexpected keyword argument 'clip_rang'") as e:
+        TokenPPO("TinyAgentPolicy", gym.make("BugFix-v0"), base_agent=None, clip_rang=0.1)
+    assert "\n" not in str(e.value)
+
+
+def test_a_setting_becomes_a_command_line_flag_with_its_type_default_help_and_choices(capsys):
+    import argparse
+
+    from agents.algorithms.config import PPOConfig, argparse_kwargs
+
+    parser = argparse.ArgumentParser(prog="train")
+    for name in ("n_epochs", "clip_range_high", "loss_mode", "normalize_advantage", "learning_rate"):
+        parser.add_argument("--" + name.replace("_", "-"), **argparse_kwargs(PPOConfig, name))
+    args = parser.parse_args(["--n-epochs", "3", "--clip-range-high", "none", "--loss-mode", "seq_mean_token_sum",
+                              "--normalize-advantage", "false", "--learning-rate", "3e-4"])
+    assert (args.n_epochs, args.clip_range_high, args.loss_mode, args.normalize_advantage, args.learning_rate) == \
+        (3, None, "seq_mean_token_sum", False, 3e-4)
+    assert parser.parse_args([]).n_epochs == 4
+    assert parser.parse_args(["--clip-range-high", "0.3"]).clip_range_high == 0.3
+    assert argparse_kwargs(PPOConfig, "kl_estimator")["choices"] == ("k1", "k2", "k3")
+    assert argparse_kwargs(PPOConfig, "n_epochs")["help"] == "passes over each batch"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--loss-mode", "mean"])
+    assert "invalid choice: 'mean'" in capsys.readouterr().err

@@ -21,21 +21,18 @@ from __future__ import annotations
 import copy
 import math
 import time
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 import torch as th
-from stable_baselines3.common.type_aliases import GymEnv, Schedule
+from stable_baselines3.common.type_aliases import GymEnv
 from stable_baselines3.common.utils import FloatSchedule
-
-from bugfix_gym.tools import CALLS
 
 from agents.algorithms.buffers import TokenRolloutBuffer, TokenRolloutBufferSamples
 from agents.files.checkpoint import ParameterSnapshot
-from agents.algorithms.advantages import ADVANTAGE_ESTIMATORS
-from agents.algorithms.losses import (KL_KINDS, LOSS_AGGREGATIONS, POLICY_LOSSES, PolicyLossConfig, aggregate_loss,
-                                      clipped_value_loss, get_policy_loss_fn, kl_estimate, masked_mean,
-                                      tool_output_mask)
+from agents.algorithms.config import PPOConfig
+from agents.algorithms.losses import (PolicyLossConfig, aggregate_loss, clipped_value_loss, get_policy_loss_fn,
+                                      kl_estimate, masked_mean, tool_output_mask)
 from agents.model.tinyagent import TinyAgent, score_tokens
 from agents.algorithms.on_policy import TokenOnPolicyAlgorithm
 from agents.algorithms.policies import TinyAgentPolicy
@@ -53,170 +50,20 @@ class DivergenceError(FloatingPointError):
 class TokenPPO(TokenOnPolicyAlgorithm):
     """Token-level PPO (clip version) for tool-using text agents, with SB3's interface.
 
-    :param policy: ``"TinyAgentPolicy"`` or a :class:`~agents.algorithms.policies.TinyAgentPolicy` subclass
-    :param env: a text env (BugFix-v0 or another), its id, or a ``VecEnv`` of them; None to load
-    :param learning_rate: Adam learning rate (a float or SB3 schedule of progress remaining)
-    :param n_episodes: at least this many whole episodes per iteration (the batch)
-    :param batch_size: trajectories per minibatch; default ``ceil(episodes / n_minibatches)``
-    :param n_epochs: passes over each batch
-    :param gamma: discount per policy token (book: 1)
-    :param gae_lambda: GAE lambda (book: 1 or 0.95)
-    :param clip_range: epsilon_low of the ratio clip (float or schedule)
-    :param clip_range_vf: value clip epsilon_v; None turns value clipping off
-    :param normalize_advantage: whiten advantages over all policy tokens of the batch
-    :param ent_coef: entropy bonus coefficient
-    :param vf_coef: value-loss coefficient (the value loss already has the 0.5 factor)
-    :param max_grad_norm: gradient-norm clip
-    :param target_kl: KL (k3) target for early stopping; None = off. The default is the book's 0.02
-        (docs/ppo.md has the runs behind it)
-    :param stats_window_size: episodes averaged by ``rollout/ep_rew_mean``; default ``n_episodes``
-    :param tensorboard_log: TensorBoard log folder (None = off)
-    :param policy_kwargs: extra :class:`TinyAgentPolicy` arguments (``tokenizer``, ``model_config``,
-        ``call_grammar``, ...)
-    :param verbose: 0 silent, 1 SB3's log table, 2 also per-epoch lines
-    :param seed: seeds torch, numpy, the envs, the sampler and the minibatches
-    :param device: torch device (``"cpu"``)
-    :param n_minibatches: minibatches per epoch when ``batch_size`` is None
-    :param clip_range_high: epsilon_high (clip-higher); None = ``clip_range``
-    :param dual_clip: dual-clip constant c > 1 for negative advantages; None = off
-    :param kl_coef: coefficient of the KL penalty to the frozen reference (initial) policy; 0 = off
-    :param kl_estimator: ``"k1"``, ``"k2"`` or ``"k3"`` for that penalty
-    :param tool_coef: weight of an auxiliary cross-entropy on the tool outputs of the batch's own
-        episodes: the model also learns to predict what the tools answered (0 = off)
-    :param tool_calls: with ``tool_coef``, only the outputs of these calls (e.g. ``["edit"]``: what
-        each edit did); None = every tool output
-    :param practice: with ``tool_coef``, also learn the edits' answers on this many edit-practice
-        transcripts (:class:`agents.bugfix.practice.EditPractice`: recombined train code, drawn with the
-        model's seed), one minibatch of them per PPO minibatch with the same weight; 0 = off
-    :param practice_tasks: whose code the practice recombines: ``"generated"`` or ``"book"`` train code
-    :param loss_mode: loss aggregation, a name in :data:`agents.algorithms.losses.LOSS_AGGREGATIONS`
-    :param loss_norm_const: the constant for ``loss_mode="constant"``
-    :param target_kl_mode: ``"minibatch"`` (SB3: stop before a step whose minibatch KL exceeds
-        ``1.5 * target_kl``) or ``"epoch"`` (book: stop after an epoch whose mean KL exceeds ``target_kl``)
-    :param recompute_old_logp: recompute pi_old's log-probs with one trainer pass before the update
-        (True) or use the sampler's ``sample_logp`` (False)
-    :param critic_warmup_steps: Adam steps regressing the value head on Monte-Carlo returns of the
-        first batch, before the first policy update (0 = off)
-    :param critic_warmup_lr: learning rate of that warm-up
-    :param base_agent: initial weights (see :class:`~agents.algorithms.on_policy.TokenOnPolicyAlgorithm`)
-    :param temperature: sampling temperature of the rollouts
-    :param max_call_tokens: the most tokens one call may have
-    :param fresh_batches: on-policy batches (see :class:`~agents.algorithms.on_policy.TokenOnPolicyAlgorithm`)
-    :param async_envs: step each env as soon as its call is written (a vector env with ``send`` /
-        ``receive``, e.g. :class:`agents.RayVecEnv`); not reproducible
-    :param forward_chunk: score minibatches in length-sorted chunks of this many trajectories, each
-        trimmed to its own length (same loss, far less padding); None = one padded pass
-    :param rollout_buffer_class: buffer class (default :class:`TokenRolloutBuffer`)
-    :param rollout_buffer_kwargs: extra buffer arguments
-    :param monitor_wrapper: wrap a plain env in SB3's ``Monitor``
-    :param policy_loss: the policy loss, a name in :data:`agents.algorithms.losses.POLICY_LOSSES`
-        (``"ppo_clip"``: the clipped surrogate above)
-    :param adv_estimator: the advantage estimator, a name in
-        :data:`agents.algorithms.advantages.ADVANTAGE_ESTIMATORS` (``"gae"``)
-    :param _init_setup_model: build the networks now (``load`` passes False)
+    The constructor takes the arguments of :class:`~agents.algorithms.on_policy.TokenOnPolicyAlgorithm`
+    (``policy``, ``env``, ``policy_kwargs``, ``base_agent``, ``seed``, ...) and the settings of
+    :class:`~agents.algorithms.config.PPOConfig` by name:
     """
 
-    saved_args: ClassVar[tuple[str, ...]] = TokenOnPolicyAlgorithm.saved_args + (
-        "gae_lambda", "ent_coef", "vf_coef", "batch_size", "n_epochs", "clip_range", "clip_range_vf",
-        "normalize_advantage", "target_kl", "n_minibatches",
-        "clip_range_high", "dual_clip", "kl_coef", "kl_estimator", "loss_mode", "loss_norm_const", "target_kl_mode",
-        "recompute_old_logp", "critic_warmup_steps", "critic_warmup_lr", "forward_chunk", "tool_coef", "tool_calls",
-        "practice", "practice_tasks", "policy_loss", "adv_estimator")
+    config_class: ClassVar[type[PPOConfig]] = PPOConfig
+    config: PPOConfig
+    clip_range: Any  # a setting's float until _setup_model makes it an SB3 schedule
 
-    def __init__(
-        self,
-        policy: str | type[TinyAgentPolicy],
-        env: GymEnv | str | None,
-        learning_rate: float | Schedule = 1e-3,
-        n_episodes: int = 64,
-        batch_size: int | None = None,
-        n_epochs: int = 4,
-        gamma: float = 1.0,
-        gae_lambda: float = 1.0,
-        clip_range: float | Schedule = 0.2,
-        clip_range_vf: float | None = 0.2,
-        normalize_advantage: bool = True,
-        ent_coef: float = 0.0,
-        vf_coef: float = 0.5,
-        max_grad_norm: float = 1.0,
-        target_kl: float | None = 0.02,
-        stats_window_size: int | None = None,
-        tensorboard_log: str | None = None,
-        policy_kwargs: dict[str, Any] | None = None,
-        verbose: int = 0,
-        seed: int | None = None,
-        device: th.device | str = "cpu",
-        _init_setup_model: bool = True,
-        *,
-        n_minibatches: int = 4,
-        clip_range_high: float | None = None,
-        dual_clip: float | None = 3.0,
-        kl_coef: float = 0.0,
-        kl_estimator: str = "k3",
-        tool_coef: float = 0.0,
-        tool_calls: Sequence[str] | None = None,
-        practice: int = 0,
-        practice_tasks: str = "generated",
-        loss_mode: str = "token_mean",
-        loss_norm_const: float | None = None,
-        target_kl_mode: str = "minibatch",
-        recompute_old_logp: bool = True,
-        critic_warmup_steps: int = 50,
-        critic_warmup_lr: float = 3e-3,
-        base_agent: str | TinyAgent | None = "auto",
-        temperature: float = 1.0,
-        max_call_tokens: int = 8,
-        fresh_batches: bool = True,
-        async_envs: bool = False,
-        forward_chunk: int | None = 4,
-        rollout_buffer_class: type[TokenRolloutBuffer] | None = None,
-        rollout_buffer_kwargs: dict[str, Any] | None = None,
-        monitor_wrapper: bool = True,
-        policy_loss: str = "ppo_clip",
-        adv_estimator: str = "gae",
-    ):
-        _check_ppo_args(n_epochs=n_epochs, n_minibatches=n_minibatches, batch_size=batch_size, dual_clip=dual_clip,
-                        kl_estimator=kl_estimator, loss_mode=loss_mode, loss_norm_const=loss_norm_const,
-                        target_kl=target_kl, target_kl_mode=target_kl_mode, clip_range=clip_range,
-                        clip_range_high=clip_range_high, clip_range_vf=clip_range_vf, kl_coef=kl_coef,
-                        tool_coef=tool_coef, tool_calls=tool_calls, practice=practice,
-                        practice_tasks=practice_tasks, critic_warmup_steps=critic_warmup_steps,
-                        forward_chunk=forward_chunk, policy_loss=policy_loss, adv_estimator=adv_estimator)
-        self.batch_size = batch_size
-        self.n_minibatches = n_minibatches
-        self.n_epochs = n_epochs
-        self.clip_range: Any = clip_range  # a float until _setup_model makes it a schedule
-        self.clip_range_high = clip_range_high
-        self.clip_range_vf = clip_range_vf
-        self.dual_clip = dual_clip
-        self.normalize_advantage = normalize_advantage
-        self.target_kl = target_kl
-        self.target_kl_mode = target_kl_mode
-        self.kl_coef = kl_coef
-        self.kl_estimator = kl_estimator
-        self.tool_coef = tool_coef
-        self.tool_calls = None if tool_calls is None else list(tool_calls)
-        self.practice = practice
-        self.practice_tasks = practice_tasks
+    def __init__(self, policy: str | type[TinyAgentPolicy], env: GymEnv | str | None, **kwargs: Any):
+        self.ref_model: TinyAgent | None = None  # pi_ref, with kl_coef
         self._drills: EditPractice | None = None  # built on the first update that needs it
-        self.loss_mode = loss_mode
-        self.loss_norm_const = loss_norm_const
-        self.recompute_old_logp = recompute_old_logp
-        self.critic_warmup_steps = critic_warmup_steps
-        self.critic_warmup_lr = critic_warmup_lr
-        self.forward_chunk = forward_chunk
-        self.policy_loss = policy_loss
-        self.adv_estimator = adv_estimator
-        self.critic_warmed_up = critic_warmup_steps <= 0
-        self.ref_model: TinyAgent | None = None
-        super().__init__(policy, env, learning_rate=learning_rate, n_episodes=n_episodes, gamma=gamma,
-                         gae_lambda=gae_lambda, ent_coef=ent_coef, vf_coef=vf_coef, max_grad_norm=max_grad_norm,
-                         stats_window_size=stats_window_size, tensorboard_log=tensorboard_log,
-                         policy_kwargs=policy_kwargs, verbose=verbose, seed=seed, device=device,
-                         _init_setup_model=_init_setup_model, base_agent=base_agent, temperature=temperature,
-                         max_call_tokens=max_call_tokens, fresh_batches=fresh_batches, async_envs=async_envs,
-                         rollout_buffer_class=rollout_buffer_class,
-                         rollout_buffer_kwargs=rollout_buffer_kwargs, monitor_wrapper=monitor_wrapper)
+        super().__init__(policy, env, **kwargs)
+        self.critic_warmed_up = self.critic_warmup_steps <= 0
 
     def _setup_model(self) -> None:
         self.rollout_buffer_kwargs = dict(self.rollout_buffer_kwargs or {})
@@ -478,52 +325,6 @@ class TokenPPO(TokenOnPolicyAlgorithm):
 
 
 # ---------------------------------------------------------------------- helpers
-def _check_ppo_args(*, n_epochs: int, n_minibatches: int, batch_size: int | None, dual_clip: float | None,
-                    kl_estimator: str, loss_mode: str, loss_norm_const: float | None, target_kl: float | None,
-                    target_kl_mode: str, clip_range: Any, clip_range_high: float | None,
-                    clip_range_vf: float | None, kl_coef: float, tool_coef: float,
-                    tool_calls: Sequence[str] | None, practice: int, practice_tasks: str, critic_warmup_steps: int,
-                    forward_chunk: int | None, policy_loss: str, adv_estimator: str) -> None:
-    for name, value in (("n_epochs", n_epochs), ("n_minibatches", n_minibatches)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    if batch_size is not None and (not isinstance(batch_size, (int, np.integer)) or batch_size < 1):
-        raise ValueError(f"batch_size must be at least 1 (trajectories per minibatch), got {batch_size!r}")
-    if forward_chunk is not None and (not isinstance(forward_chunk, (int, np.integer)) or forward_chunk < 1):
-        raise ValueError(f"forward_chunk must be a positive integer or None, got {forward_chunk!r}")
-    if not isinstance(critic_warmup_steps, (int, np.integer)) or critic_warmup_steps < 0:
-        raise ValueError(f"critic_warmup_steps must be a non-negative integer, got {critic_warmup_steps!r}")
-    for name, value in (("clip_range", clip_range), ("clip_range_high", clip_range_high),
-                        ("clip_range_vf", clip_range_vf), ("target_kl", target_kl)):
-        if value is None or callable(value):
-            continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-            raise ValueError(f"{name} must be a positive number or None, got {value!r}")
-    for name, value in (("kl_coef", kl_coef), ("tool_coef", tool_coef)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-    if isinstance(practice, bool) or not isinstance(practice, (int, np.integer)) or practice < 0:
-        raise ValueError(f"practice must be a non-negative integer (transcripts), got {practice!r}")
-    if practice and not tool_coef:
-        raise ValueError("practice needs tool_coef > 0: it is a loss on the edits' answers")
-    if practice_tasks not in ("generated", "book"):
-        raise ValueError(f"practice_tasks must be 'generated' or 'book', got {practice_tasks!r}")
-    words = sorted({call.split()[0] for call in CALLS})
-    if tool_calls is not None and (isinstance(tool_calls, str) or not set(tool_calls) <= set(words)):
-        raise ValueError(f"tool_calls must be a list of call words from {words} or None, got {tool_calls!r}")
-    if dual_clip is not None and dual_clip <= 1.0:
-        raise ValueError(f"dual_clip must be > 1 (typically 3) or None, got {dual_clip}")
-    if kl_estimator not in KL_KINDS:
-        raise ValueError(f"kl_estimator must be one of {KL_KINDS}, got {kl_estimator!r}")
-    LOSS_AGGREGATIONS.check(loss_mode, "loss_mode")
-    POLICY_LOSSES.check(policy_loss, "policy_loss")
-    ADVANTAGE_ESTIMATORS.check(adv_estimator, "adv_estimator")
-    if loss_mode == "constant" and loss_norm_const is None:
-        raise ValueError("loss_mode='constant' needs loss_norm_const, e.g. batch_size * max_policy_tokens")
-    if target_kl_mode not in ("minibatch", "epoch"):
-        raise ValueError(f"target_kl_mode must be 'minibatch' or 'epoch', got {target_kl_mode!r}")
-
-
 def _epoch_summary(epoch: int, mb: list[dict[str, float]]) -> dict[str, float]:
     """Minibatch statistics -> one epoch's: means, except the ratio extremes."""
     out: dict[str, float] = {"epoch": epoch, "minibatches": len(mb)}
