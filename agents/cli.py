@@ -385,7 +385,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         _check_memory(settings, dataclasses.asdict(TinyAgentConfig(vocab_size=tok.vocab_size)))  # before any work
         base_agent = recipes.make_base_agent(settings, tok, settings["seed"])
         model = TokenPPO("TinyAgentPolicy", env, seed=settings["seed"], policy_kwargs=policy_kwargs,
-                         base_agent=base_agent, tensorboard_log=None, **settings["ppo"])
+                         base_agent=base_agent, tensorboard_log=None, **recipes.ppo_kwargs(settings["ppo"]))
         _set_lr_schedule(model, settings)
         _check_memory(settings, model.policy_kwargs["model_config"])  # the sizes the base agent brought
         out = out or new_run_dir()

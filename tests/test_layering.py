@@ -166,12 +166,8 @@ def _violations(path: Path) -> list[str]:
 
 #: the edges the restructure still has to remove; the list must shrink to nothing
 KNOWN = {
-    "algorithms -> bugfix: agents.bugfix.base_agent.cached_base_agent",
     "algorithms -> bugfix: agents.bugfix.evaluation.evaluate",
     "algorithms -> bugfix: agents.bugfix.evaluation.task_vec_env",
-    "algorithms -> bugfix: agents.bugfix.practice.EditPractice",
-    "algorithms -> bugfix_gym: bugfix_gym.tokenizer.build_tokenizer",
-    "algorithms -> bugfix_gym: bugfix_gym.tools.CALLS",
     "files -> algorithms: agents.algorithms.on_policy.TokenOnPolicyAlgorithm",
     "rollout -> bugfix_gym: bugfix_gym",
     "rollout -> bugfix_gym: bugfix_gym.evaluation.episode_stats",

@@ -17,6 +17,7 @@ from typing import Any, Callable, ClassVar, Optional, Sequence, TypeVar
 import numpy as np
 
 from agents.algorithms.advantages import ADVANTAGE_ESTIMATORS
+from agents.algorithms.auxiliary import check_aux_losses
 from agents.algorithms.losses import KL_KINDS, LOSS_AGGREGATIONS, POLICY_LOSSES, check_dual_clip
 from agents.algorithms.registry import Registry
 
@@ -94,14 +95,6 @@ def or_none(check: Check) -> Check:
 
     check_or_none.__name__ = f"{check.__name__}_or_none"
     return check_or_none
-
-
-def _call_words(name: str, value: Any) -> None:
-    from bugfix_gym.tools import CALLS
-
-    words = sorted({call.split()[0] for call in CALLS})
-    if not isinstance(value, (list, tuple)) or not set(value) <= set(words):
-        raise ValueError(f"{name} must be a list of call words from {words} or None, got {value!r}")
 
 
 def choices_of(field: dataclasses.Field) -> tuple[str, ...] | None:
@@ -217,23 +210,9 @@ class PPOConfig(OnPolicyConfig):
     critic_warmup_steps: int = setting(50, "Adam steps regressing the value head on Monte-Carlo returns of the first "
                                        "batch, before the first policy update (0 = off)", non_negative_int)
     critic_warmup_lr: float = setting(3e-3, "learning rate of that warm-up", positive)
-    tool_coef: float = setting(0.0, "weight of an auxiliary cross-entropy on the tool outputs of the batch's own "
-                               "episodes: the model also learns to predict what the tools answered (0 = off)",
-                               non_negative)
-    tool_calls: Optional[list] = setting(None, "with tool_coef, only the outputs of these calls (e.g. ['edit']: what "
-                                         "each edit did); None = every tool output", or_none(_call_words))
-    practice: int = setting(0, "with tool_coef, also learn the edits' answers on this many edit-practice "
-                            "transcripts (agents.bugfix.practice.EditPractice), one minibatch of them per PPO "
-                            "minibatch with the same weight; 0 = off", non_negative_int)
-    practice_tasks: str = setting("generated", "whose code the practice recombines: 'generated' or 'book' train code",
-                                  choices=("generated", "book"))
-
-    def check_together(self) -> None:
-        super().check_together()
-        if self.practice and not self.tool_coef:
-            raise ValueError("practice needs tool_coef > 0: it is a loss on the edits' answers")
-        if self.tool_calls is not None:
-            self.tool_calls = list(self.tool_calls)
+    aux_losses: Sequence[Any] = setting((), "auxiliary losses added to each minibatch's loss "
+                                        "(agents.algorithms.auxiliary.AuxLoss objects or their specs)",
+                                        check_aux_losses)
 
 
 @dataclasses.dataclass

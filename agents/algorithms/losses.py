@@ -187,22 +187,25 @@ def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.T
         obj = torch.where(adv < 0, torch.maximum(obj, floor), obj)
     else:
         dual_active = torch.zeros_like(clipped)
-    loss = aggregate_loss(-obj, mask, mode, norm_const)
+    return aggregate_loss(-obj, mask, mode, norm_const), _clip_stats(ratio, log_ratio, clipped, dual_active, mask)
 
-    with torch.no_grad():
-        m = mask.to(logp.dtype)
-        on = m > 0
-        # k3 estimator of KL(pi_old || pi_theta) from samples of pi_old (Schulman 2020,
-        # "Approximating KL divergence"): r = pi_theta / pi_old, k3 = (r - 1) - log r >= 0.
-        k3 = ratio - 1.0 - log_ratio
-        stats = dict(
-            clip_frac=float(masked_mean(clipped.to(m.dtype), m)),
-            dual_clip_frac=float(masked_mean(dual_active.to(m.dtype), m)),
-            approx_kl=float(masked_mean(k3, m)),
-            ratio_min=float(ratio[on].min()) if on.any() else 1.0,
-            ratio_max=float(ratio[on].max()) if on.any() else 1.0,
-        )
-    return loss, stats
+
+@torch.no_grad()
+def _clip_stats(ratio: torch.Tensor, log_ratio: torch.Tensor, clipped: torch.Tensor, dual_active: torch.Tensor,
+                mask: torch.Tensor) -> dict[str, float]:
+    """The diagnostics of :func:`clipped_policy_loss` over masked tokens (all ``[B, T]``; book §8.5)."""
+    m = mask.to(ratio.dtype)
+    on = m > 0
+    # k3 estimator of KL(pi_old || pi_theta) from samples of pi_old (Schulman 2020,
+    # "Approximating KL divergence"): r = pi_theta / pi_old, k3 = (r - 1) - log r >= 0.
+    k3 = ratio - 1.0 - log_ratio
+    return dict(
+        clip_frac=float(masked_mean(clipped.to(m.dtype), m)),
+        dual_clip_frac=float(masked_mean(dual_active.to(m.dtype), m)),
+        approx_kl=float(masked_mean(k3, m)),
+        ratio_min=float(ratio[on].min()) if on.any() else 1.0,
+        ratio_max=float(ratio[on].max()) if on.any() else 1.0,
+    )
 
 
 def check_dual_clip(dual_clip: Optional[float]) -> None:

@@ -14,7 +14,10 @@ trainer needs and leaves the update (``train``) to its subclasses:
   reaches ``total_timesteps`` (the last batch may be smaller), so ``num_timesteps`` ends less
   than ``n_envs`` past it.
 * **Set-up.** The policy's tokenizer and model config go into ``policy_kwargs`` (they travel
-  in saved files), and the initial weights come from the behaviour-cloned base agent.
+  in saved files). Without a tokenizer in ``policy_kwargs`` and with ``base_agent="auto"``, the
+  env's advertised defaults are used (``env.metadata["agent_defaults"]``, entry points
+  ``"module:name"``: BugFix-v0 names its tokenizer and its behaviour-cloned base agent), so this
+  layer imports nothing of an env.
 * **Files.** ``save`` / ``load`` keep SB3's zip layout but never unpickle anything
   (:mod:`agents.files.checkpoint`).
 """
@@ -39,12 +42,12 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback
 from stable_baselines3.common.vec_env import VecEnv
 from stable_baselines3.common.vec_env.patch_gym import _patch_env
 
-from bugfix_gym.tokenizer import Tokenizer, build_tokenizer
+from bugfix_gym.tokenizer import Tokenizer
 
 from agents.files import checkpoint
-from agents.bugfix.base_agent import cached_base_agent
 from agents.algorithms.buffers import TokenRolloutBuffer
 from agents.algorithms.config import OnPolicyConfig, settings_doc
+from agents.algorithms.registry import load_entry_point
 from agents.model.tinyagent import TinyAgent, TinyAgentConfig
 from agents.algorithms.policies import TinyAgentPolicy
 from agents.rollout.sampler import EpisodeSampler
@@ -66,9 +69,9 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
     :param seed: seeds torch, numpy, the envs (``VecEnv.seed``), the sampler and the minibatches
     :param device: torch device (``"cpu"``)
     :param _init_setup_model: build the networks now (``load`` passes False)
-    :param base_agent: initial weights: ``"auto"`` (the behaviour-cloned BugFix base agent, cached
-        under ``~/.cache/bugfix_gym``), a :class:`TinyAgent`, a path to a ``.pt`` state dict, or None
-        (random init, e.g. for another text env)
+    :param base_agent: initial weights: ``"auto"`` (the env's advertised base agent, e.g. BugFix-v0's
+        behaviour-cloned one, cached under ``~/.cache/bugfix_gym``; random init for an env that
+        advertises none), a :class:`TinyAgent`, a path to a ``.pt`` state dict, or None (random init)
     :param rollout_buffer_class: buffer class (default :class:`TokenRolloutBuffer`)
     :param rollout_buffer_kwargs: extra buffer arguments
     :param monitor_wrapper: wrap a plain env in SB3's ``Monitor``
@@ -129,6 +132,11 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
                 self._after_initial_weights()
             self._base_model = None
 
+    @classmethod
+    def upgrade_saved_args(cls, args: dict[str, Any]) -> dict[str, Any]:
+        """The saved arguments of an older file in today's names (a subclass maps what it renamed)."""
+        return args
+
     def saved_settings(self) -> dict[str, Any]:
         """``{name: value}`` of the settings saved with the model (:attr:`saved_args`), as they are now."""
         return {name: getattr(self, name) for name in self.saved_args}
@@ -140,13 +148,14 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         kw = dict(self.policy_kwargs)
         tok = kw.get("tokenizer")
         if tok is None:
-            tok = build_tokenizer()
+            tok = self._env_default("tokenizer")()
         elif isinstance(tok, dict):
             tok = Tokenizer.from_dict(tok)
         if isinstance(base_agent, TinyAgent):
             self._base_model = base_agent
         elif base_agent == "auto":
-            self._base_model = cached_base_agent(tok, seed=0, verbose=self.verbose)
+            make = self._env_default("base_agent", required=False)
+            self._base_model = None if make is None else make(tok, verbose=self.verbose)
         elif isinstance(base_agent, (str, pathlib.Path)):
             self._base_model = checkpoint.load_state_dict_file(base_agent)
         elif base_agent is not None:
@@ -164,6 +173,17 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         if kw.get("call_grammar") is not None:
             kw["call_grammar"] = list(kw["call_grammar"])
         self.policy_kwargs = kw
+
+    def _env_default(self, key: str, required: bool = True) -> Any:
+        """What the env advertises as its agents' default ``key`` (``"tokenizer"``: a function of no
+        argument; ``"base_agent"``: a function of the tokenizer and ``verbose``), as an entry point
+        ``"module:name"`` in ``env.metadata["agent_defaults"]``; None if it has none and not ``required``."""
+        metadata = self.env.get_attr("metadata", [0])[0] if self.env is not None else {}
+        entry_point = (metadata or {}).get("agent_defaults", {}).get(key)
+        if entry_point is None and required:
+            raise ValueError(f"the env advertises no default {key} (metadata['agent_defaults']): pass "
+                             f"policy_kwargs=dict({key}=...)")
+        return None if entry_point is None else load_entry_point(entry_point, f"default {key}")
 
     def _after_initial_weights(self) -> None:
         """Hook: the policy holds its initial weights (TokenPPO copies them into its reference model)."""

@@ -30,17 +30,23 @@ from stable_baselines3.common.utils import FloatSchedule
 
 from agents.algorithms.buffers import TokenRolloutBuffer, TokenRolloutBufferSamples
 from agents.files.checkpoint import ParameterSnapshot
+from agents.algorithms.auxiliary import AuxLoss, build_aux_losses
 from agents.algorithms.config import PPOConfig
 from agents.algorithms.losses import (PolicyLossConfig, aggregate_loss, clipped_value_loss, get_policy_loss_fn,
-                                      kl_estimate, masked_mean, tool_output_mask)
+                                      kl_estimate)
 from agents.model.tinyagent import TinyAgent, score_tokens
 from agents.algorithms.on_policy import TokenOnPolicyAlgorithm
 from agents.algorithms.policies import TinyAgentPolicy
-from agents.bugfix.practice import EditPractice
 from agents.rollout.trajectory import Trajectory
 
 #: internal statistic -> SB3 logger key (``train/<key>``); the others keep their names
 SB3_KEYS = {"clip_frac": "clip_fraction", "dual_clip_frac": "dual_clip_fraction", "pg_loss": "policy_gradient_loss"}
+
+
+#: the settings of TokenPPO files saved before auxiliary losses were plug-ins (4e10e0a and earlier), and
+#: the entry point that turns them into auxiliary losses (a name, not an import: this layer knows no env)
+LEGACY_AUX_SETTINGS = ("tool_coef", "tool_calls", "practice", "practice_tasks")
+LEGACY_AUX_ENTRY_POINT = "agents.bugfix.aux_losses:aux_losses_from_settings"
 
 
 class DivergenceError(FloatingPointError):
@@ -58,10 +64,10 @@ class TokenPPO(TokenOnPolicyAlgorithm):
     config_class: ClassVar[type[PPOConfig]] = PPOConfig
     config: PPOConfig
     clip_range: Any  # a setting's float until _setup_model makes it an SB3 schedule
+    aux_losses: list[AuxLoss]  # as given (objects or specs) until _setup_model builds them
 
     def __init__(self, policy: str | type[TinyAgentPolicy], env: GymEnv | str | None, **kwargs: Any):
         self.ref_model: TinyAgent | None = None  # pi_ref, with kl_coef
-        self._drills: EditPractice | None = None  # built on the first update that needs it
         super().__init__(policy, env, **kwargs)
         self.critic_warmed_up = self.critic_warmup_steps <= 0
 
@@ -70,10 +76,26 @@ class TokenPPO(TokenOnPolicyAlgorithm):
         self.rollout_buffer_kwargs.setdefault("normalize_advantage", self.normalize_advantage)
         self.rollout_buffer_kwargs.setdefault("adv_estimator", self.adv_estimator)
         super()._setup_model()
+        self.aux_losses = build_aux_losses(self.aux_losses)
+        for aux in self.aux_losses:
+            aux.setup(self.policy.tokenizer, self.seed or 0)
         self.clip_range = FloatSchedule(self.clip_range)
         if self.kl_coef:
             self.ref_model = copy.deepcopy(self.policy.model).requires_grad_(False).eval()
         self._shuffle_rng = np.random.default_rng(None if self.seed is None else [self.seed, 1])  # minibatches
+
+    def saved_settings(self) -> dict[str, Any]:
+        """The saved settings, each auxiliary loss as its JSON spec."""
+        return dict(super().saved_settings(), aux_losses=[aux.spec() for aux in build_aux_losses(self.aux_losses)])
+
+    @classmethod
+    def upgrade_saved_args(cls, args: dict[str, Any]) -> dict[str, Any]:
+        """Files saved before auxiliary losses were plug-ins hold BugFix's tool-output loss and edit
+        practice as settings (``tool_coef``, ``tool_calls``, ``practice``, ``practice_tasks``): their specs."""
+        old = {name: args.pop(name) for name in LEGACY_AUX_SETTINGS if name in args}
+        if old:
+            args["aux_losses"] = [{"entry_point": LEGACY_AUX_ENTRY_POINT, "kwargs": old}]
+        return args
 
     def _after_initial_weights(self) -> None:
         if self.ref_model is not None:  # pi_ref = the initial (base) policy
@@ -152,23 +174,11 @@ class TokenPPO(TokenOnPolicyAlgorithm):
                     raise DivergenceError(f"TokenPPO diverged: non-finite loss ({loss.item()}) at {where}; the "
                                           "parameters are back to their state before this update (lower "
                                           "learning_rate, or check rewards and loss coefficients)")
-                if (self.target_kl is not None and self.target_kl_mode == "minibatch"
-                        and stats["approx_kl"] > 1.5 * self.target_kl):
+                if self._minibatch_kl_stop(stats["approx_kl"], epoch, mb):
                     stop = True  # SB3's rule: skip this step and end the update
-                    if self.verbose >= 2:
-                        print(f"early stop at epoch {epoch + 1}, minibatch {mb + 1}: approx_kl "
-                              f"{stats['approx_kl']:.4f} > 1.5 * target_kl")
                     break
-                self.policy.optimizer.zero_grad()
-                loss.backward()
-                grad_norm = th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
-                if not th.isfinite(grad_norm):
-                    last_good.restore()
-                    raise DivergenceError(f"TokenPPO diverged: non-finite gradient norm at {where}; the parameters "
-                                          "are back to their state before this update")
-                self.policy.optimizer.step()
+                stats["grad_norm"] = self._gradient_step(loss, where, last_good)
                 steps += 1
-                stats["grad_norm"] = float(grad_norm)
                 mb_stats.append(stats)
             if mb_stats:
                 epochs.append(_epoch_summary(epoch + 1, mb_stats))
@@ -186,33 +196,44 @@ class TokenPPO(TokenOnPolicyAlgorithm):
         self._log_update(epochs, ev, steps, buffer, time.perf_counter() - t0)
         return epochs
 
+    def _minibatch_kl_stop(self, approx_kl: float, epoch: int, mb: int) -> bool:
+        """SB3's early stop: this minibatch's KL exceeds ``1.5 * target_kl`` (``target_kl_mode="minibatch"``)."""
+        stop = self.target_kl is not None and self.target_kl_mode == "minibatch" and approx_kl > 1.5 * self.target_kl
+        if stop and self.verbose >= 2:
+            print(f"early stop at epoch {epoch + 1}, minibatch {mb + 1}: approx_kl {approx_kl:.4f} > 1.5 * target_kl")
+        return stop
+
+    def _gradient_step(self, loss: th.Tensor, where: str, last_good: ParameterSnapshot) -> float:
+        """Backward, gradient-norm clip and one optimizer step; the norm before clipping.
+
+        :raises DivergenceError: a non-finite gradient norm (``last_good`` restored first)
+        """
+        self.policy.optimizer.zero_grad()
+        loss.backward()
+        grad_norm = th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
+        if not th.isfinite(grad_norm):
+            last_good.restore()
+            raise DivergenceError(f"TokenPPO diverged: non-finite gradient norm at {where}; the parameters "
+                                  "are back to their state before this update")
+        self.policy.optimizer.step()
+        return float(grad_norm)
+
     def _score(self, model: TinyAgent, sample: TokenRolloutBufferSamples) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
         """(logp, values, entropy) [b, T-1] of a minibatch, at policy positions only, in length-sorted chunks,
         under the call grammar the tokens were sampled with."""
         return score_tokens(model, sample.ids, sample.policy_mask, lengths=sample.lengths, chunk=self.forward_chunk,
                             grammar=self.policy.grammar, grammar_state=sample.grammar_state)
 
-    def _edit_practice(self) -> EditPractice:
-        """The edit-practice transcripts (built once, seeded by the model's seed)."""
-        if self._drills is None:
-            self._drills = EditPractice(self.policy.tokenizer, self.practice, seed=self.seed or 0,
-                                        tasks=self.practice_tasks)
-        return self._drills
-
-    def _tool_mask(self, sample: TokenRolloutBufferSamples) -> th.Tensor:
-        """[b, T-1] the tool-output targets the auxiliary loss predicts (``tool_calls``' outputs)."""
-        ids = self.policy.tokenizer.ids
-        call_ids = None if self.tool_calls is None else [ids[c] for c in self.tool_calls]
-        return tool_output_mask(sample.ids, sample.owner, call_ids)
-
     def _minibatch_loss(self, sample: TokenRolloutBufferSamples, clip_low: float, clip_high: float
                         ) -> tuple[th.Tensor, dict[str, float]]:
         """PPO loss of one minibatch of whole trajectories: one pass scores all its policy tokens
-        (and, with ``tool_coef``, the tool outputs it predicts)."""
+        (and the positions the auxiliary losses predict), then each auxiliary loss is added."""
         mask = sample.policy_mask  # [b, T-1]
-        tool = self._tool_mask(sample) if self.tool_coef else None  # [b, T-1]
-        scored = sample if tool is None else sample._replace(policy_mask=th.maximum(mask, tool))
-        logp, values, entropy = self._score(self.policy.model, scored)  # 3 x [b, T-1], 0 off the scored mask
+        targets = [aux.target_mask(sample.ids, sample.owner) for aux in self.aux_losses]  # [b, T-1] or None each
+        scored = mask
+        for target in targets:
+            scored = scored if target is None else th.maximum(scored, target)
+        logp, values, entropy = self._score(self.policy.model, sample._replace(policy_mask=scored))  # 3 x [b, T-1]
         mode, norm = self.loss_mode, self.loss_norm_const
         config = PolicyLossConfig(clip_low=clip_low, clip_high=clip_high, dual_clip=self.dual_clip, mode=mode,
                                   norm_const=norm)
@@ -225,16 +246,13 @@ class TokenPPO(TokenOnPolicyAlgorithm):
         if self.kl_coef and sample.ref_logp is not None:
             kl_ref = aggregate_loss(kl_estimate(logp, sample.ref_logp, self.kl_estimator), mask, mode, norm)
             loss = loss + self.kl_coef * kl_ref
-        tool_loss = practice_loss = th.zeros(())
-        if tool is not None:
-            tool_loss = -masked_mean(logp, tool)  # tool positions: unconstrained next-token log-probs
-            loss = loss + self.tool_coef * tool_loss
-        if self.practice:
-            practice_loss = self._edit_practice().loss(self.policy.model, len(sample.ids))
-            loss = loss + self.tool_coef * practice_loss
         stats.update(pg_loss=pg_loss.item(), value_loss=v_loss.item(), entropy=entropy_mean.item(),
-                     kl_ref=kl_ref.item(), tool_loss=tool_loss.item(), practice_loss=practice_loss.item(),
-                     loss=loss.item())
+                     kl_ref=kl_ref.item())
+        for aux, target in zip(self.aux_losses, targets):
+            aux_loss = aux.loss(self.policy.model, logp, target, len(sample.ids))
+            loss = loss + aux.weight * aux_loss
+            stats[f"{aux.name}_loss"] = aux_loss.item()
+        stats["loss"] = loss.item()
         return loss, stats
 
     @th.no_grad()
@@ -299,10 +317,8 @@ class TokenPPO(TokenOnPolicyAlgorithm):
             for key in ("clip_frac", "approx_kl", "entropy", "value_loss", "pg_loss", "kl_ref", "dual_clip_frac",
                         "grad_norm", "loss"):
                 rec(f"train/{SB3_KEYS.get(key, key)}", float(np.mean([e[key] for e in epochs])))
-            if self.tool_coef:
-                rec("train/tool_loss", float(np.mean([e["tool_loss"] for e in epochs])))
-            if self.practice:
-                rec("train/practice_loss", float(np.mean([e["practice_loss"] for e in epochs])))
+            for aux in self.aux_losses:
+                rec(f"train/{aux.name}_loss", float(np.mean([e[f"{aux.name}_loss"] for e in epochs])))
             rec("train/ratio_min", min(e["ratio_min"] for e in epochs))
             rec("train/ratio_max", max(e["ratio_max"] for e in epochs))
             rec("train/entropy_loss", -float(np.mean([e["entropy"] for e in epochs])))

@@ -19,7 +19,8 @@ docs/ppo.md "Adding a variant" has the signatures.
 
 from __future__ import annotations
 
-from typing import Callable, Generic, TypeVar
+import importlib
+from typing import Any, Callable, Generic, TypeVar
 
 F = TypeVar("F", bound=Callable)
 
@@ -72,3 +73,19 @@ class Registry(Generic[F]):
 
     def __contains__(self, name: object) -> bool:
         return name in self._functions
+
+
+def load_entry_point(entry_point: object, what: str) -> Any:
+    """The object an entry point ``"module:name"`` names (gymnasium's convention), imported now.
+
+    :param entry_point: the ``"module:name"`` string
+    :param what: what it should give, for the error message (e.g. ``"aux loss"``)
+    :raises ValueError: not such a string, or it cannot be imported (one line)
+    """
+    if not isinstance(entry_point, str) or ":" not in entry_point:
+        raise ValueError(f"a {what} entry point is 'module:name', got {str(entry_point)[:80]!r}")
+    module, _, name = entry_point.partition(":")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"{what} entry point {entry_point!r} cannot be loaded ({e})") from None

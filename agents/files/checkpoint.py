@@ -81,7 +81,7 @@ def save(algo: "TokenOnPolicyAlgorithm", path: str | pathlib.Path | io.BufferedI
     data = {
         "format": FORMAT,
         "algorithm": type(algo).__name__,
-        "args": {name: _json_arg(algo, name) for name in algo.saved_args},
+        "args": {name: _json_arg(name, value) for name, value in algo.saved_settings().items()},
         "seed": algo.seed,
         "policy_kwargs": _json_policy_kwargs(algo.policy_kwargs),
         "spaces": {"observation": space_to_json(algo.observation_space), "action": space_to_json(algo.action_space)},
@@ -118,8 +118,7 @@ def _tensor_bytes(obj: Any) -> bytes:
     return buf.getvalue()
 
 
-def _json_arg(algo: Any, name: str) -> Any:
-    value = getattr(algo, name)
+def _json_arg(name: str, value: Any) -> Any:
     if isinstance(value, FloatSchedule):
         value = value.value_schedule
     if isinstance(value, ConstantSchedule):
@@ -286,7 +285,7 @@ def load(cls: type["TokenOnPolicyAlgorithm"], path: str | pathlib.Path | io.Buff
     if data["algorithm"] != cls.__name__:
         raise ModelFileError(f"{name} holds a {str(data['algorithm'])[:40]} model; load it with "
                              f"{str(data['algorithm'])[:40]}.load")
-    args = dict(data["args"])
+    args = cls.upgrade_saved_args(dict(data["args"]))
     unknown = sorted(set(args) - set(cls.saved_args))
     if unknown:
         raise ModelFileError(f"{name}: unknown argument {unknown[0]!r} for {cls.__name__}")
