@@ -596,6 +596,8 @@ def test_a_setting_becomes_a_command_line_flag_with_its_type_default_help_and_ch
     assert parser.parse_args(["--clip-range-high", "0.3"]).clip_range_high == 0.3
     assert argparse_kwargs(PPOConfig, "kl_estimator")["choices"] == ("k1", "k2", "k3")
     assert argparse_kwargs(PPOConfig, "n_epochs")["help"] == "passes over each batch"
+    with pytest.raises(ValueError, match="aux_losses .* is not a command-line setting"):
+        argparse_kwargs(PPOConfig, "aux_losses")
     with pytest.raises(SystemExit):
         parser.parse_args(["--loss-mode", "mean"])
     assert "invalid choice: 'mean'" in capsys.readouterr().err

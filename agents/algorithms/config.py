@@ -263,7 +263,9 @@ def argparse_kwargs(config: type, name: str) -> dict[str, Any]:
     field = _field(config, name)
     kind = str(field.type)
     optional = kind.startswith("Optional[")
-    parse = _PARSERS[kind[len("Optional["):-1] if optional else kind]
+    parse = _PARSERS.get(kind[len("Optional["):-1] if optional else kind)
+    if parse is None:
+        raise ValueError(f"{name} ({kind}) is not a command-line setting")
     out: dict[str, Any] = dict(type=_optional(parse) if optional else parse, default=field.default,
                                help=field.metadata["help"])
     choices = choices_of(field)
