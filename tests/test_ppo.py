@@ -659,7 +659,10 @@ def test_aux_loss_specs_rebuild_the_losses_and_bad_ones_are_one_line_errors():
                                               practice_tasks="book"))
     assert legacy.pop("n_epochs") == 2 and [a.spec() for a in build_aux_losses(legacy["aux_losses"])] == \
         [a.spec() for a in losses]
+    unsafe = {"entry_point": "subprocess:run", "kwargs": {"args": ["true"]}}  # a file may name only aux losses
     for bad, match in (([{"entry_point": "nowhere:Loss"}], "cannot be loaded"), ("tool", "must be a list"),
+                       ([unsafe], "not a registered auxiliary loss"),
+                       ([{"entry_point": "agents.bugfix.recipes:ppo_kwargs"}], "not a registered"),
                        ([{"kwargs": {}}], "entry_point"), ([losses[0], ToolOutputLoss(2.0)], "distinct names")):
         with pytest.raises(ValueError, match=match) as e:
             TokenPPO("TinyAgentPolicy", vec(2), base_agent=None, aux_losses=bad)

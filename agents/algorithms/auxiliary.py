@@ -8,18 +8,23 @@ computed on the policy mask alone, so they (and the first ratio) do not change.
 
 A saved model keeps each auxiliary loss as a JSON spec, ``{"entry_point": "module:Class",
 "kwargs": {...}}`` (gymnasium's ``entry_point`` convention): :func:`build_aux_losses` rebuilds it.
+Only classes registered with :func:`register_aux_loss` can be named, so a model file never
+calls anything else.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Mapping, Optional, Protocol, Sequence, TypeVar, runtime_checkable
 
 import torch
 
 from bugfix_gym.tokenizer import Tokenizer
 
-from agents.algorithms.registry import load_entry_point
+from agents.algorithms.registry import Registry, load_entry_point
 from agents.model.tinyagent import TinyAgent
+
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 @runtime_checkable
@@ -71,11 +76,28 @@ def build_aux_losses(items: Sequence[AuxLoss | Mapping[str, Any]]) -> list[AuxLo
     return out
 
 
+#: the classes and functions a spec may name, by entry point: a saved file can only rebuild these
+#: (it never calls an arbitrary callable it names)
+AUX_LOSS_FACTORIES: Registry[Callable[..., Any]] = Registry("aux loss entry point")
+
+
+def register_aux_loss(factory: F) -> F:
+    """Decorator: let specs name this auxiliary-loss class (or function giving a list of them)."""
+    AUX_LOSS_FACTORIES.register(f"{factory.__module__}:{factory.__qualname__}")(factory)
+    return factory
+
+
 def _from_spec(spec: Any) -> Any:
     if not isinstance(spec, Mapping) or "entry_point" not in spec:
         raise ValueError(f"an aux loss is an AuxLoss or {{'entry_point': 'module:Class', 'kwargs': {{...}}}}, "
                          f"got {str(spec)[:80]!r}")
-    return load_entry_point(spec["entry_point"], "aux loss")(**dict(spec.get("kwargs") or {}))
+    entry_point = spec["entry_point"]
+    if entry_point not in AUX_LOSS_FACTORIES and isinstance(entry_point, str) and entry_point.startswith("agents."):
+        load_entry_point(entry_point, "aux loss")  # importing the module registers its auxiliary losses
+    if entry_point not in AUX_LOSS_FACTORIES:
+        raise ValueError(f"aux loss entry point {str(entry_point)[:80]!r} cannot be loaded: not a registered "
+                         "auxiliary loss (agents.algorithms.auxiliary.register_aux_loss)")
+    return AUX_LOSS_FACTORIES.get(entry_point)(**dict(spec.get("kwargs") or {}))
 
 
 def check_aux_losses(name: str, value: Any) -> None:

@@ -21,6 +21,7 @@ import torch
 from bugfix_gym.tokenizer import Tokenizer
 from bugfix_gym.tools import CALLS
 
+from agents.algorithms.auxiliary import register_aux_loss
 from agents.algorithms.losses import masked_mean, tool_output_mask
 from agents.bugfix.practice import EditPractice, check_practice_tasks
 from agents.model.tinyagent import TinyAgent
@@ -47,6 +48,7 @@ def _check_count(setting: str, n: Any, low: int) -> None:
         raise ValueError(f"{setting} must be an integer >= {low} (transcripts), got {n!r}")
 
 
+@register_aux_loss
 class ToolOutputLoss:
     """Cross-entropy of the tool outputs the minibatch's episodes received.
 
@@ -78,6 +80,7 @@ class ToolOutputLoss:
         return {"entry_point": f"{__name__}:ToolOutputLoss", "kwargs": {"weight": self.weight, "calls": self.calls}}
 
 
+@register_aux_loss
 class EditPracticeLoss:
     """Cross-entropy of the edits' answers on ``n`` edit-practice transcripts, drawn with the
     algorithm's seed and built on the first update; one minibatch of them (as many as the PPO
@@ -122,6 +125,7 @@ class EditPracticeLoss:
                 "kwargs": {"weight": self.weight, "n": self.n, "tasks": self.tasks}}
 
 
+@register_aux_loss
 def aux_losses_from_settings(tool_coef: float = 0.0, tool_calls: Optional[Sequence[str]] = None, practice: int = 0,
                              practice_tasks: str = "generated") -> list:
     """The auxiliary losses of these settings: the tool-output loss with weight ``tool_coef`` (0 = off),
