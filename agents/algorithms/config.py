@@ -19,7 +19,7 @@ import numpy as np
 from agents.algorithms.advantages import ADVANTAGE_ESTIMATORS
 from agents.algorithms.auxiliary import check_aux_losses
 from agents.algorithms.losses import KL_KINDS, LOSS_AGGREGATIONS, POLICY_LOSSES, check_dual_clip
-from agents.algorithms.registry import Registry
+from agents.algorithms.registry import Registry, check_choice
 
 C = TypeVar("C", bound="Config")
 #: ``check(name, value)`` raises a one-line ``ValueError`` for a bad value
@@ -114,8 +114,8 @@ class Config:
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             choices = choices_of(field)
-            if choices is not None and value not in choices:
-                raise ValueError(f"{field.name} must be one of {', '.join(choices)}, got {value!r}")
+            if choices is not None:
+                check_choice(field.name, value, choices)
             if field.metadata.get("check") is not None:
                 field.metadata["check"](field.name, value)
         self.check_together()

@@ -25,6 +25,12 @@ from typing import Any, Callable, Generic, TypeVar
 F = TypeVar("F", bound=Callable)
 
 
+def check_choice(setting: str, value: object, choices: tuple[str, ...]) -> None:
+    """One ``ValueError`` unless ``value`` is one of ``choices`` (the message lists them)."""
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{setting} must be one of {', '.join(choices)}, got {value!r}")
+
+
 class Registry(Generic[F]):
     """Functions of one kind, by name.
 
@@ -64,8 +70,7 @@ class Registry(Generic[F]):
         :param name: the name to check
         :param setting: the argument that holds it, for the message (default: the registry's kind)
         """
-        if not isinstance(name, str) or name not in self._functions:
-            raise ValueError(f"{setting or self.kind} must be one of {', '.join(self.names())}, got {name!r}")
+        check_choice(setting or self.kind, name, self.names())
 
     def names(self) -> tuple[str, ...]:
         """The registered names, in registration order."""
