@@ -35,7 +35,7 @@ def run(seed: int, timesteps: int, n_colours: int) -> dict[str, float]:
                         env_kwargs=dict(colours=colours, render_mode=None))
     calls = venv.get_attr("calls")[0]
     model = TokenPPO("TinyAgentPolicy", venv, base_agent=None, n_episodes=64, seed=seed, learning_rate=3e-3,
-                     target_kl=None,
+                     target_kl=None, ent_coef=0.01,
                      policy_kwargs=dict(tokenizer=tok, call_grammar=list(calls),
                                         model_config=dict(vocab_size=tok.vocab_size, d_model=32, n_layer=1,
                                                           n_head=4, d_ff=128, max_len=64)))

@@ -236,13 +236,27 @@ def test_model_files_saved_by_main_4e10e0a_still_load_and_act_the_same(cls):
 @pytest.mark.parametrize("cls", [TokenPPO, Reinforce])
 def test_a_loaded_model_writes_the_same_data_as_the_file_it_came_from(cls, tmp_path):
     """Loading and saving again keeps every entry of ``data`` and every tensor (the format is unchanged;
-    the characters of a space are now written sorted)."""
+    the characters of a space are now written sorted). The saved arguments are the old ones in today's
+    names: TokenPPO's tool-output loss and edit practice settings became two auxiliary-loss specs, and the
+    settings added since (the registered policy loss and advantage estimator) are saved at their defaults."""
     path = FIXTURES / f"{cls.__name__.lower()}_main_4e10e0a.zip"
     cls.load(path).save(tmp_path / "again.zip")
     old, new = checkpoint.read(path), checkpoint.read(tmp_path / "again.zip")
     for space in old.data["spaces"].values():
         space["charset"] = "".join(sorted(space["charset"]))
+    old_args, new_args = old.data.pop("args"), new.data.pop("args")
     assert new.data == old.data
+    legacy = ("tool_coef", "tool_calls", "practice", "practice_tasks")
+    added = {"policy_loss": "ppo_clip", "adv_estimator": "gae"} if cls is TokenPPO else \
+        {"policy_loss": "reinforce", "adv_estimator": "return_minus_baseline"}
+    assert {k: v for k, v in new_args.items() if k not in added and k != "aux_losses"} == \
+        {k: v for k, v in old_args.items() if k not in legacy}
+    assert {k: new_args[k] for k in added} == added
+    if cls is TokenPPO:
+        assert new_args["aux_losses"] == [
+            {"entry_point": "agents.bugfix.aux_losses:ToolOutputLoss", "kwargs": {"weight": 0.5, "calls": ["edit"]}},
+            {"entry_point": "agents.bugfix.aux_losses:EditPracticeLoss",
+             "kwargs": {"weight": 0.5, "n": 2, "tasks": "book"}}]
     assert set(new.params) == set(old.params)
     for key in old.params["policy"]:
         assert torch.equal(old.params["policy"][key], new.params["policy"][key]), key

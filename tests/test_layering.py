@@ -166,10 +166,6 @@ def _violations(path: Path) -> list[str]:
 
 #: the edges the restructure still has to remove; the list must shrink to nothing
 KNOWN = {
-    "algorithms -> bugfix: agents.bugfix.base_agent.cached_base_agent",
-    "algorithms -> bugfix: agents.bugfix.practice.EditPractice",
-    "algorithms -> bugfix_gym: bugfix_gym.tokenizer.build_tokenizer",
-    "algorithms -> bugfix_gym: bugfix_gym.tools.CALLS",
 }
 
 

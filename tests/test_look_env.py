@@ -40,7 +40,9 @@ def test_the_env_passes_gymnasiums_checker_and_pays_only_a_looked_answer():
 def test_tokenppo_learns_to_look_then_answer_from_scratch():
     """A random-init TinyAgent with the env's own vocabulary and its legal calls as the decoding grammar.
     Words the tokenizer does not know would become <unk>: here the env gives its whole vocabulary.
-    From scratch the policy moves fast, so the KL early stop (made for fine-tuning) is off."""
+    From scratch the policy moves fast, so the KL early stop (made for fine-tuning) is off, and a small
+    entropy bonus keeps it trying ``look`` long enough to learn what the look shows: without it, some
+    seeds and CPUs settle on answering blind (docs/ppo.md "Any text env")."""
     colours = COLOURS[:4]
     words = LookThenAnswerEnv(colours=colours).words
     venv = make_vec_env("LookThenAnswer-v0", n_envs=32, seed=0, vec_env_cls=TextDummyVecEnv,
@@ -48,7 +50,7 @@ def test_tokenppo_learns_to_look_then_answer_from_scratch():
     calls = venv.get_attr("calls")[0]
     tok = bugfix_gym.Tokenizer(words)
     model = TokenPPO("TinyAgentPolicy", venv, base_agent=None, n_episodes=64, seed=0, learning_rate=3e-3,
-                     target_kl=None,
+                     target_kl=None, ent_coef=0.01,
                      policy_kwargs=dict(tokenizer=tok, call_grammar=list(calls),
                                         model_config=dict(vocab_size=tok.vocab_size, d_model=32, n_layer=1, n_head=4,
                                                           d_ff=128, max_len=64)))

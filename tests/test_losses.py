@@ -1,4 +1,4 @@
-"""Tests for agents.algorithms.losses: aggregation weights, REINFORCE surrogate, PPO clipping, value loss, KL estimators."""
+"""agents.algorithms.losses: aggregation weights, REINFORCE surrogate, PPO clipping, value loss, KL estimators."""
 import math
 
 import pytest

@@ -21,6 +21,7 @@ from agents.algorithms.callbacks import StopAfterIterations
 from agents.bugfix.callbacks import KeepBest
 from agents.bugfix.evaluation import evaluate, sample_episodes
 from agents.algorithms.ppo import DivergenceError, TokenPPO
+from agents.bugfix.aux_losses import ToolOutputLoss, aux_losses_from_settings
 from agents.rollout.trajectory import Trajectory
 
 
@@ -510,7 +511,7 @@ def test_tool_coef_keeps_the_first_ratio_one_and_learns_what_the_edits_answered(
     kw = dict(base_agent=base, n_episodes=12, n_minibatches=3, n_epochs=4, seed=1, learning_rate=3e-3,
               critic_warmup_steps=0, target_kl=None)
     plain = RecordingPPO("TinyAgentPolicy", vec(6), **kw)
-    aux = RecordingPPO("TinyAgentPolicy", vec(6), tool_coef=1.0, tool_calls=["edit"], **kw)
+    aux = RecordingPPO("TinyAgentPolicy", vec(6), aux_losses=[ToolOutputLoss(1.0, ["edit"])], **kw)
     trajs = plain.sample_episodes(n=12)
     before = _edit_output_nll(plain, trajs)
     plain.train_on_batch(trajs)
@@ -518,27 +519,29 @@ def test_tool_coef_keeps_the_first_ratio_one_and_learns_what_the_edits_answered(
     first = aux.seen[0]
     assert first["ratio_min"] == 1.0 and first["ratio_max"] == 1.0 and first["approx_kl"] == 0.0
     assert first["pg_loss"] == plain.seen[0]["pg_loss"]  # the same policy-token scores as without it
-    assert first["tool_loss"] > 1.0 and plain.seen[0]["tool_loss"] == 0.0  # the base agent never learnt them
+    assert first["tool_loss"] > 1.0 and "tool_loss" not in plain.seen[0]  # the base agent never learnt them
     assert _edit_output_nll(aux, trajs) < 0.8 * min(before, _edit_output_nll(plain, trajs))
 
 
 def test_edit_practice_adds_a_loss_on_practice_answers_and_leaves_the_policy_terms_alone(base):
     kw = dict(base_agent=base, n_episodes=12, n_minibatches=3, n_epochs=2, seed=1, learning_rate=3e-3,
-              critic_warmup_steps=0, target_kl=None, tool_coef=1.0, tool_calls=["edit"])
-    plain = RecordingPPO("TinyAgentPolicy", vec(6), **kw)
-    drilled = RecordingPPO("TinyAgentPolicy", vec(6), practice=30, **kw)
+              critic_warmup_steps=0, target_kl=None)
+    plain = RecordingPPO("TinyAgentPolicy", vec(6), aux_losses=aux_losses_from_settings(1.0, ["edit"]), **kw)
+    drilled = RecordingPPO("TinyAgentPolicy", vec(6), aux_losses=aux_losses_from_settings(1.0, ["edit"], 30), **kw)
     trajs = plain.sample_episodes(n=12)
     plain.train_on_batch(trajs)
     drilled.train_on_batch(trajs)
     first = drilled.seen[0]
     assert first["ratio_min"] == 1.0 and first["ratio_max"] == 1.0
     assert first["pg_loss"] == plain.seen[0]["pg_loss"] and first["tool_loss"] == plain.seen[0]["tool_loss"]
-    assert first["practice_loss"] > 0.0 and plain.seen[0]["practice_loss"] == 0.0
-    assert len(drilled._edit_practice()) == 30
+    assert first["practice_loss"] > 0.0 and "practice_loss" not in plain.seen[0]
+    assert len(drilled.aux_losses[1].practice()) == 30
     buf = io.BytesIO()
     drilled.save(buf)
     buf.seek(0)
-    assert RecordingPPO.load(buf).practice == 30
+    loaded = RecordingPPO.load(buf)
+    assert [aux.spec() for aux in loaded.aux_losses] == [aux.spec() for aux in drilled.aux_losses]
+    assert loaded.aux_losses[1].n == 30 and loaded.aux_losses[1].weight == 1.0
 
 
 @pytest.mark.parametrize("kw, match", [(dict(tool_coef=-0.1), "tool_coef"), (dict(tool_coef=float("nan")), "tool_coef"),
@@ -547,5 +550,120 @@ def test_edit_practice_adds_a_loss_on_practice_answers_and_leaves_the_policy_ter
                                        (dict(practice=10), "practice needs tool_coef"),
                                        (dict(practice=-1, tool_coef=1.0), "practice must be")])
 def test_bad_tool_loss_settings_are_one_line_errors(kw, match):
+    from agents.bugfix.recipes import ppo_kwargs
+
     with pytest.raises(ValueError, match=match):
-        TokenPPO("TinyAgentPolicy", vec(2), **kw)
+        TokenPPO("TinyAgentPolicy", vec(2), **ppo_kwargs(kw))
+    with pytest.raises(TypeError, match=f"unexpected keyword argument '{next(iter(kw))}'"):  # not TokenPPO's
+        TokenPPO("TinyAgentPolicy", vec(2), base_agent=None, **kw)
+
+
+# ---------------------------------------------------------------------- one definition per setting
+def test_every_setting_is_documented_saved_and_kept_as_an_attribute_from_its_one_definition():
+    import dataclasses
+
+    from agents.algorithms.config import PPOConfig, ReinforceConfig
+    from agents.algorithms.reinforce import Reinforce
+
+    for algo, config in ((TokenPPO, PPOConfig), (Reinforce, ReinforceConfig)):
+        for field in dataclasses.fields(config):
+            assert f":param {field.name}: {field.metadata['help']} (default {field.default!r})" in algo.__doc__
+        saved = [f.name for f in dataclasses.fields(config) if f.metadata["saved"]]
+        assert list(algo.saved_args) == saved and "async_envs" not in saved
+    model = TokenPPO("TinyAgentPolicy", gym.make("BugFix-v0"), base_agent=None, clip_range_high=0.28, n_epochs=3)
+    assert (model.clip_range_high, model.n_epochs, model.kl_estimator) == (0.28, 3, "k3")
+    settings = model.saved_settings()
+    assert list(settings) == list(TokenPPO.saved_args) and settings["n_epochs"] == 3
+    assert Reinforce.config_class().learning_rate == 2e-3 and PPOConfig().learning_rate == 1e-3
+    with pytest.raises(TypeError, match="TokenPPO\\(\\) got an unexpected keyword argument 'clip_rang'") as e:
+        TokenPPO("TinyAgentPolicy", gym.make("BugFix-v0"), base_agent=None, clip_rang=0.1)
+    assert "\n" not in str(e.value)
+
+
+def test_a_setting_becomes_a_command_line_flag_with_its_type_default_help_and_choices(capsys):
+    import argparse
+
+    from agents.algorithms.config import PPOConfig, argparse_kwargs
+
+    parser = argparse.ArgumentParser(prog="train")
+    for name in ("n_epochs", "clip_range_high", "loss_mode", "normalize_advantage", "learning_rate"):
+        parser.add_argument("--" + name.replace("_", "-"), **argparse_kwargs(PPOConfig, name))
+    args = parser.parse_args(["--n-epochs", "3", "--clip-range-high", "none", "--loss-mode", "seq_mean_token_sum",
+                              "--normalize-advantage", "false", "--learning-rate", "3e-4"])
+    assert (args.n_epochs, args.clip_range_high, args.loss_mode, args.normalize_advantage, args.learning_rate) == \
+        (3, None, "seq_mean_token_sum", False, 3e-4)
+    assert parser.parse_args([]).n_epochs == 4
+    assert parser.parse_args(["--clip-range-high", "0.3"]).clip_range_high == 0.3
+    assert argparse_kwargs(PPOConfig, "kl_estimator")["choices"] == ("k1", "k2", "k3")
+    assert argparse_kwargs(PPOConfig, "n_epochs")["help"] == "passes over each batch"
+    with pytest.raises(ValueError, match="aux_losses .* is not a command-line setting"):
+        argparse_kwargs(PPOConfig, "aux_losses")
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--loss-mode", "mean"])
+    assert "invalid choice: 'mean'" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------- the algorithm layer knows no BugFix
+def test_model_files_saved_by_main_4e10e0a_load_and_act_as_they_did():
+    """TokenPPO's file was saved with tool_coef=0.5, tool_calls=["edit"], practice=2, practice_tasks="book":
+    those settings load as the auxiliary losses they were."""
+    import json
+    from pathlib import Path
+
+    from agents.algorithms.reinforce import Reinforce
+    from agents.bugfix.aux_losses import EditPracticeLoss
+
+    fixtures = Path(__file__).parent / "fixtures"
+    expected = json.loads((fixtures / "main_4e10e0a_expected.json").read_text())
+    for name, cls in (("tokenppo", TokenPPO), ("reinforce", Reinforce)):
+        model = cls.load(fixtures / f"{name}_main_4e10e0a.zip")
+        obs, _ = gym.make("BugFix-v0").reset(seed=3)
+        action, _ = model.predict(obs, deterministic=True)
+        assert str(action) == expected[name]["action"], name
+        assert (model.num_timesteps, model._n_updates) == (expected[name]["num_timesteps"], expected[name]["n_updates"])
+    ppo = TokenPPO.load(fixtures / "tokenppo_main_4e10e0a.zip")
+    tool, practice = ppo.aux_losses
+    assert isinstance(tool, ToolOutputLoss) and (tool.weight, tool.calls) == (0.5, ["edit"])
+    assert isinstance(practice, EditPracticeLoss) and (practice.weight, practice.n, practice.tasks) == (0.5, 2, "book")
+    assert not any(hasattr(ppo, name) for name in ("tool_coef", "tool_calls", "practice", "practice_tasks"))
+
+
+def test_the_env_advertises_the_tokenizer_and_base_agent_an_algorithm_defaults_to(shared_base_agent):
+    """BugFix-v0 names its tokenizer and base agent (entry points in its metadata); an env that names
+    none gets random weights, and without a tokenizer a one-line error."""
+    from bugfix_gym import build_tokenizer
+
+    model = TokenPPO("TinyAgentPolicy", gym.make("BugFix-v0"))
+    assert model.policy.tokenizer.to_dict() == build_tokenizer().to_dict()
+    for ours, cached in zip(model.policy.model.state_dict().values(), shared_base_agent.state_dict().values()):
+        assert torch.equal(ours, cached)
+    look = gym.make("LookThenAnswer-v0")
+    tok = bugfix_gym.Tokenizer(look.unwrapped.words)
+    config = dict(vocab_size=tok.vocab_size, d_model=16, n_layer=1, n_head=2, d_ff=32, max_len=64)
+    seeded = [TokenPPO("TinyAgentPolicy", look, seed=0, policy_kwargs=dict(tokenizer=tok, model_config=config),
+                       base_agent=base_agent) for base_agent in ("auto", None)]
+    for a, b in zip(*(m.policy.model.state_dict().values() for m in seeded)):
+        assert torch.equal(a, b)  # "auto" on an env without a base agent: the random init of None
+    with pytest.raises(ValueError, match="advertises no default tokenizer") as e:
+        TokenPPO("TinyAgentPolicy", look, base_agent=None)
+    assert "\n" not in str(e.value)
+
+
+def test_aux_loss_specs_rebuild_the_losses_and_bad_ones_are_one_line_errors():
+    from agents.algorithms.auxiliary import build_aux_losses
+
+    losses = aux_losses_from_settings(1.0, ["edit"], 5, "book")
+    rebuilt = build_aux_losses([aux.spec() for aux in losses])
+    assert [aux.spec() for aux in rebuilt] == [aux.spec() for aux in losses]
+    legacy = TokenPPO.upgrade_saved_args(dict(n_epochs=2, tool_coef=1.0, tool_calls=["edit"], practice=5,
+                                              practice_tasks="book"))
+    assert legacy.pop("n_epochs") == 2 and [a.spec() for a in build_aux_losses(legacy["aux_losses"])] == \
+        [a.spec() for a in losses]
+    unsafe = {"entry_point": "subprocess:run", "kwargs": {"args": ["true"]}}  # a file may name only aux losses
+    for bad, match in (([{"entry_point": "nowhere:Loss"}], "cannot be loaded"), ("tool", "must be a list"),
+                       ([unsafe], "not a registered auxiliary loss"),
+                       ([{"entry_point": "agents.bugfix.recipes:ppo_kwargs"}], "not a registered"),
+                       ([{"kwargs": {}}], "entry_point"), ([losses[0], ToolOutputLoss(2.0)], "distinct names")):
+        with pytest.raises(ValueError, match=match) as e:
+            TokenPPO("TinyAgentPolicy", vec(2), base_agent=None, aux_losses=bad)
+        assert "\n" not in str(e.value)

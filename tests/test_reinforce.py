@@ -143,6 +143,7 @@ def test_save_load_roundtrip_continues_identically(tiny, tmp_path):
 
 
 @pytest.mark.parametrize("kw, match", [(dict(baseline="median"), "baseline"), (dict(loss_mode="sum"), "loss_mode"),
+                                       (dict(adv_estimator="gae2"), "adv_estimator"),
                                        (dict(ema_decay=2.0), "ema_decay"), (dict(n_episodes=0), "n_episodes")])
 def test_bad_arguments(tiny, kw, match):
     tok, base = tiny
@@ -158,3 +159,55 @@ def test_reward_to_go_advantages_differ_per_token(tiny):
                       n_episodes=8, use_reward_to_go=True, seed=0)
     agent.learn(10**6, callback=StopAfterIterations(1))
     assert np.isfinite(agent.diagnostics[-1]["loss"]) and not agent.diagnostics[-1]["skipped"]
+
+
+# ---------------------------------------------------------------------- variants by name
+@pytest.fixture
+def toy_variants():
+    """A toy loss aggregation, policy loss and advantage estimator, registered for one test."""
+    from agents.algorithms.advantages import ADVANTAGE_ESTIMATORS, register_adv_est
+    from agents.algorithms.losses import LOSS_AGGREGATIONS, POLICY_LOSSES, register_policy_loss, register_loss_agg
+    from agents.algorithms.losses import reinforce_loss
+
+    calls = []
+
+    @register_loss_agg("toy_sum")
+    def toy_sum(per_token, mask, norm_const):  # the batch's plain sum: "constant" with C = 1
+        return (per_token * mask).sum()
+
+    @register_policy_loss("toy_pg")
+    def toy_pg(logp, old_logp, advantages, mask, config):
+        calls.append(("policy_loss", tuple(logp.shape), bool(torch.equal(old_logp, logp.detach()))))
+        return reinforce_loss(logp, advantages, mask, config.mode, config.norm_const), {}
+
+    @register_adv_est("toy_return")
+    def toy_return(batch, config):  # the episode's return, no baseline
+        calls.append(("adv_estimator", tuple(batch.rewards.shape), batch.baseline))
+        return batch.rewards.clone(), None
+
+    yield calls
+    LOSS_AGGREGATIONS.unregister("toy_sum")
+    POLICY_LOSSES.unregister("toy_pg")
+    ADVANTAGE_ESTIMATORS.unregister("toy_return")
+
+
+def test_a_registered_variant_trains_like_the_built_in_it_copies(tiny, toy_variants):
+    """One function plus one registration per variant: Reinforce runs the toys by name, and they
+    update the weights bit for bit as the built-ins they copy (constant mode with C = 1, no baseline)."""
+    tok, base = tiny
+
+    def agent(**kw):  # a call cost: every episode's return is non-zero
+        env = make_vec_env("BugFix-v0", n_envs=4, seed=0, env_kwargs=dict(call_cost=0.1))
+        model = Reinforce("TinyAgentPolicy", env, base_agent=copy.deepcopy(base), policy_kwargs=dict(tokenizer=tok),
+                          n_episodes=8, seed=0, baseline="none", **kw)
+        model.learn(10**6, callback=StopAfterIterations(2))
+        return model
+
+    toy = agent(loss_mode="toy_sum", policy_loss="toy_pg", adv_estimator="toy_return")
+    built_in = agent(loss_mode="constant", loss_norm_const=1.0)
+    assert [c[0] for c in toy_variants] == ["adv_estimator", "policy_loss"] * 2
+    assert all(c[2] for c in toy_variants if c[0] == "policy_loss")  # pi_old is the policy itself
+    assert torch.equal(_params(toy.policy.model), _params(built_in.policy.model))
+    assert not torch.equal(_params(toy.policy.model), _params(base))
+    with pytest.raises(ValueError, match="policy_loss must be one of .*toy_pg"):
+        _agent(tok, base, policy_loss="toy")

@@ -9,15 +9,19 @@ that earned it.
 * baselines - :func:`batch_mean`, :class:`EMABaseline`, :func:`per_task_baseline`,
   :func:`optimal_constant_baseline` (book §6.4).
 * :func:`gae_policy_tokens` - GAE that skips prompt / tool / pad positions (verl's rule).
+* :data:`ADVANTAGE_ESTIMATORS` - the estimators the algorithms pick by ``adv_estimator``
+  (``gae``: TokenPPO's; ``return_minus_baseline``: Reinforce's); :func:`register_adv_est` adds one.
 * :func:`whiten`, :func:`explained_variance` - batch statistics over policy tokens.
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
 
 import torch
 
 from agents.algorithms.losses import masked_mean
+from agents.algorithms.registry import Registry
 
 
 def _check_rewards_on_policy(token_rewards: torch.Tensor, mask: torch.Tensor) -> None:
@@ -174,6 +178,65 @@ def gae_policy_tokens(token_rewards: torch.Tensor, values: torch.Tensor, mask: t
         adv[:, t] = torch.where(on, gae, torch.zeros_like(gae))
     returns = torch.where(mask > 0, adv + values, torch.zeros_like(adv))
     return adv, returns
+
+
+# ---------------------------------------------------------------- advantage estimators by name
+@dataclass(frozen=True)
+class AdvantageBatch:
+    """What an advantage estimator reads of a batch of ``B`` whole episodes.
+
+    :param token_rewards: ``[B, T]`` rewards on policy positions
+    :param rewards: ``[B]`` episode returns
+    :param mask: ``[B, T]`` policy mask
+    :param values: ``[B, T]`` the critic's values at rollout time (V_old), or None without a critic
+    :param baseline: a baseline fixed before the batch was seen (Reinforce's EMA), 0 if none
+    """
+
+    token_rewards: torch.Tensor
+    rewards: torch.Tensor
+    mask: torch.Tensor
+    values: Optional[torch.Tensor] = None
+    baseline: float = 0.0
+
+
+@dataclass(frozen=True)
+class AdvantageConfig:
+    """The settings an advantage estimator may read.
+
+    :param gamma: discount per policy token
+    :param gae_lambda: GAE lambda
+    :param reward_to_go: per-token returns from each token on (book §6.5) instead of the episode's
+    """
+
+    gamma: float = 1.0
+    gae_lambda: float = 1.0
+    reward_to_go: bool = False
+
+
+#: ``fn(batch, config) -> (advantages, returns)``: advantages ``[B]`` (one per episode) or ``[B, T]``
+#: (0 off the mask), and the critic's targets ``[B, T]`` or None (an estimator without a critic)
+AdvantageEstimator = Callable[[AdvantageBatch, AdvantageConfig], tuple[torch.Tensor, Optional[torch.Tensor]]]
+ADVANTAGE_ESTIMATORS: Registry[AdvantageEstimator] = Registry("advantage estimator")
+register_adv_est = ADVANTAGE_ESTIMATORS.register
+get_adv_estimator_fn = ADVANTAGE_ESTIMATORS.get
+
+
+@register_adv_est("gae")
+def gae_estimator(batch: AdvantageBatch, config: AdvantageConfig) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """GAE over policy tokens with the critic's values (:func:`gae_policy_tokens`), TokenPPO's default."""
+    if batch.values is None:
+        raise ValueError("adv_estimator='gae' needs the critic's values of the batch")
+    return gae_policy_tokens(batch.token_rewards, batch.values, batch.mask, config.gamma, config.gae_lambda)
+
+
+@register_adv_est("return_minus_baseline")
+def return_minus_baseline(batch: AdvantageBatch, config: AdvantageConfig
+                          ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """``R - b`` per episode, or ``G_t - b`` per policy token with ``reward_to_go`` (book §6.5,
+    :func:`reward_to_go`), Reinforce's default; no critic targets."""
+    if config.reward_to_go:
+        return (reward_to_go(batch.token_rewards, batch.mask, config.gamma) - batch.baseline) * batch.mask, None
+    return batch.rewards - batch.baseline, None  # [B], broadcast over each episode's policy tokens
 
 
 # ---------------------------------------------------------------- batch statistics

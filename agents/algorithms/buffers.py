@@ -26,7 +26,8 @@ from stable_baselines3.common.buffers import BaseBuffer
 from stable_baselines3.common.utils import get_device
 from stable_baselines3.common.vec_env import VecNormalize
 
-from agents.algorithms.advantages import explained_variance, gae_policy_tokens, reward_to_go, whiten
+from agents.algorithms.advantages import (ADVANTAGE_ESTIMATORS, AdvantageBatch, AdvantageConfig, explained_variance,
+                                          get_adv_estimator_fn, reward_to_go, whiten)
 from agents.rollout.trajectory import Trajectory, collate
 
 
@@ -59,6 +60,8 @@ class TokenRolloutBuffer(BaseBuffer):
     :param n_envs: kept for SB3's constructor call
     :param pad_id: the tokenizer's pad id
     :param normalize_advantage: whiten advantages over all policy tokens of the batch
+    :param adv_estimator: the advantage estimator, a name in
+        :data:`agents.algorithms.advantages.ADVANTAGE_ESTIMATORS` (default ``"gae"``)
     """
 
     def __init__(
@@ -72,7 +75,9 @@ class TokenRolloutBuffer(BaseBuffer):
         n_envs: int = 1,
         pad_id: int = 0,
         normalize_advantage: bool = True,
+        adv_estimator: str = "gae",
     ):
+        ADVANTAGE_ESTIMATORS.check(adv_estimator, "adv_estimator")
         # BaseBuffer.__init__ derives fixed array shapes from the spaces; a token trajectory has
         # none (the Text spaces have no shape), so set its fields here instead.
         self.buffer_size = buffer_size
@@ -84,6 +89,7 @@ class TokenRolloutBuffer(BaseBuffer):
         self.gamma = gamma
         self.pad_id = pad_id
         self.normalize_advantage = normalize_advantage
+        self.adv_estimator = adv_estimator
         self.reset()
 
     # ------------------------------------------------------------------ SB3 interface
@@ -141,9 +147,10 @@ class TokenRolloutBuffer(BaseBuffer):
 
     def compute_returns_and_advantage(self, last_values: th.Tensor | None = None,
                                       dones: np.ndarray | None = None) -> None:
-        """GAE over policy tokens (:func:`agents.algorithms.advantages.gae_policy_tokens`: prompt and tool
-        tokens are skipped, carrying the next value and running advantage across them), value
-        targets = advantages + old values, then whitening over all policy tokens of the batch.
+        """The advantages of ``adv_estimator`` (by default GAE over policy tokens,
+        :func:`agents.algorithms.advantages.gae_policy_tokens`: prompt and tool tokens are skipped,
+        carrying the next value and running advantage across them) and value targets (advantages +
+        old values), then whitening over all policy tokens of the batch.
 
         Uses the frozen ``old_values`` (:meth:`set_old_policy`), else the sampler's values.
         ``last_values`` / ``dones`` are SB3's bootstrap arguments; episodes here are complete,
@@ -151,7 +158,13 @@ class TokenRolloutBuffer(BaseBuffer):
         """
         mask = self.policy_mask
         values = self.old_values if self.old_values is not None else self.data["values"]
-        adv, returns = gae_policy_tokens(self.data["token_rewards"], values, mask, self.gamma, self.gae_lambda)
+        batch = AdvantageBatch(self.data["token_rewards"], self.data["rewards"], mask, values)
+        estimate = get_adv_estimator_fn(self.adv_estimator)
+        adv, returns = estimate(batch, AdvantageConfig(gamma=self.gamma, gae_lambda=self.gae_lambda))
+        if adv.dim() == 1:  # one advantage per episode -> [N, T-1]
+            adv = adv[:, None] * mask
+        if returns is None:  # an estimator without a critic: the critic learns advantage + value
+            returns = th.where(mask > 0, adv + values, th.zeros_like(adv))
         self.raw_advantages = adv  # [N, T-1]
         self.returns = returns  # [N, T-1]
         if self.normalize_advantage and mask.sum() > 1:

@@ -6,12 +6,14 @@ predicting ``ids[t+1]``; ``mask`` is the float 0/1 ``policy_mask`` (1 on policy 
 
 One function per idea (book ch. 6 and 8):
 
-* :func:`aggregate_loss` turns per-token terms into a scalar; the *mode* sets the
-  weight of every policy token (book §6.6).
+* :func:`aggregate_loss` turns per-token terms into a scalar; the *mode* (a name in
+  :data:`LOSS_AGGREGATIONS`) sets the weight of every policy token (book §6.6).
 * :func:`reinforce_loss` is the surrogate ``-A * log pi`` (book §6.6, eq. 6.2).
 * :func:`clipped_policy_loss` is PPO's clipped surrogate with clip-higher and dual
   clip (book §8.2, eq. 8.3), plus the diagnostics of §8.5.
 * :func:`clipped_value_loss` is the PPO2-style clipped critic loss (book §8.4).
+* :data:`POLICY_LOSSES` names the policy losses the algorithms pick by ``policy_loss``
+  (``ppo_clip``, ``reinforce``); :func:`register_policy_loss` adds one.
 * :func:`kl_estimate` gives the k1 / k2 / k3 per-token KL estimators.
 * :func:`tool_output_mask` marks the tool-output tokens an auxiliary loss predicts.
 
@@ -19,13 +21,15 @@ Entropy bonuses are left to the caller (``entropy`` comes from the model's forwa
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
 
 import torch
 
 from bugfix_gym.tokens import OWNER_POLICY, OWNER_TOOL
 
-AGGREGATION_MODES = ("token_mean", "seq_mean_token_sum", "seq_mean_token_mean", "constant")
+from agents.algorithms.registry import Registry
+
 KL_KINDS = ("k1", "k2", "k3")
 
 
@@ -41,6 +45,48 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: Optional[int] = None) 
     if dim is None:
         return (x * mask).sum() / mask.sum().clamp(min=1e-8)
     return (x * mask).sum(dim) / mask.sum(dim).clamp(min=1e-8)
+
+
+# ---------------------------------------------------------------- loss aggregations (book §6.6)
+#: ``fn(per_token [B, T], mask [B, T], norm_const) -> scalar``: the weight of every policy token
+LOSS_AGGREGATIONS: Registry[Callable[[torch.Tensor, torch.Tensor, Optional[float]], torch.Tensor]] = \
+    Registry("loss aggregation mode")
+register_loss_agg = LOSS_AGGREGATIONS.register
+get_loss_agg = LOSS_AGGREGATIONS.get
+
+
+@register_loss_agg("token_mean")
+def token_mean(per_token: torch.Tensor, mask: torch.Tensor, norm_const: Optional[float] = None) -> torch.Tensor:
+    """Each policy token of the batch weighs ``1 / sum(mask)``."""
+    return masked_mean(per_token, mask)
+
+
+@register_loss_agg("seq_mean_token_sum")
+def seq_mean_token_sum(per_token: torch.Tensor, mask: torch.Tensor, norm_const: Optional[float] = None
+                       ) -> torch.Tensor:
+    """Sum within a trajectory, mean over trajectories (eq. 6.2): each token weighs ``1 / B``."""
+    return (per_token * mask).sum(-1).mean()
+
+
+@register_loss_agg("seq_mean_token_mean")
+def seq_mean_token_mean(per_token: torch.Tensor, mask: torch.Tensor, norm_const: Optional[float] = None
+                        ) -> torch.Tensor:
+    """Mean within a trajectory, then mean over trajectories: a token of row ``n`` weighs ``1 / (B * L_n)``."""
+    return masked_mean(per_token, mask, dim=-1).mean()
+
+
+@register_loss_agg("constant")
+def constant(per_token: torch.Tensor, mask: torch.Tensor, norm_const: Optional[float] = None) -> torch.Tensor:
+    """Sum over the batch divided by a fixed constant ``C`` (Dr. GRPO style): each token weighs ``1 / C``."""
+    if norm_const is None:
+        raise ValueError("mode='constant' needs norm_const, e.g. batch_size * max_policy_tokens")
+    if norm_const <= 0:
+        raise ValueError(f"norm_const must be positive, got {norm_const!r}")
+    return (per_token * mask).sum() / norm_const
+
+
+#: the built-in aggregation modes (:data:`LOSS_AGGREGATIONS` also holds any registered later)
+AGGREGATION_MODES = LOSS_AGGREGATIONS.names()
 
 
 def aggregate_loss(per_token: torch.Tensor, mask: torch.Tensor, mode: str = "token_mean",
@@ -61,24 +107,11 @@ def aggregate_loss(per_token: torch.Tensor, mask: torch.Tensor, mode: str = "tok
 
     :param per_token: per-token loss terms ``[B, T]``.
     :param mask: float 0/1 policy mask ``[B, T]``.
-    :param mode: one of :data:`AGGREGATION_MODES`.
+    :param mode: a name in :data:`LOSS_AGGREGATIONS` (the built-ins: :data:`AGGREGATION_MODES`).
     :param norm_const: the constant ``C`` for ``mode='constant'`` (e.g. batch_size * max_policy_tokens).
     :return: scalar loss.
     """
-    mask = mask.to(per_token.dtype)
-    if mode == "token_mean":  # each policy token of the batch weighs 1 / sum(mask)
-        return masked_mean(per_token, mask)
-    if mode == "seq_mean_token_sum":  # sum within a trajectory, mean over trajectories (eq. 6.2)
-        return (per_token * mask).sum(-1).mean()
-    if mode == "seq_mean_token_mean":  # mean within a trajectory, then mean over trajectories
-        return masked_mean(per_token, mask, dim=-1).mean()
-    if mode == "constant":  # sum over the batch divided by a fixed constant (Dr. GRPO style)
-        if norm_const is None:
-            raise ValueError("mode='constant' needs norm_const, e.g. batch_size * max_policy_tokens")
-        if norm_const <= 0:
-            raise ValueError(f"norm_const must be positive, got {norm_const!r}")
-        return (per_token * mask).sum() / norm_const
-    raise ValueError(f"unknown aggregation mode {mode!r}; valid modes: {', '.join(AGGREGATION_MODES)}")
+    return get_loss_agg(mode)(per_token, mask.to(per_token.dtype), norm_const)
 
 
 def _per_token_advantages(advantages: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -140,8 +173,7 @@ def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.T
         is active), ``approx_kl`` (k3 estimate of KL(pi_old || pi_theta), E_old[rho - 1 - log rho]),
         ``ratio_min``, ``ratio_max``.
     """
-    if dual_clip is not None and dual_clip <= 1.0:
-        raise ValueError(f"dual_clip must be > 1 (typically 3) or None, got {dual_clip!r}")
+    check_dual_clip(dual_clip)
     adv = _per_token_advantages(adv, logp)
     log_ratio = logp - old_logp.detach()  # [B, T]
     ratio = torch.exp(log_ratio)  # rho = pi_theta / pi_old per token
@@ -155,22 +187,75 @@ def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.T
         obj = torch.where(adv < 0, torch.maximum(obj, floor), obj)
     else:
         dual_active = torch.zeros_like(clipped)
-    loss = aggregate_loss(-obj, mask, mode, norm_const)
+    return aggregate_loss(-obj, mask, mode, norm_const), _clip_stats(ratio, log_ratio, clipped, dual_active, mask)
 
-    with torch.no_grad():
-        m = mask.to(logp.dtype)
-        on = m > 0
-        # k3 estimator of KL(pi_old || pi_theta) from samples of pi_old (Schulman 2020,
-        # "Approximating KL divergence"): r = pi_theta / pi_old, k3 = (r - 1) - log r >= 0.
-        k3 = ratio - 1.0 - log_ratio
-        stats = dict(
-            clip_frac=float(masked_mean(clipped.to(m.dtype), m)),
-            dual_clip_frac=float(masked_mean(dual_active.to(m.dtype), m)),
-            approx_kl=float(masked_mean(k3, m)),
-            ratio_min=float(ratio[on].min()) if on.any() else 1.0,
-            ratio_max=float(ratio[on].max()) if on.any() else 1.0,
-        )
-    return loss, stats
+
+@torch.no_grad()
+def _clip_stats(ratio: torch.Tensor, log_ratio: torch.Tensor, clipped: torch.Tensor, dual_active: torch.Tensor,
+                mask: torch.Tensor) -> dict[str, float]:
+    """The diagnostics of :func:`clipped_policy_loss` over masked tokens (all ``[B, T]``; book §8.5)."""
+    m = mask.to(ratio.dtype)
+    on = m > 0
+    # k3 estimator of KL(pi_old || pi_theta) from samples of pi_old (Schulman 2020,
+    # "Approximating KL divergence"): r = pi_theta / pi_old, k3 = (r - 1) - log r >= 0.
+    k3 = ratio - 1.0 - log_ratio
+    return dict(
+        clip_frac=float(masked_mean(clipped.to(m.dtype), m)),
+        dual_clip_frac=float(masked_mean(dual_active.to(m.dtype), m)),
+        approx_kl=float(masked_mean(k3, m)),
+        ratio_min=float(ratio[on].min()) if on.any() else 1.0,
+        ratio_max=float(ratio[on].max()) if on.any() else 1.0,
+    )
+
+
+def check_dual_clip(dual_clip: Optional[float]) -> None:
+    """The dual-clip constant is ``None`` (off) or a number ``c > 1``; else one ``ValueError``."""
+    if dual_clip is not None and not dual_clip > 1.0:
+        raise ValueError(f"dual_clip must be > 1 (typically 3) or None, got {dual_clip!r}")
+
+
+# ---------------------------------------------------------------- policy losses by name
+@dataclass(frozen=True)
+class PolicyLossConfig:
+    """What a registered policy loss may read besides the tensors.
+
+    :param clip_low: epsilon_low of a ratio clip
+    :param clip_high: epsilon_high of a ratio clip
+    :param dual_clip: the dual-clip constant ``c > 1``, or None
+    :param mode: the loss aggregation (a name in :data:`LOSS_AGGREGATIONS`)
+    :param norm_const: the constant of ``mode='constant'``
+    """
+
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    dual_clip: Optional[float] = None
+    mode: str = "token_mean"
+    norm_const: Optional[float] = None
+
+
+#: ``fn(logp [B, T], old_logp [B, T], advantages [B] or [B, T], mask [B, T], config) -> (loss, stats)``;
+#: ``logp`` has grad, the rest is constant. TokenPPO reads ``clip_frac``, ``dual_clip_frac``,
+#: ``approx_kl``, ``ratio_min`` and ``ratio_max`` from the stats; Reinforce reads none.
+PolicyLoss = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, PolicyLossConfig],
+                      tuple[torch.Tensor, dict[str, float]]]
+POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss")
+register_policy_loss = POLICY_LOSSES.register
+get_policy_loss_fn = POLICY_LOSSES.get
+
+
+@register_policy_loss("ppo_clip")
+def ppo_clip_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+                         config: PolicyLossConfig) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO's clipped surrogate (:func:`clipped_policy_loss`), TokenPPO's default."""
+    return clipped_policy_loss(logp, old_logp, advantages, mask, clip_low=config.clip_low, clip_high=config.clip_high,
+                               dual_clip=config.dual_clip, mode=config.mode, norm_const=config.norm_const)
+
+
+@register_policy_loss("reinforce")
+def reinforce_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+                          config: PolicyLossConfig) -> tuple[torch.Tensor, dict[str, float]]:
+    """The surrogate ``-A * log pi`` (:func:`reinforce_loss`; ``old_logp`` unread), Reinforce's default."""
+    return reinforce_loss(logp, advantages, mask, config.mode, config.norm_const), {}
 
 
 def clipped_value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,

@@ -14,7 +14,10 @@ trainer needs and leaves the update (``train``) to its subclasses:
   reaches ``total_timesteps`` (the last batch may be smaller), so ``num_timesteps`` ends less
   than ``n_envs`` past it.
 * **Set-up.** The policy's tokenizer and model config go into ``policy_kwargs`` (they travel
-  in saved files), and the initial weights come from the behaviour-cloned base agent.
+  in saved files). Without a tokenizer in ``policy_kwargs`` and with ``base_agent="auto"``, the
+  env's advertised defaults are used (``env.metadata["agent_defaults"]``, entry points
+  ``"module:name"``: BugFix-v0 names its tokenizer and its behaviour-cloned base agent), so this
+  layer imports nothing of an env.
 * **Files.** ``save`` / ``load`` keep SB3's zip layout but never unpickle anything. As in SB3,
   the algorithm assembles plain data and its state dicts (:meth:`model_file_contents`) and
   :mod:`agents.files.checkpoint`, which knows no algorithm, writes and reads them; ``load``
@@ -25,10 +28,9 @@ trainer needs and leaves the update (``train``) to its subclasses:
 from __future__ import annotations
 
 import dataclasses
-import math
 import pathlib
 import time
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -39,15 +41,16 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.policies import BasePolicy
-from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
+from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback
 from stable_baselines3.common.vec_env import VecEnv
 from stable_baselines3.common.vec_env.patch_gym import _patch_env
 
-from bugfix_gym.tokenizer import Tokenizer, build_tokenizer
+from bugfix_gym.tokenizer import Tokenizer
 
 from agents.files import checkpoint
-from agents.bugfix.base_agent import cached_base_agent
 from agents.algorithms.buffers import TokenRolloutBuffer
+from agents.algorithms.config import OnPolicyConfig, settings_doc
+from agents.algorithms.registry import load_entry_point
 from agents.model.tinyagent import TinyAgent, TinyAgentConfig
 from agents.algorithms.policies import TinyAgentPolicy
 from agents.rollout.sampler import EpisodeSampler
@@ -66,76 +69,60 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
 
     :param policy: ``"TinyAgentPolicy"`` or a :class:`~agents.algorithms.policies.TinyAgentPolicy` subclass
     :param env: a text env, its id, or a ``VecEnv`` of text envs; None when loading
-    :param learning_rate: Adam learning rate (a float or SB3 schedule of progress remaining)
-    :param n_episodes: at least this many whole episodes per iteration (SB3's ``n_steps`` slot)
-    :param gamma: discount per policy token
-    :param gae_lambda: GAE lambda (used by algorithms with a critic)
-    :param ent_coef: entropy bonus coefficient
-    :param vf_coef: value-loss coefficient
-    :param max_grad_norm: gradient-norm clip
-    :param stats_window_size: episodes averaged by ``rollout/ep_rew_mean``; default ``n_episodes``
-    :param tensorboard_log: TensorBoard log folder (None = off)
     :param policy_kwargs: extra :class:`TinyAgentPolicy` arguments (``tokenizer``, ``model_config``,
         ``call_grammar``, ...)
+    :param tensorboard_log: TensorBoard log folder (None = off)
     :param verbose: 0 silent, 1 SB3's log table, 2 also per-epoch lines
     :param seed: seeds torch, numpy, the envs (``VecEnv.seed``), the sampler and the minibatches
     :param device: torch device (``"cpu"``)
-    :param base_agent: initial weights: ``"auto"`` (the behaviour-cloned BugFix base agent, cached
-        under ``~/.cache/bugfix_gym``), a :class:`TinyAgent`, a path to a ``.pt`` state dict, or None
-        (random init, e.g. for another text env)
-    :param temperature: sampling temperature of the rollouts
-    :param max_call_tokens: the most tokens one call may have
-    :param fresh_batches: on-policy batches (default): each iteration resets the envs and every env
-        records its next ``ceil(n_episodes / n_envs)`` episodes; False lets episodes run on into the
-        next batch (no wasted env step, but long episodes are trained on later and partly
-        off-policy: with REINFORCE that delay made runs collapse, docs/ppo.md "The environment contract")
-    :param async_envs: step each env as soon as its call is written (needs a vector env with
-        ``send`` / ``receive``, e.g. :class:`agents.RayVecEnv`); faster with slow tools, not
-        reproducible. Default: all envs in lockstep
+    :param _init_setup_model: build the networks now (``load`` passes False)
+    :param base_agent: initial weights: ``"auto"`` (the env's advertised base agent, e.g. BugFix-v0's
+        behaviour-cloned one, cached under ``~/.cache/bugfix_gym``; random init for an env that
+        advertises none), a :class:`TinyAgent`, a path to a ``.pt`` state dict, or None (random init)
     :param rollout_buffer_class: buffer class (default :class:`TokenRolloutBuffer`)
     :param rollout_buffer_kwargs: extra buffer arguments
     :param monitor_wrapper: wrap a plain env in SB3's ``Monitor``
-    :param _init_setup_model: build the networks now (``load`` passes False)
+    :param settings: the settings of :attr:`config_class` by name, below (each is kept as an attribute)
     """
 
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {"TinyAgentPolicy": TinyAgentPolicy}
     policy: TinyAgentPolicy
     rollout_buffer: TokenRolloutBuffer
-    #: constructor arguments saved with the model (besides policy_kwargs); subclasses extend it
-    saved_args: ClassVar[tuple[str, ...]] = ("learning_rate", "n_episodes", "gamma", "max_grad_norm", "temperature",
-                                             "max_call_tokens", "fresh_batches")
+    #: the settings (agents.algorithms.config): one field each, with its default, doc and check
+    config_class: ClassVar[type[OnPolicyConfig]] = OnPolicyConfig
+    config: OnPolicyConfig  # the settings as given
+    #: the settings saved with the model (besides policy_kwargs), derived from :attr:`config_class`
+    saved_args: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, policy: str | type[TinyAgentPolicy], env: GymEnv | str | None,
-                 learning_rate: float | Schedule = 1e-3, n_episodes: int = 64, gamma: float = 1.0,
-                 gae_lambda: float = 1.0, ent_coef: float = 0.0, vf_coef: float = 0.5, max_grad_norm: float = 1.0,
-                 stats_window_size: int | None = None, tensorboard_log: str | None = None,
-                 policy_kwargs: dict[str, Any] | None = None, verbose: int = 0, seed: int | None = None,
-                 device: th.device | str = "cpu", _init_setup_model: bool = True, *,
-                 base_agent: str | TinyAgent | pathlib.Path | None = "auto", temperature: float = 1.0,
-                 max_call_tokens: int = 8, fresh_batches: bool = True, async_envs: bool = False,
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A subclass's saved settings and docstring come from its :attr:`config_class`."""
+        super().__init_subclass__(**kwargs)
+        _take_settings_from_config(cls)
+
+    if TYPE_CHECKING:  # the settings are attributes of the config's names (set in __init__)
+        def __getattr__(self, name: str) -> Any: ...
+
+    def __init__(self, policy: str | type[TinyAgentPolicy], env: GymEnv | str | None, *,
+                 policy_kwargs: dict[str, Any] | None = None, tensorboard_log: str | None = None, verbose: int = 0,
+                 seed: int | None = None, device: th.device | str = "cpu", _init_setup_model: bool = True,
+                 base_agent: str | TinyAgent | pathlib.Path | None = "auto",
                  rollout_buffer_class: type[TokenRolloutBuffer] | None = None,
-                 rollout_buffer_kwargs: dict[str, Any] | None = None, monitor_wrapper: bool = True):
-        _check_positive_int(n_episodes=n_episodes, max_call_tokens=max_call_tokens)
-        _check_finite(learning_rate=learning_rate, gamma=gamma, gae_lambda=gae_lambda, ent_coef=ent_coef,
-                      vf_coef=vf_coef, max_grad_norm=max_grad_norm, temperature=temperature)
-        if not 0.0 <= gamma <= 1.0 or not 0.0 <= gae_lambda <= 1.0:
-            raise ValueError(f"gamma and gae_lambda must lie in [0, 1], got gamma={gamma}, gae_lambda={gae_lambda}")
-        if temperature <= 0 or max_grad_norm <= 0:
-            raise ValueError(f"temperature and max_grad_norm must be positive, got {temperature} and {max_grad_norm}")
+                 rollout_buffer_kwargs: dict[str, Any] | None = None, monitor_wrapper: bool = True,
+                 **settings: Any):
+        self.config = self.config_class.from_kwargs(type(self).__name__, settings)  # checks every setting
+        self.__dict__.update(self.config.as_dict())
         if isinstance(env, str):
             env = gym.make(env)
-        self.n_episodes = int(n_episodes)
-        self.temperature = float(temperature)
-        self.max_call_tokens = int(max_call_tokens)
-        self.async_envs = bool(async_envs)
-        self.fresh_batches = bool(fresh_batches)
         self.base_agent = base_agent if isinstance(base_agent, str) or base_agent is None else "<given>"
         self._base_model: TinyAgent | None = None
-        super().__init__(
-            policy, env, learning_rate=learning_rate, n_steps=n_episodes, gamma=gamma, gae_lambda=gae_lambda,
-            ent_coef=ent_coef, vf_coef=vf_coef, max_grad_norm=max_grad_norm, use_sde=False, sde_sample_freq=-1,
+        self.n_episodes, self.max_call_tokens = int(self.config.n_episodes), int(self.config.max_call_tokens)
+        self.temperature = float(self.config.temperature)
+        super().__init__(  # Reinforce has no critic: SB3's defaults fill its slots
+            policy, env, learning_rate=self.learning_rate, n_steps=self.n_episodes, gamma=self.gamma,
+            gae_lambda=getattr(self, "gae_lambda", 1.0), ent_coef=getattr(self, "ent_coef", 0.0),
+            vf_coef=getattr(self, "vf_coef", 0.5), max_grad_norm=self.max_grad_norm, use_sde=False, sde_sample_freq=-1,
             rollout_buffer_class=rollout_buffer_class or TokenRolloutBuffer,
-            rollout_buffer_kwargs=rollout_buffer_kwargs, stats_window_size=stats_window_size or n_episodes,
+            rollout_buffer_kwargs=rollout_buffer_kwargs, stats_window_size=self.stats_window_size or self.n_episodes,
             tensorboard_log=tensorboard_log, monitor_wrapper=monitor_wrapper, policy_kwargs=policy_kwargs,
             verbose=verbose, seed=seed, device=device, _init_setup_model=False,
             supported_action_spaces=(spaces.Text,),
@@ -152,6 +139,15 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
                 self._after_initial_weights()
             self._base_model = None
 
+    @classmethod
+    def upgrade_saved_args(cls, args: dict[str, Any]) -> dict[str, Any]:
+        """The saved arguments of an older file in today's names (a subclass maps what it renamed)."""
+        return args
+
+    def saved_settings(self) -> dict[str, Any]:
+        """``{name: value}`` of the settings saved with the model (:attr:`saved_args`), as they are now."""
+        return {name: getattr(self, name) for name in self.saved_args}
+
     # ------------------------------------------------------------------ set-up
     def _prepare_policy_kwargs(self, base_agent: str | TinyAgent | pathlib.Path | None) -> None:
         """Put the tokenizer and model config into ``policy_kwargs`` (they travel in saved files)
@@ -159,13 +155,14 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         kw = dict(self.policy_kwargs)
         tok = kw.get("tokenizer")
         if tok is None:
-            tok = build_tokenizer()
+            tok = self._env_default("tokenizer")()
         elif isinstance(tok, dict):
             tok = Tokenizer.from_dict(tok)
         if isinstance(base_agent, TinyAgent):
             self._base_model = base_agent
         elif base_agent == "auto":
-            self._base_model = cached_base_agent(tok, seed=0, verbose=self.verbose)
+            make = self._env_default("base_agent", required=False)
+            self._base_model = None if make is None else make(tok, verbose=self.verbose)
         elif isinstance(base_agent, (str, pathlib.Path)):
             self._base_model = checkpoint.load_state_dict_file(base_agent)
         elif base_agent is not None:
@@ -183,6 +180,17 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         if kw.get("call_grammar") is not None:
             kw["call_grammar"] = list(kw["call_grammar"])
         self.policy_kwargs = kw
+
+    def _env_default(self, key: str, required: bool = True) -> Any:
+        """What the env advertises as its agents' default ``key`` (``"tokenizer"``: a function of no
+        argument; ``"base_agent"``: a function of the tokenizer and ``verbose``), as an entry point
+        ``"module:name"`` in ``env.metadata["agent_defaults"]``; None if it has none and not ``required``."""
+        metadata = self.env.get_attr("metadata", [0])[0] if self.env is not None else {}
+        entry_point = (metadata or {}).get("agent_defaults", {}).get(key)
+        if entry_point is None and required:
+            raise ValueError(f"the env advertises no default {key} (metadata['agent_defaults']): pass "
+                             f"policy_kwargs=dict({key}=...)")
+        return None if entry_point is None else load_entry_point(entry_point, f"default {key}")
 
     def _after_initial_weights(self) -> None:
         """Hook: the policy holds its initial weights (TokenPPO copies them into its reference model)."""
@@ -357,21 +365,22 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
 
     # ------------------------------------------------------------------ files
     def saved_arguments(self) -> dict[str, Any]:
-        """The constructor arguments a model file keeps (:attr:`saved_args`), as JSON data."""
-        return {name: checkpoint.saved_value(getattr(self, name), name) for name in self.saved_args}
+        """The constructor arguments a model file keeps (:meth:`saved_settings`), as JSON data."""
+        return {name: checkpoint.saved_value(value, name) for name, value in self.saved_settings().items()}
 
     @classmethod
     def arguments_from_saved(cls, saved: dict[str, Any], where: str) -> dict[str, Any]:
-        """Constructor arguments from a model file's saved ones; an algorithm whose arguments changed
-        translates older files' here.
+        """Constructor arguments from a model file's saved ones, older files' in today's names
+        (:meth:`upgrade_saved_args`).
 
         :param saved: the file's ``args``
         :param where: the file's name, for messages
         """
-        unknown = sorted(set(saved) - set(cls.saved_args))
+        args = cls.upgrade_saved_args(dict(saved))
+        unknown = sorted(set(args) - set(cls.saved_args))
         if unknown:
             raise checkpoint.ModelFileError(f"{where}: unknown argument {unknown[0]!r} for {cls.__name__}")
-        return dict(saved)
+        return args
 
     def model_file_contents(self) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
         """What :meth:`save` writes, as SB3's ``save`` assembles it: the plain ``data`` (algorithm,
@@ -456,23 +465,14 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         return [*super()._excluded_save_params(), "sampler", "sample_generator", "_base_model", "_last_rollout"]
 
 
-# ---------------------------------------------------------------------- argument checks
-def _check_positive_int(**values: Any) -> None:
-    for name, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+# ---------------------------------------------------------------------- helpers
+def _take_settings_from_config(cls: type[TokenOnPolicyAlgorithm]) -> None:
+    """The class's saved settings and the settings in its docstring come from its ``config_class``."""
+    cls.saved_args = cls.config_class.saved_names()
+    cls.__doc__ = (cls.__doc__ or "").rstrip() + "\n" + settings_doc(cls.config_class) + "\n"
 
 
-def _check_finite(**values: Any) -> None:
-    for name, value in values.items():
-        if callable(value):  # an SB3 schedule
-            continue
-        if isinstance(value, bool) or not isinstance(value, (int, float, np.number)) or not math.isfinite(value):
-            raise ValueError(f"{name} must be a finite number, got {value!r}")
-        if name == "learning_rate" and value <= 0:
-            raise ValueError(f"learning_rate must be positive, got {value!r}")
-        if name in ("ent_coef", "vf_coef") and value < 0:
-            raise ValueError(f"{name} must be >= 0, got {value!r}")
+_take_settings_from_config(TokenOnPolicyAlgorithm)
 
 
 def _is_monitored(env: gym.Env) -> bool:

@@ -20,7 +20,7 @@ from gymnasium import spaces
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import Schedule
 
-from bugfix_gym.tokenizer import Tokenizer, build_tokenizer
+from bugfix_gym.tokenizer import Tokenizer
 from bugfix_gym.tokens import OWNER_PAD, OWNER_PROMPT, OWNER_TOOL, encode_segment
 
 from agents.decoding.grammar import CallGrammar
@@ -40,8 +40,8 @@ class TinyAgentPolicy(BasePolicy):
         ``Dict`` of the token-view wrapper)
     :param action_space: the env's action space (``Text``: the call as a string)
     :param lr_schedule: learning-rate schedule; the optimizer starts at ``lr_schedule(1)``
-    :param tokenizer: the tokenizer (a ``Tokenizer`` or its ``to_dict()``); default
-        ``bugfix_gym.build_tokenizer()`` over all tasks
+    :param tokenizer: the tokenizer (a ``Tokenizer`` or its ``to_dict()``); required (TokenPPO and
+        Reinforce pass the one in their ``policy_kwargs``, or the env's advertised default)
     :param model_config: ``TinyAgentConfig`` fields as a dict (or the dataclass); default sizes
         with the tokenizer's vocabulary
     :param max_call_tokens: the most tokens one call may have (``<eoc>`` included)
@@ -85,7 +85,8 @@ class TinyAgentPolicy(BasePolicy):
         super().__init__(observation_space, action_space, optimizer_class=optimizer_class,
                          optimizer_kwargs=optimizer_kwargs)
         if tokenizer is None:
-            tokenizer = build_tokenizer()
+            raise ValueError("TinyAgentPolicy needs a tokenizer (the algorithms pass the env's default, or "
+                             "policy_kwargs=dict(tokenizer=...))")
         self.tokenizer = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer.from_dict(tokenizer)
         if model_config is None:
             model_config = TinyAgentConfig(vocab_size=self.tokenizer.vocab_size)

@@ -21,27 +21,32 @@ from __future__ import annotations
 import copy
 import math
 import time
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 import torch as th
-from stable_baselines3.common.type_aliases import GymEnv, Schedule
+from stable_baselines3.common.type_aliases import GymEnv
 from stable_baselines3.common.utils import FloatSchedule
-
-from bugfix_gym.tools import CALLS
 
 from agents.algorithms.buffers import TokenRolloutBuffer, TokenRolloutBufferSamples
 from agents.files.checkpoint import ParameterSnapshot
-from agents.algorithms.losses import (AGGREGATION_MODES, KL_KINDS, aggregate_loss, clipped_policy_loss,
-                                      clipped_value_loss, kl_estimate, masked_mean, tool_output_mask)
+from agents.algorithms.auxiliary import AuxLoss, build_aux_losses
+from agents.algorithms.config import PPOConfig
+from agents.algorithms.losses import (PolicyLossConfig, aggregate_loss, clipped_value_loss, get_policy_loss_fn,
+                                      kl_estimate)
 from agents.model.tinyagent import TinyAgent, score_tokens
 from agents.algorithms.on_policy import TokenOnPolicyAlgorithm
 from agents.algorithms.policies import TinyAgentPolicy
-from agents.bugfix.practice import EditPractice
 from agents.rollout.trajectory import Trajectory
 
 #: internal statistic -> SB3 logger key (``train/<key>``); the others keep their names
 SB3_KEYS = {"clip_frac": "clip_fraction", "dual_clip_frac": "dual_clip_fraction", "pg_loss": "policy_gradient_loss"}
+
+
+#: the settings of TokenPPO files saved before auxiliary losses were plug-ins (4e10e0a and earlier), and
+#: the entry point that turns them into auxiliary losses (a name, not an import: this layer knows no env)
+LEGACY_AUX_SETTINGS = ("tool_coef", "tool_calls", "practice", "practice_tasks")
+LEGACY_AUX_ENTRY_POINT = "agents.bugfix.aux_losses:aux_losses_from_settings"
 
 
 class DivergenceError(FloatingPointError):
@@ -51,171 +56,46 @@ class DivergenceError(FloatingPointError):
 class TokenPPO(TokenOnPolicyAlgorithm):
     """Token-level PPO (clip version) for tool-using text agents, with SB3's interface.
 
-    :param policy: ``"TinyAgentPolicy"`` or a :class:`~agents.algorithms.policies.TinyAgentPolicy` subclass
-    :param env: a text env (BugFix-v0 or another), its id, or a ``VecEnv`` of them; None to load
-    :param learning_rate: Adam learning rate (a float or SB3 schedule of progress remaining)
-    :param n_episodes: at least this many whole episodes per iteration (the batch)
-    :param batch_size: trajectories per minibatch; default ``ceil(episodes / n_minibatches)``
-    :param n_epochs: passes over each batch
-    :param gamma: discount per policy token (book: 1)
-    :param gae_lambda: GAE lambda (book: 1 or 0.95)
-    :param clip_range: epsilon_low of the ratio clip (float or schedule)
-    :param clip_range_vf: value clip epsilon_v; None turns value clipping off
-    :param normalize_advantage: whiten advantages over all policy tokens of the batch
-    :param ent_coef: entropy bonus coefficient
-    :param vf_coef: value-loss coefficient (the value loss already has the 0.5 factor)
-    :param max_grad_norm: gradient-norm clip
-    :param target_kl: KL (k3) target for early stopping; None = off. The default is the book's 0.02
-        (docs/ppo.md has the runs behind it)
-    :param stats_window_size: episodes averaged by ``rollout/ep_rew_mean``; default ``n_episodes``
-    :param tensorboard_log: TensorBoard log folder (None = off)
-    :param policy_kwargs: extra :class:`TinyAgentPolicy` arguments (``tokenizer``, ``model_config``,
-        ``call_grammar``, ...)
-    :param verbose: 0 silent, 1 SB3's log table, 2 also per-epoch lines
-    :param seed: seeds torch, numpy, the envs, the sampler and the minibatches
-    :param device: torch device (``"cpu"``)
-    :param n_minibatches: minibatches per epoch when ``batch_size`` is None
-    :param clip_range_high: epsilon_high (clip-higher); None = ``clip_range``
-    :param dual_clip: dual-clip constant c > 1 for negative advantages; None = off
-    :param kl_coef: coefficient of the KL penalty to the frozen reference (initial) policy; 0 = off
-    :param kl_estimator: ``"k1"``, ``"k2"`` or ``"k3"`` for that penalty
-    :param tool_coef: weight of an auxiliary cross-entropy on the tool outputs of the batch's own
-        episodes: the model also learns to predict what the tools answered (0 = off)
-    :param tool_calls: with ``tool_coef``, only the outputs of these calls (e.g. ``["edit"]``: what
-        each edit did); None = every tool output
-    :param practice: with ``tool_coef``, also learn the edits' answers on this many edit-practice
-        transcripts (:class:`agents.bugfix.practice.EditPractice`: recombined train code, drawn with the
-        model's seed), one minibatch of them per PPO minibatch with the same weight; 0 = off
-    :param practice_tasks: whose code the practice recombines: ``"generated"`` or ``"book"`` train code
-    :param loss_mode: loss aggregation (``agents.algorithms.losses.AGGREGATION_MODES``)
-    :param loss_norm_const: the constant for ``loss_mode="constant"``
-    :param target_kl_mode: ``"minibatch"`` (SB3: stop before a step whose minibatch KL exceeds
-        ``1.5 * target_kl``) or ``"epoch"`` (book: stop after an epoch whose mean KL exceeds ``target_kl``)
-    :param recompute_old_logp: recompute pi_old's log-probs with one trainer pass before the update
-        (True) or use the sampler's ``sample_logp`` (False)
-    :param critic_warmup_steps: Adam steps regressing the value head on Monte-Carlo returns of the
-        first batch, before the first policy update (0 = off)
-    :param critic_warmup_lr: learning rate of that warm-up
-    :param base_agent: initial weights (see :class:`~agents.algorithms.on_policy.TokenOnPolicyAlgorithm`)
-    :param temperature: sampling temperature of the rollouts
-    :param max_call_tokens: the most tokens one call may have
-    :param fresh_batches: on-policy batches (see :class:`~agents.algorithms.on_policy.TokenOnPolicyAlgorithm`)
-    :param async_envs: step each env as soon as its call is written (a vector env with ``send`` /
-        ``receive``, e.g. :class:`agents.RayVecEnv`); not reproducible
-    :param forward_chunk: score minibatches in length-sorted chunks of this many trajectories, each
-        trimmed to its own length (same loss, far less padding); None = one padded pass
-    :param rollout_buffer_class: buffer class (default :class:`TokenRolloutBuffer`)
-    :param rollout_buffer_kwargs: extra buffer arguments
-    :param monitor_wrapper: wrap a plain env in SB3's ``Monitor``
-    :param _init_setup_model: build the networks now (``load`` passes False)
+    The constructor takes the arguments of :class:`~agents.algorithms.on_policy.TokenOnPolicyAlgorithm`
+    (``policy``, ``env``, ``policy_kwargs``, ``base_agent``, ``seed``, ...) and the settings of
+    :class:`~agents.algorithms.config.PPOConfig` by name:
     """
 
-    saved_args: ClassVar[tuple[str, ...]] = TokenOnPolicyAlgorithm.saved_args + (
-        "gae_lambda", "ent_coef", "vf_coef", "batch_size", "n_epochs", "clip_range", "clip_range_vf",
-        "normalize_advantage", "target_kl", "n_minibatches",
-        "clip_range_high", "dual_clip", "kl_coef", "kl_estimator", "loss_mode", "loss_norm_const", "target_kl_mode",
-        "recompute_old_logp", "critic_warmup_steps", "critic_warmup_lr", "forward_chunk", "tool_coef", "tool_calls",
-        "practice", "practice_tasks")
+    config_class: ClassVar[type[PPOConfig]] = PPOConfig
+    config: PPOConfig
+    clip_range: Any  # a setting's float until _setup_model makes it an SB3 schedule
+    aux_losses: list[AuxLoss]  # as given (objects or specs) until _setup_model builds them
 
-    def __init__(
-        self,
-        policy: str | type[TinyAgentPolicy],
-        env: GymEnv | str | None,
-        learning_rate: float | Schedule = 1e-3,
-        n_episodes: int = 64,
-        batch_size: int | None = None,
-        n_epochs: int = 4,
-        gamma: float = 1.0,
-        gae_lambda: float = 1.0,
-        clip_range: float | Schedule = 0.2,
-        clip_range_vf: float | None = 0.2,
-        normalize_advantage: bool = True,
-        ent_coef: float = 0.0,
-        vf_coef: float = 0.5,
-        max_grad_norm: float = 1.0,
-        target_kl: float | None = 0.02,
-        stats_window_size: int | None = None,
-        tensorboard_log: str | None = None,
-        policy_kwargs: dict[str, Any] | None = None,
-        verbose: int = 0,
-        seed: int | None = None,
-        device: th.device | str = "cpu",
-        _init_setup_model: bool = True,
-        *,
-        n_minibatches: int = 4,
-        clip_range_high: float | None = None,
-        dual_clip: float | None = 3.0,
-        kl_coef: float = 0.0,
-        kl_estimator: str = "k3",
-        tool_coef: float = 0.0,
-        tool_calls: Sequence[str] | None = None,
-        practice: int = 0,
-        practice_tasks: str = "generated",
-        loss_mode: str = "token_mean",
-        loss_norm_const: float | None = None,
-        target_kl_mode: str = "minibatch",
-        recompute_old_logp: bool = True,
-        critic_warmup_steps: int = 50,
-        critic_warmup_lr: float = 3e-3,
-        base_agent: str | TinyAgent | None = "auto",
-        temperature: float = 1.0,
-        max_call_tokens: int = 8,
-        fresh_batches: bool = True,
-        async_envs: bool = False,
-        forward_chunk: int | None = 4,
-        rollout_buffer_class: type[TokenRolloutBuffer] | None = None,
-        rollout_buffer_kwargs: dict[str, Any] | None = None,
-        monitor_wrapper: bool = True,
-    ):
-        _check_ppo_args(n_epochs=n_epochs, n_minibatches=n_minibatches, batch_size=batch_size, dual_clip=dual_clip,
-                        kl_estimator=kl_estimator, loss_mode=loss_mode, loss_norm_const=loss_norm_const,
-                        target_kl=target_kl, target_kl_mode=target_kl_mode, clip_range=clip_range,
-                        clip_range_high=clip_range_high, clip_range_vf=clip_range_vf, kl_coef=kl_coef,
-                        tool_coef=tool_coef, tool_calls=tool_calls, practice=practice,
-                        practice_tasks=practice_tasks, critic_warmup_steps=critic_warmup_steps,
-                        forward_chunk=forward_chunk)
-        self.batch_size = batch_size
-        self.n_minibatches = n_minibatches
-        self.n_epochs = n_epochs
-        self.clip_range: Any = clip_range  # a float until _setup_model makes it a schedule
-        self.clip_range_high = clip_range_high
-        self.clip_range_vf = clip_range_vf
-        self.dual_clip = dual_clip
-        self.normalize_advantage = normalize_advantage
-        self.target_kl = target_kl
-        self.target_kl_mode = target_kl_mode
-        self.kl_coef = kl_coef
-        self.kl_estimator = kl_estimator
-        self.tool_coef = tool_coef
-        self.tool_calls = None if tool_calls is None else list(tool_calls)
-        self.practice = practice
-        self.practice_tasks = practice_tasks
-        self._drills: EditPractice | None = None  # built on the first update that needs it
-        self.loss_mode = loss_mode
-        self.loss_norm_const = loss_norm_const
-        self.recompute_old_logp = recompute_old_logp
-        self.critic_warmup_steps = critic_warmup_steps
-        self.critic_warmup_lr = critic_warmup_lr
-        self.forward_chunk = forward_chunk
-        self.critic_warmed_up = critic_warmup_steps <= 0
-        self.ref_model: TinyAgent | None = None
-        super().__init__(policy, env, learning_rate=learning_rate, n_episodes=n_episodes, gamma=gamma,
-                         gae_lambda=gae_lambda, ent_coef=ent_coef, vf_coef=vf_coef, max_grad_norm=max_grad_norm,
-                         stats_window_size=stats_window_size, tensorboard_log=tensorboard_log,
-                         policy_kwargs=policy_kwargs, verbose=verbose, seed=seed, device=device,
-                         _init_setup_model=_init_setup_model, base_agent=base_agent, temperature=temperature,
-                         max_call_tokens=max_call_tokens, fresh_batches=fresh_batches, async_envs=async_envs,
-                         rollout_buffer_class=rollout_buffer_class,
-                         rollout_buffer_kwargs=rollout_buffer_kwargs, monitor_wrapper=monitor_wrapper)
+    def __init__(self, policy: str | type[TinyAgentPolicy], env: GymEnv | str | None, **kwargs: Any):
+        self.ref_model: TinyAgent | None = None  # pi_ref, with kl_coef
+        super().__init__(policy, env, **kwargs)
+        self.critic_warmed_up = self.critic_warmup_steps <= 0
 
     def _setup_model(self) -> None:
         self.rollout_buffer_kwargs = dict(self.rollout_buffer_kwargs or {})
         self.rollout_buffer_kwargs.setdefault("normalize_advantage", self.normalize_advantage)
+        self.rollout_buffer_kwargs.setdefault("adv_estimator", self.adv_estimator)
         super()._setup_model()
+        self.aux_losses = build_aux_losses(self.aux_losses)
+        for aux in self.aux_losses:
+            aux.setup(self.policy.tokenizer, self.seed or 0)
         self.clip_range = FloatSchedule(self.clip_range)
         if self.kl_coef:
             self.ref_model = copy.deepcopy(self.policy.model).requires_grad_(False).eval()
         self._shuffle_rng = np.random.default_rng(None if self.seed is None else [self.seed, 1])  # minibatches
+
+    def saved_settings(self) -> dict[str, Any]:
+        """The saved settings, each auxiliary loss as its JSON spec."""
+        return dict(super().saved_settings(), aux_losses=[aux.spec() for aux in build_aux_losses(self.aux_losses)])
+
+    @classmethod
+    def upgrade_saved_args(cls, args: dict[str, Any]) -> dict[str, Any]:
+        """Files saved before auxiliary losses were plug-ins hold BugFix's tool-output loss and edit
+        practice as settings (``tool_coef``, ``tool_calls``, ``practice``, ``practice_tasks``): their specs."""
+        old = {name: args.pop(name) for name in LEGACY_AUX_SETTINGS if name in args}
+        if old:
+            args["aux_losses"] = [{"entry_point": LEGACY_AUX_ENTRY_POINT, "kwargs": old}]
+        return args
 
     def _after_initial_weights(self) -> None:
         if self.ref_model is not None:  # pi_ref = the initial (base) policy
@@ -294,23 +174,11 @@ class TokenPPO(TokenOnPolicyAlgorithm):
                     raise DivergenceError(f"TokenPPO diverged: non-finite loss ({loss.item()}) at {where}; the "
                                           "parameters are back to their state before this update (lower "
                                           "learning_rate, or check rewards and loss coefficients)")
-                if (self.target_kl is not None and self.target_kl_mode == "minibatch"
-                        and stats["approx_kl"] > 1.5 * self.target_kl):
+                if self._minibatch_kl_stop(stats["approx_kl"], epoch, mb):
                     stop = True  # SB3's rule: skip this step and end the update
-                    if self.verbose >= 2:
-                        print(f"early stop at epoch {epoch + 1}, minibatch {mb + 1}: approx_kl "
-                              f"{stats['approx_kl']:.4f} > 1.5 * target_kl")
                     break
-                self.policy.optimizer.zero_grad()
-                loss.backward()
-                grad_norm = th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
-                if not th.isfinite(grad_norm):
-                    last_good.restore()
-                    raise DivergenceError(f"TokenPPO diverged: non-finite gradient norm at {where}; the parameters "
-                                          "are back to their state before this update")
-                self.policy.optimizer.step()
+                stats["grad_norm"] = self._gradient_step(loss, where, last_good)
                 steps += 1
-                stats["grad_norm"] = float(grad_norm)
                 mb_stats.append(stats)
             if mb_stats:
                 epochs.append(_epoch_summary(epoch + 1, mb_stats))
@@ -328,37 +196,48 @@ class TokenPPO(TokenOnPolicyAlgorithm):
         self._log_update(epochs, ev, steps, buffer, time.perf_counter() - t0)
         return epochs
 
+    def _minibatch_kl_stop(self, approx_kl: float, epoch: int, mb: int) -> bool:
+        """SB3's early stop: this minibatch's KL exceeds ``1.5 * target_kl`` (``target_kl_mode="minibatch"``)."""
+        stop = self.target_kl is not None and self.target_kl_mode == "minibatch" and approx_kl > 1.5 * self.target_kl
+        if stop and self.verbose >= 2:
+            print(f"early stop at epoch {epoch + 1}, minibatch {mb + 1}: approx_kl {approx_kl:.4f} > 1.5 * target_kl")
+        return stop
+
+    def _gradient_step(self, loss: th.Tensor, where: str, last_good: ParameterSnapshot) -> float:
+        """Backward, gradient-norm clip and one optimizer step; the norm before clipping.
+
+        :raises DivergenceError: a non-finite gradient norm (``last_good`` restored first)
+        """
+        self.policy.optimizer.zero_grad()
+        loss.backward()
+        grad_norm = th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
+        if not th.isfinite(grad_norm):
+            last_good.restore()
+            raise DivergenceError(f"TokenPPO diverged: non-finite gradient norm at {where}; the parameters "
+                                  "are back to their state before this update")
+        self.policy.optimizer.step()
+        return float(grad_norm)
+
     def _score(self, model: TinyAgent, sample: TokenRolloutBufferSamples) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
         """(logp, values, entropy) [b, T-1] of a minibatch, at policy positions only, in length-sorted chunks,
         under the call grammar the tokens were sampled with."""
         return score_tokens(model, sample.ids, sample.policy_mask, lengths=sample.lengths, chunk=self.forward_chunk,
                             grammar=self.policy.grammar, grammar_state=sample.grammar_state)
 
-    def _edit_practice(self) -> EditPractice:
-        """The edit-practice transcripts (built once, seeded by the model's seed)."""
-        if self._drills is None:
-            self._drills = EditPractice(self.policy.tokenizer, self.practice, seed=self.seed or 0,
-                                        tasks=self.practice_tasks)
-        return self._drills
-
-    def _tool_mask(self, sample: TokenRolloutBufferSamples) -> th.Tensor:
-        """[b, T-1] the tool-output targets the auxiliary loss predicts (``tool_calls``' outputs)."""
-        ids = self.policy.tokenizer.ids
-        call_ids = None if self.tool_calls is None else [ids[c] for c in self.tool_calls]
-        return tool_output_mask(sample.ids, sample.owner, call_ids)
-
     def _minibatch_loss(self, sample: TokenRolloutBufferSamples, clip_low: float, clip_high: float
                         ) -> tuple[th.Tensor, dict[str, float]]:
         """PPO loss of one minibatch of whole trajectories: one pass scores all its policy tokens
-        (and, with ``tool_coef``, the tool outputs it predicts)."""
+        (and the positions the auxiliary losses predict), then each auxiliary loss is added."""
         mask = sample.policy_mask  # [b, T-1]
-        tool = self._tool_mask(sample) if self.tool_coef else None  # [b, T-1]
-        scored = sample if tool is None else sample._replace(policy_mask=th.maximum(mask, tool))
-        logp, values, entropy = self._score(self.policy.model, scored)  # 3 x [b, T-1], 0 off the scored mask
+        targets = [aux.target_mask(sample.ids, sample.owner) for aux in self.aux_losses]  # [b, T-1] or None each
+        scored = mask
+        for target in targets:
+            scored = scored if target is None else th.maximum(scored, target)
+        logp, values, entropy = self._score(self.policy.model, sample._replace(policy_mask=scored))  # 3 x [b, T-1]
         mode, norm = self.loss_mode, self.loss_norm_const
-        pg_loss, stats = clipped_policy_loss(logp, sample.old_logp, sample.advantages, mask,
-                                             clip_low=clip_low, clip_high=clip_high, dual_clip=self.dual_clip,
-                                             mode=mode, norm_const=norm)
+        config = PolicyLossConfig(clip_low=clip_low, clip_high=clip_high, dual_clip=self.dual_clip, mode=mode,
+                                  norm_const=norm)
+        pg_loss, stats = get_policy_loss_fn(self.policy_loss)(logp, sample.old_logp, sample.advantages, mask, config)
         v_loss = clipped_value_loss(values, sample.old_values, sample.returns, mask, clip=self.clip_range_vf,
                                     mode=mode, norm_const=norm)
         entropy_mean = aggregate_loss(entropy, mask, mode, norm)
@@ -367,16 +246,13 @@ class TokenPPO(TokenOnPolicyAlgorithm):
         if self.kl_coef and sample.ref_logp is not None:
             kl_ref = aggregate_loss(kl_estimate(logp, sample.ref_logp, self.kl_estimator), mask, mode, norm)
             loss = loss + self.kl_coef * kl_ref
-        tool_loss = practice_loss = th.zeros(())
-        if tool is not None:
-            tool_loss = -masked_mean(logp, tool)  # tool positions: unconstrained next-token log-probs
-            loss = loss + self.tool_coef * tool_loss
-        if self.practice:
-            practice_loss = self._edit_practice().loss(self.policy.model, len(sample.ids))
-            loss = loss + self.tool_coef * practice_loss
         stats.update(pg_loss=pg_loss.item(), value_loss=v_loss.item(), entropy=entropy_mean.item(),
-                     kl_ref=kl_ref.item(), tool_loss=tool_loss.item(), practice_loss=practice_loss.item(),
-                     loss=loss.item())
+                     kl_ref=kl_ref.item())
+        for aux, target in zip(self.aux_losses, targets):
+            aux_loss = aux.loss(self.policy.model, logp, target, len(sample.ids))
+            loss = loss + aux.weight * aux_loss
+            stats[f"{aux.name}_loss"] = aux_loss.item()
+        stats["loss"] = loss.item()
         return loss, stats
 
     @th.no_grad()
@@ -441,10 +317,8 @@ class TokenPPO(TokenOnPolicyAlgorithm):
             for key in ("clip_frac", "approx_kl", "entropy", "value_loss", "pg_loss", "kl_ref", "dual_clip_frac",
                         "grad_norm", "loss"):
                 rec(f"train/{SB3_KEYS.get(key, key)}", float(np.mean([e[key] for e in epochs])))
-            if self.tool_coef:
-                rec("train/tool_loss", float(np.mean([e["tool_loss"] for e in epochs])))
-            if self.practice:
-                rec("train/practice_loss", float(np.mean([e["practice_loss"] for e in epochs])))
+            for aux in self.aux_losses:
+                rec(f"train/{aux.name}_loss", float(np.mean([e[f"{aux.name}_loss"] for e in epochs])))
             rec("train/ratio_min", min(e["ratio_min"] for e in epochs))
             rec("train/ratio_max", max(e["ratio_max"] for e in epochs))
             rec("train/entropy_loss", -float(np.mean([e["entropy"] for e in epochs])))
@@ -467,51 +341,6 @@ class TokenPPO(TokenOnPolicyAlgorithm):
 
 
 # ---------------------------------------------------------------------- helpers
-def _check_ppo_args(*, n_epochs: int, n_minibatches: int, batch_size: int | None, dual_clip: float | None,
-                    kl_estimator: str, loss_mode: str, loss_norm_const: float | None, target_kl: float | None,
-                    target_kl_mode: str, clip_range: Any, clip_range_high: float | None,
-                    clip_range_vf: float | None, kl_coef: float, tool_coef: float,
-                    tool_calls: Sequence[str] | None, practice: int, practice_tasks: str, critic_warmup_steps: int,
-                    forward_chunk: int | None) -> None:
-    for name, value in (("n_epochs", n_epochs), ("n_minibatches", n_minibatches)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    if batch_size is not None and (not isinstance(batch_size, (int, np.integer)) or batch_size < 1):
-        raise ValueError(f"batch_size must be at least 1 (trajectories per minibatch), got {batch_size!r}")
-    if forward_chunk is not None and (not isinstance(forward_chunk, (int, np.integer)) or forward_chunk < 1):
-        raise ValueError(f"forward_chunk must be a positive integer or None, got {forward_chunk!r}")
-    if not isinstance(critic_warmup_steps, (int, np.integer)) or critic_warmup_steps < 0:
-        raise ValueError(f"critic_warmup_steps must be a non-negative integer, got {critic_warmup_steps!r}")
-    for name, value in (("clip_range", clip_range), ("clip_range_high", clip_range_high),
-                        ("clip_range_vf", clip_range_vf), ("target_kl", target_kl)):
-        if value is None or callable(value):
-            continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-            raise ValueError(f"{name} must be a positive number or None, got {value!r}")
-    for name, value in (("kl_coef", kl_coef), ("tool_coef", tool_coef)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-    if isinstance(practice, bool) or not isinstance(practice, (int, np.integer)) or practice < 0:
-        raise ValueError(f"practice must be a non-negative integer (transcripts), got {practice!r}")
-    if practice and not tool_coef:
-        raise ValueError("practice needs tool_coef > 0: it is a loss on the edits' answers")
-    if practice_tasks not in ("generated", "book"):
-        raise ValueError(f"practice_tasks must be 'generated' or 'book', got {practice_tasks!r}")
-    words = sorted({call.split()[0] for call in CALLS})
-    if tool_calls is not None and (isinstance(tool_calls, str) or not set(tool_calls) <= set(words)):
-        raise ValueError(f"tool_calls must be a list of call words from {words} or None, got {tool_calls!r}")
-    if dual_clip is not None and dual_clip <= 1.0:
-        raise ValueError(f"dual_clip must be > 1 (typically 3) or None, got {dual_clip}")
-    if kl_estimator not in KL_KINDS:
-        raise ValueError(f"kl_estimator must be one of {KL_KINDS}, got {kl_estimator!r}")
-    if loss_mode not in AGGREGATION_MODES:
-        raise ValueError(f"loss_mode must be one of {AGGREGATION_MODES}, got {loss_mode!r}")
-    if loss_mode == "constant" and loss_norm_const is None:
-        raise ValueError("loss_mode='constant' needs loss_norm_const, e.g. batch_size * max_policy_tokens")
-    if target_kl_mode not in ("minibatch", "epoch"):
-        raise ValueError(f"target_kl_mode must be 'minibatch' or 'epoch', got {target_kl_mode!r}")
-
-
 def _epoch_summary(epoch: int, mb: list[dict[str, float]]) -> dict[str, float]:
     """Minibatch statistics -> one epoch's: means, except the ratio extremes."""
     out: dict[str, float] = {"epoch": epoch, "minibatches": len(mb)}

@@ -21,21 +21,22 @@ import time
 from typing import Any, ClassVar
 
 import torch as th
-from stable_baselines3.common.type_aliases import GymEnv, Schedule
+from stable_baselines3.common.type_aliases import GymEnv
 
-from agents.algorithms.advantages import EMABaseline, reward_to_go
-from agents.algorithms.losses import AGGREGATION_MODES, reinforce_loss
+from agents.algorithms.advantages import AdvantageBatch, AdvantageConfig, EMABaseline, get_adv_estimator_fn
+from agents.algorithms.config import ReinforceConfig
+from agents.algorithms.losses import PolicyLossConfig, get_policy_loss_fn
 from agents.model.tinyagent import TinyAgent, score_tokens
 from agents.algorithms.on_policy import TokenOnPolicyAlgorithm
 from agents.algorithms.policies import TinyAgentPolicy
 
-BASELINES = ("ema", "batch_mean", "none")
+BASELINES = ReinforceConfig.BASELINES
 
 
 def policy_gradient_step(model: TinyAgent, optimizer: th.optim.Optimizer, batch: dict[str, th.Tensor],
                          advantages: th.Tensor, mode: str = "token_mean", norm_const: float | None = None,
                          max_grad_norm: float = 1.0, skip_zero: bool = True, grammar: Any = None,
-                         chunk: int | None = None) -> dict[str, Any]:
+                         chunk: int | None = None, policy_loss: str = "reinforce") -> dict[str, Any]:
     """One REINFORCE update on a collated batch (book §6.7).
 
     :param model: the policy (trained in place)
@@ -50,6 +51,8 @@ def policy_gradient_step(model: TinyAgent, optimizer: th.optim.Optimizer, batch:
     :param grammar: the call grammar the tokens were sampled under (scores the masked distribution)
     :param chunk: score in length-sorted chunks of this many trajectories (same gradient, far less
         padding; :func:`agents.model.tinyagent.score_tokens`); None = one padded pass
+    :param policy_loss: the loss, a name in :data:`agents.algorithms.losses.POLICY_LOSSES`; pi_old is
+        the policy itself (one step on its own samples)
     :return: ``dict(loss, grad_norm, skipped)``; ``grad_norm`` is measured before clipping
     """
     mask = batch["policy_mask"]  # [B, T-1]
@@ -61,7 +64,8 @@ def policy_gradient_step(model: TinyAgent, optimizer: th.optim.Optimizer, batch:
     lengths = (batch["owner"] > 0).sum(1) if "owner" in batch else None  # [B]
     logp, _, _ = score_tokens(model, batch["ids"], mask, lengths=lengths, chunk=chunk, grammar=grammar,
                               grammar_state=batch.get("grammar_state"))  # [B, T-1], with grad, 0 off the mask
-    loss = reinforce_loss(logp, adv, mask, mode, norm_const)
+    config = PolicyLossConfig(mode=mode, norm_const=norm_const)
+    loss, _ = get_policy_loss_fn(policy_loss)(logp, logp.detach(), adv, mask, config)
     optimizer.zero_grad()
     loss.backward()
     grad_norm = th.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
@@ -72,77 +76,22 @@ def policy_gradient_step(model: TinyAgent, optimizer: th.optim.Optimizer, batch:
 class Reinforce(TokenOnPolicyAlgorithm):
     """REINFORCE with a baseline, on whole token trajectories, with SB3's interface.
 
-    :param policy: ``"TinyAgentPolicy"`` or a :class:`~agents.algorithms.policies.TinyAgentPolicy` subclass
-    :param env: a text env, its id, or a ``VecEnv`` of them; None to load
-    :param learning_rate: Adam learning rate (book: 2e-3)
-    :param n_episodes: at least this many episodes per update (book: 64)
-    :param gamma: discount of the reward-to-go
-    :param max_grad_norm: gradient-norm clip (book: 1.0)
-    :param loss_mode: loss aggregation mode (book: ``token_mean``)
-    :param loss_norm_const: constant for ``loss_mode='constant'``
-    :param baseline: ``'ema'`` (book), ``'batch_mean'`` or ``'none'``
-    :param baseline_init: initial EMA value; None starts it at the first batch's mean return
-    :param ema_decay: EMA weight of the old value (book: 0.9)
-    :param use_reward_to_go: per-token advantages ``G_t - b`` (book §6.5) instead of ``R - b``
-    :param skip_zero: skip the optimizer step when every advantage is zero
-    :param forward_chunk: score the batch in length-sorted chunks of this many trajectories (same
-        gradient, far less padding); None = one padded pass
-    :param stats_window_size: episodes averaged by ``rollout/ep_rew_mean``; default ``n_episodes``
-    :param tensorboard_log: TensorBoard log folder (None = off)
-    :param policy_kwargs: extra :class:`TinyAgentPolicy` arguments; Adam keeps torch's own ``eps``
-        (1e-8) here, as in the book
-    :param verbose: 0 silent, 1 SB3's log table
-    :param seed: seeds torch, numpy, the envs and the sampler
-    :param device: torch device (``"cpu"``)
-    :param base_agent: initial weights (see :class:`~agents.algorithms.on_policy.TokenOnPolicyAlgorithm`)
-    :param temperature: sampling temperature
-    :param max_call_tokens: the most tokens one call may have
-    :param fresh_batches: on-policy batches (see :class:`~agents.algorithms.on_policy.TokenOnPolicyAlgorithm`)
-    :param async_envs: step each env as soon as its call is written (see TokenPPO)
-    :param monitor_wrapper: wrap a plain env in SB3's ``Monitor``
-    :param _init_setup_model: build the networks now (``load`` passes False)
+    The constructor takes the arguments of :class:`~agents.algorithms.on_policy.TokenOnPolicyAlgorithm`
+    (``policy``, ``env``, ``policy_kwargs``, ``base_agent``, ``seed``, ...; Adam keeps torch's own
+    ``eps`` (1e-8) here, as in the book) and the settings of
+    :class:`~agents.algorithms.config.ReinforceConfig` by name:
     """
 
-    saved_args: ClassVar[tuple[str, ...]] = TokenOnPolicyAlgorithm.saved_args + (
-        "loss_mode", "loss_norm_const", "baseline", "baseline_init", "ema_decay", "use_reward_to_go", "skip_zero",
-        "forward_chunk")
+    config_class: ClassVar[type[ReinforceConfig]] = ReinforceConfig
+    config: ReinforceConfig
 
-    def __init__(self, policy: str | type[TinyAgentPolicy], env: GymEnv | str | None,
-                 learning_rate: float | Schedule = 2e-3, n_episodes: int = 64, gamma: float = 1.0,
-                 max_grad_norm: float = 1.0, loss_mode: str = "token_mean", loss_norm_const: float | None = None,
-                 baseline: str = "ema", baseline_init: float | None = None, ema_decay: float = 0.9,
-                 use_reward_to_go: bool = False, skip_zero: bool = True, forward_chunk: int | None = 8,
-                 stats_window_size: int | None = None,
-                 tensorboard_log: str | None = None, policy_kwargs: dict[str, Any] | None = None, verbose: int = 0,
-                 seed: int | None = None, device: th.device | str = "cpu", _init_setup_model: bool = True, *,
-                 base_agent: str | TinyAgent | None = "auto", temperature: float = 1.0, max_call_tokens: int = 8,
-                 fresh_batches: bool = True, async_envs: bool = False, monitor_wrapper: bool = True):
-        if baseline not in BASELINES:
-            raise ValueError(f"baseline must be one of {BASELINES}, got {baseline!r}")
-        if loss_mode not in AGGREGATION_MODES:
-            raise ValueError(f"loss_mode must be one of {AGGREGATION_MODES}, got {loss_mode!r}")
-        if loss_mode == "constant" and loss_norm_const is None:
-            raise ValueError("loss_mode='constant' needs loss_norm_const, e.g. n_episodes * max_policy_tokens")
-        if not 0.0 <= ema_decay <= 1.0:
-            raise ValueError(f"ema_decay must lie in [0, 1], got {ema_decay!r}")
-        self.loss_mode = loss_mode
-        self.loss_norm_const = loss_norm_const
-        self.baseline = baseline
-        self.baseline_init = baseline_init
-        self.ema_decay = ema_decay
-        self.use_reward_to_go = use_reward_to_go
-        self.skip_zero = skip_zero
-        self.forward_chunk = forward_chunk
-        self.ema: EMABaseline | None = None if baseline_init is None else EMABaseline(baseline_init, ema_decay)
+    def __init__(self, policy: str | type[TinyAgentPolicy], env: GymEnv | str | None, *,
+                 policy_kwargs: dict[str, Any] | None = None, **kwargs: Any):
         policy_kwargs = dict(policy_kwargs or {})
         policy_kwargs.setdefault("optimizer_kwargs", {"foreach": True})  # torch Adam eps 1e-8, as the book
-        super().__init__(policy, env, learning_rate=learning_rate, n_episodes=n_episodes, gamma=gamma,
-                         max_grad_norm=max_grad_norm, stats_window_size=stats_window_size,
-                         tensorboard_log=tensorboard_log, policy_kwargs=policy_kwargs, verbose=verbose, seed=seed,
-                         device=device, _init_setup_model=_init_setup_model, base_agent=base_agent,
-                         temperature=temperature, max_call_tokens=max_call_tokens, fresh_batches=fresh_batches,
-                         async_envs=async_envs,
-                         monitor_wrapper=monitor_wrapper)
+        super().__init__(policy, env, policy_kwargs=policy_kwargs, **kwargs)
+        init = self.baseline_init
+        self.ema: EMABaseline | None = None if init is None else EMABaseline(init, self.ema_decay)
 
     def _extra_state(self) -> dict[str, Any]:
         return {"ema": None if self.ema is None else self.ema.state_dict()}
@@ -170,14 +119,12 @@ class Reinforce(TokenOnPolicyAlgorithm):
             b = float(rewards.mean())
         else:
             b = 0.0
-        mask = batch["policy_mask"]  # [B, T-1]
-        if self.use_reward_to_go:  # per-token G_t - b on policy tokens (book §6.5)
-            advantages = (reward_to_go(batch["token_rewards"], mask, self.gamma) - b) * mask
-        else:
-            advantages = rewards - b  # [B], broadcast over each trajectory's policy tokens
+        estimate = get_adv_estimator_fn(self.adv_estimator)  # default: R - b, or G_t - b per token
+        advantages, _ = estimate(AdvantageBatch(batch["token_rewards"], rewards, batch["policy_mask"], baseline=b),
+                                 AdvantageConfig(gamma=self.gamma, reward_to_go=self.use_reward_to_go))
         stats = policy_gradient_step(self.policy.model, self.policy.optimizer, batch, advantages, self.loss_mode,
                                      self.loss_norm_const, self.max_grad_norm, self.skip_zero, self.policy.grammar,
-                                     self.forward_chunk)
+                                     self.forward_chunk, self.policy_loss)
         if self.ema is not None and self.baseline == "ema":
             self.ema.update(rewards)
         self._n_updates += 0 if stats["skipped"] else 1

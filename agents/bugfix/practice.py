@@ -23,6 +23,14 @@ from agents.model.tinyagent import TinyAgent, sequence_log_probs
 from agents.rollout.trajectory import _pad
 
 PRACTICE_PROMPT = f"fix the function f : . calls : {MENU}"  # no statement: the transcript is no task
+PRACTICE_TASKS = ("generated", "book")  # whose code the practice recombines
+
+
+def check_practice_tasks(tasks: object) -> None:
+    """One ``ValueError`` unless ``tasks`` is one of :data:`PRACTICE_TASKS`."""
+    if tasks not in PRACTICE_TASKS:
+        raise ValueError(f"practice_tasks must be 'generated' or 'book' (whose train code edit practice "
+                         f"recombines), got {tasks!r}")
 
 
 class EditPractice:
@@ -39,8 +47,7 @@ class EditPractice:
     def __init__(self, tok: Tokenizer, n: int, seed: int = 0, tasks: str = "generated"):
         if n < 1:
             raise ValueError(f"edit practice needs at least one transcript, got n={n}")
-        if tasks not in ("generated", "book"):
-            raise ValueError(f"edit practice recombines 'generated' or 'book' train code, got {tasks!r}")
+        check_practice_tasks(tasks)
         rng = np.random.default_rng(seed)
         rows = []
         for _ in range(n):

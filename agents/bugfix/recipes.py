@@ -2,7 +2,9 @@
 generalisation recipe (``--tasks generated``). docs/generalisation.md has the runs behind them.
 
 A recipe is TokenPPO's keyword arguments plus the settings around it: the training envs, the
-number of env steps, the tokenizer, the base agent and the validation set. Command-line flags
+number of env steps, the tokenizer, the base agent and the validation set. Its ``ppo`` part
+names BugFix's auxiliary losses by their settings (``tool_coef``, ``tool_calls``, ``practice``,
+``practice_tasks``); :func:`ppo_kwargs` turns them into ``aux_losses``. Command-line flags
 override single entries. Everything in a recipe is plain JSON (it is written to ``run.json``).
 """
 
@@ -66,6 +68,24 @@ ABLATIONS: dict[str, dict[str, Any]] = {
     "blind-tools": dict(env=dict(hide_outputs=["read", "test"]),
                         base_agent=dict(env=dict(hide_outputs=["read", "test"]))),
 }
+
+
+def ppo_kwargs(ppo: dict[str, Any]) -> dict[str, Any]:
+    """TokenPPO's keyword arguments of a recipe's ``ppo`` part: its auxiliary-loss settings become
+    ``aux_losses`` (:func:`agents.bugfix.aux_losses.aux_losses_from_settings`)."""
+    from agents.bugfix.aux_losses import AUX_SETTINGS, aux_losses_from_settings
+
+    kwargs = {name: value for name, value in ppo.items() if name not in AUX_SETTINGS}
+    kwargs["aux_losses"] = aux_losses_from_settings(**{name: ppo[name] for name in AUX_SETTINGS if name in ppo})
+    return kwargs
+
+
+def default_base_agent(tok, verbose: int = 0):
+    """BugFix-v0's base agent, ``TokenPPO(base_agent="auto")`` on it (the env advertises this function):
+    behaviour cloning on scripted play of the book's tasks, seed 0, cached on disk."""
+    from agents.bugfix.base_agent import cached_base_agent
+
+    return cached_base_agent(tok, seed=0, verbose=verbose)
 
 
 def with_ablation(recipe: dict[str, Any], name: str) -> dict[str, Any]:

@@ -105,7 +105,7 @@ def _new_model(settings: dict[str, Any], env: Any) -> TokenPPO:
     check_memory(settings, dataclasses.asdict(TinyAgentConfig(vocab_size=tok.vocab_size)))  # before any work
     base_agent = recipes.base_agent(settings, tok, settings["seed"])
     model = TokenPPO("TinyAgentPolicy", env, seed=settings["seed"], policy_kwargs=policy_kwargs,
-                     base_agent=base_agent, tensorboard_log=None, **settings["ppo"])
+                     base_agent=base_agent, tensorboard_log=None, **recipes.ppo_kwargs(settings["ppo"]))
     set_lr_schedule(model, settings)
     check_memory(settings, model.policy_kwargs["model_config"])  # the sizes the base agent brought
     return model

@@ -1,0 +1,274 @@
+"""One definition per setting: the hyperparameters of TokenPPO and Reinforce as config dataclasses.
+
+Each field is one setting: its type, its default, its one-line doc (``help``), its check and, for
+a setting that names something, its choices. The algorithms take the fields as keyword arguments
+(SB3's surface: ``TokenPPO("TinyAgentPolicy", env, learning_rate=..., clip_range=...)``), check
+them by building the config, keep each as an attribute of the same name (``model.clip_range``),
+save the fields marked ``saved`` with the model, and list them in their class docstring.
+:func:`argparse_kwargs` turns a field into ``ArgumentParser.add_argument`` keyword arguments.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, ClassVar, Optional, Sequence, TypeVar
+
+import numpy as np
+
+from agents.algorithms.advantages import ADVANTAGE_ESTIMATORS
+from agents.algorithms.auxiliary import check_aux_losses
+from agents.algorithms.losses import KL_KINDS, LOSS_AGGREGATIONS, POLICY_LOSSES, check_dual_clip
+from agents.algorithms.registry import Registry, check_choice
+
+C = TypeVar("C", bound="Config")
+#: ``check(name, value)`` raises a one-line ``ValueError`` for a bad value
+Check = Callable[[str, Any], None]
+
+
+def setting(default: Any, help: str, check: Check | None = None, *, choices: Sequence[str] | Registry | None = None,
+            saved: bool = True) -> Any:
+    """A config field: ``default`` and its ``help``, ``check`` and ``choices`` (a tuple or a registry,
+    whose names are read when checked); ``saved=False`` keeps it out of saved model files."""
+    return dataclasses.field(default=default, metadata=dict(help=help, check=check, choices=choices, saved=saved))
+
+
+def override(config: type, name: str, default: Any, help: str | None = None) -> Any:
+    """The field ``name`` of ``config`` with another default (and help), for a subclass to redeclare."""
+    meta = dict(_field(config, name).metadata)
+    return dataclasses.field(default=default, metadata=dict(meta, help=help or meta["help"]))
+
+
+def _field(config: type, name: str) -> dataclasses.Field:
+    return {field.name: field for field in dataclasses.fields(config)}[name]
+
+
+# ---------------------------------------------------------------------- checks
+def _is_int(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, np.integer))
+
+
+def _is_number(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float, np.number)) and math.isfinite(value)
+
+
+def positive_int(name: str, value: Any) -> None:
+    if not _is_int(value) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def non_negative_int(name: str, value: Any) -> None:
+    if not _is_int(value) or value < 0:
+        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+
+
+def positive(name: str, value: Any) -> None:
+    """A finite number > 0, or an SB3 schedule (a callable of the progress remaining)."""
+    if not callable(value) and (not _is_number(value) or value <= 0):
+        raise ValueError(f"{name} must be a positive number, got {value!r}")
+
+
+def non_negative(name: str, value: Any) -> None:
+    if not _is_number(value) or value < 0:
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+
+
+def finite(name: str, value: Any) -> None:
+    if not _is_number(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+
+
+def unit_interval(name: str, value: Any) -> None:
+    if not _is_number(value) or not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name} must lie in [0, 1], got {value!r}")
+
+
+def dual_clip(name: str, value: Any) -> None:
+    check_dual_clip(value)
+
+
+def or_none(check: Check) -> Check:
+    """``check``, or None."""
+    def check_or_none(name: str, value: Any) -> None:
+        if value is not None:
+            check(name, value)
+
+    check_or_none.__name__ = f"{check.__name__}_or_none"
+    return check_or_none
+
+
+def choices_of(field: dataclasses.Field) -> tuple[str, ...] | None:
+    """The names a field may take (a registry's as registered now), or None."""
+    choices = field.metadata.get("choices")
+    if isinstance(choices, Registry):
+        return choices.names()
+    return None if choices is None else tuple(choices)
+
+
+# ---------------------------------------------------------------------- the configs
+@dataclasses.dataclass
+class Config:
+    """Base of the algorithms' configs: checks every field when built."""
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            choices = choices_of(field)
+            if choices is not None:
+                check_choice(field.name, value, choices)
+            if field.metadata.get("check") is not None:
+                field.metadata["check"](field.name, value)
+        self.check_together()
+
+    def check_together(self) -> None:
+        """Checks that read several fields (subclasses extend it)."""
+
+    @classmethod
+    def from_kwargs(cls: type[C], owner: str, kwargs: dict[str, Any]) -> C:
+        """The config of these keyword arguments; an unknown one is a one-line ``TypeError``."""
+        names = {field.name for field in dataclasses.fields(cls)}
+        unknown = sorted(set(kwargs) - names)
+        if unknown:
+            raise TypeError(f"{owner}() got an unexpected keyword argument {unknown[0]!r}")
+        return cls(**kwargs)
+
+    @classmethod
+    def saved_names(cls) -> tuple[str, ...]:
+        """The fields saved with a model, in order."""
+        return tuple(field.name for field in dataclasses.fields(cls) if field.metadata.get("saved", True))
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every field by name (values as given, not copied)."""
+        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+
+
+@dataclasses.dataclass
+class OnPolicyConfig(Config):
+    """What TokenPPO and Reinforce share."""
+
+    learning_rate: Any = setting(1e-3, "Adam learning rate (a float or SB3 schedule of progress remaining)", positive)
+    n_episodes: int = setting(64, "at least this many whole episodes per iteration (SB3's n_steps slot)",
+                              positive_int)
+    gamma: float = setting(1.0, "discount per policy token (book: 1)", unit_interval)
+    max_grad_norm: float = setting(1.0, "gradient-norm clip", positive)
+    temperature: float = setting(1.0, "sampling temperature of the rollouts", positive)
+    max_call_tokens: int = setting(8, "the most tokens one call may have", positive_int)
+    fresh_batches: bool = setting(True, "on-policy batches: each iteration resets the envs and every env records "
+                                  "its next ceil(n_episodes / n_envs) episodes; False lets episodes run on into "
+                                  "the next batch (docs/ppo.md \"The environment contract\")")
+    loss_mode: str = setting("token_mean", "loss aggregation, a name in agents.algorithms.losses.LOSS_AGGREGATIONS",
+                             choices=LOSS_AGGREGATIONS)
+    loss_norm_const: Optional[float] = setting(None, "the constant C of loss_mode='constant'", or_none(positive))
+    forward_chunk: Optional[int] = setting(4, "score minibatches in length-sorted chunks of this many trajectories, "
+                                           "each trimmed to its own length (same loss, far less padding); None = one "
+                                           "padded pass", or_none(positive_int))
+    policy_loss: str = setting("ppo_clip", "the policy loss, a name in agents.algorithms.losses.POLICY_LOSSES",
+                               choices=POLICY_LOSSES)
+    adv_estimator: str = setting("gae", "the advantage estimator, a name in "
+                                 "agents.algorithms.advantages.ADVANTAGE_ESTIMATORS", choices=ADVANTAGE_ESTIMATORS)
+    stats_window_size: Optional[int] = setting(None, "episodes averaged by rollout/ep_rew_mean; default n_episodes",
+                                               or_none(positive_int), saved=False)
+    async_envs: bool = setting(False, "step each env as soon as its call is written (a vector env with send / "
+                               "receive, e.g. agents.RayVecEnv); faster with slow tools, not reproducible",
+                               saved=False)
+
+    def check_together(self) -> None:
+        if self.loss_mode == "constant" and self.loss_norm_const is None:
+            raise ValueError("loss_mode='constant' needs loss_norm_const, e.g. n_episodes * max_policy_tokens")
+
+
+@dataclasses.dataclass
+class PPOConfig(OnPolicyConfig):
+    """TokenPPO's settings (docs/ppo.md "Parameters")."""
+
+    gae_lambda: float = setting(1.0, "GAE lambda (book: 1 or 0.95)", unit_interval)
+    ent_coef: float = setting(0.0, "entropy bonus coefficient", non_negative)
+    vf_coef: float = setting(0.5, "value-loss coefficient (the value loss already has the 0.5 factor)",
+                             non_negative)
+    batch_size: Optional[int] = setting(None, "trajectories per minibatch; default ceil(episodes / n_minibatches)",
+                                        or_none(positive_int))
+    n_epochs: int = setting(4, "passes over each batch", positive_int)
+    n_minibatches: int = setting(4, "minibatches per epoch when batch_size is None", positive_int)
+    clip_range: Any = setting(0.2, "epsilon_low of the ratio clip (float or schedule)", positive)
+    clip_range_high: Optional[float] = setting(None, "epsilon_high (clip-higher); None = clip_range",
+                                               or_none(positive))
+    clip_range_vf: Optional[float] = setting(0.2, "value clip epsilon_v; None turns value clipping off",
+                                             or_none(positive))
+    dual_clip: Optional[float] = setting(3.0, "dual-clip constant c > 1 for negative advantages; None = off",
+                                         dual_clip)
+    normalize_advantage: bool = setting(True, "whiten advantages over all policy tokens of the batch")
+    target_kl: Optional[float] = setting(0.02, "KL (k3) target for early stopping; None = off. The default is the "
+                                         "book's 0.02 (docs/ppo.md has the runs behind it)", or_none(positive))
+    target_kl_mode: str = setting("minibatch", "'minibatch' (SB3: stop before a step whose minibatch KL exceeds "
+                                  "1.5 * target_kl) or 'epoch' (book: stop after an epoch whose mean KL exceeds "
+                                  "target_kl)", choices=("minibatch", "epoch"))
+    kl_coef: float = setting(0.0, "coefficient of the KL penalty to the frozen reference (initial) policy; 0 = off",
+                             non_negative)
+    kl_estimator: str = setting("k3", "'k1', 'k2' or 'k3' for that penalty", choices=KL_KINDS)
+    recompute_old_logp: bool = setting(True, "recompute pi_old's log-probs with one trainer pass before the update "
+                                       "(True) or use the sampler's sample_logp (False)")
+    critic_warmup_steps: int = setting(50, "Adam steps regressing the value head on Monte-Carlo returns of the first "
+                                       "batch, before the first policy update (0 = off)", non_negative_int)
+    critic_warmup_lr: float = setting(3e-3, "learning rate of that warm-up", positive)
+    aux_losses: Sequence[Any] = setting((), "auxiliary losses added to each minibatch's loss "
+                                        "(agents.algorithms.auxiliary.AuxLoss objects or their specs)",
+                                        check_aux_losses)
+
+
+@dataclasses.dataclass
+class ReinforceConfig(OnPolicyConfig):
+    """Reinforce's settings (the book's §6.7)."""
+
+    BASELINES: ClassVar[tuple[str, ...]] = ("ema", "batch_mean", "none")
+
+    learning_rate: Any = override(OnPolicyConfig, "learning_rate", 2e-3, "Adam learning rate (book: 2e-3)")
+    forward_chunk: Optional[int] = override(OnPolicyConfig, "forward_chunk", 8)
+    policy_loss: str = override(OnPolicyConfig, "policy_loss", "reinforce")
+    adv_estimator: str = override(OnPolicyConfig, "adv_estimator", "return_minus_baseline")
+    baseline: str = setting("ema", "'ema' (book), 'batch_mean' or 'none'", choices=BASELINES)
+    baseline_init: Optional[float] = setting(None, "initial EMA value; None starts it at the first batch's mean "
+                                             "return", or_none(finite))
+    ema_decay: float = setting(0.9, "EMA weight of the old value (book: 0.9)", unit_interval)
+    use_reward_to_go: bool = setting(False, "per-token advantages G_t - b (book §6.5) instead of R - b")
+    skip_zero: bool = setting(True, "skip the optimizer step when every advantage is zero")
+
+
+# ---------------------------------------------------------------------- docs and flags from the fields
+def settings_doc(config: type, indent: str = "    ") -> str:
+    """``:param name: help`` lines for every field of ``config`` (for a class docstring)."""
+    return "\n".join(f"{indent}:param {field.name}: {field.metadata['help']} (default {field.default!r})"
+                     for field in dataclasses.fields(config))
+
+
+def _optional(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    def parse_or_none(text: str) -> Any:
+        return None if text.lower() == "none" else parse(text)
+
+    parse_or_none.__name__ = getattr(parse, "__name__", "value")
+    return parse_or_none
+
+
+def _boolean(text: str) -> bool:
+    if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
+        raise ValueError(f"not a boolean: {text!r}")
+    return text.lower() in ("true", "1", "yes")
+
+
+_PARSERS: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "str": str, "bool": _boolean, "Any": float}
+
+
+def argparse_kwargs(config: type, name: str) -> dict[str, Any]:
+    """``ArgumentParser.add_argument`` keyword arguments for the field ``name`` of ``config``: its
+    ``type`` (``none`` reads as None where the field may be None), ``default``, ``help`` and ``choices``."""
+    field = _field(config, name)
+    kind = str(field.type)
+    optional = kind.startswith("Optional[")
+    parse = _PARSERS.get(kind[len("Optional["):-1] if optional else kind)
+    if parse is None:
+        raise ValueError(f"{name} ({kind}) is not a command-line setting")
+    out: dict[str, Any] = dict(type=_optional(parse) if optional else parse, default=field.default,
+                               help=field.metadata["help"])
+    choices = choices_of(field)
+    if choices is not None:
+        out["choices"] = choices
+    return out

@@ -1,0 +1,146 @@
+"""BugFix's auxiliary losses for TokenPPO (``TokenPPO(..., aux_losses=[...])``, :mod:`agents.algorithms.auxiliary`).
+
+* :class:`ToolOutputLoss`: the model also learns to predict the tool outputs of the batch's own
+  episodes (with ``calls=["edit"]``, only what each edit answered: ``no change`` or the line it
+  changed), scored in the minibatch's one forward pass.
+* :class:`EditPracticeLoss`: the model also learns the edits' answers on edit-practice
+  transcripts (:class:`agents.bugfix.practice.EditPractice`), one minibatch of them per PPO minibatch.
+
+:func:`aux_losses_from_settings` builds them from the recipes' settings (``tool_coef``,
+``tool_calls``, ``practice``, ``practice_tasks``), which are also the arguments of TokenPPO files
+saved before auxiliary losses were plug-ins.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Sequence
+
+import torch
+
+from bugfix_gym.tokenizer import Tokenizer
+from bugfix_gym.tools import CALLS
+
+from agents.algorithms.auxiliary import register_aux_loss
+from agents.algorithms.losses import masked_mean, tool_output_mask
+from agents.bugfix.practice import EditPractice, check_practice_tasks
+from agents.model.tinyagent import TinyAgent
+
+#: the settings :func:`aux_losses_from_settings` reads (a recipe's, and old TokenPPO files' arguments)
+AUX_SETTINGS = ("tool_coef", "tool_calls", "practice", "practice_tasks")
+#: the first words of BugFix's calls (``read``, ``edit``, ...)
+CALL_WORDS = tuple(sorted({call.split()[0] for call in CALLS}))
+
+
+def _check_weight(setting: str, weight: Any, low: float = 0.0) -> None:
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) or \
+            not weight > low:
+        raise ValueError(f"{setting} must be a finite number > {low:g}, got {weight!r}")
+
+
+def _check_calls(calls: Any) -> None:
+    if calls is not None and (isinstance(calls, str) or not set(calls) <= set(CALL_WORDS)):
+        raise ValueError(f"tool_calls must be a list of call words from {list(CALL_WORDS)} or None, got {calls!r}")
+
+
+def _check_count(setting: str, n: Any, low: int) -> None:
+    if isinstance(n, bool) or not isinstance(n, int) or n < low:
+        raise ValueError(f"{setting} must be an integer >= {low} (transcripts), got {n!r}")
+
+
+@register_aux_loss
+class ToolOutputLoss:
+    """Cross-entropy of the tool outputs the minibatch's episodes received.
+
+    :param weight: its coefficient in the loss (> 0)
+    :param calls: only the outputs answering these calls (e.g. ``["edit"]``); None = every tool output
+    """
+
+    name = "tool"
+
+    def __init__(self, weight: float, calls: Optional[Sequence[str]] = None):
+        _check_weight("tool_coef", weight)
+        _check_calls(calls)
+        self.weight = weight
+        self.calls = None if calls is None else list(calls)
+        self._call_ids: Optional[list[int]] = None
+
+    def setup(self, tokenizer: Tokenizer, seed: int) -> None:
+        self._call_ids = None if self.calls is None else [tokenizer.ids[c] for c in self.calls]
+
+    def target_mask(self, ids: torch.Tensor, owner: torch.Tensor) -> Optional[torch.Tensor]:
+        return tool_output_mask(ids, owner, self._call_ids)  # [b, T-1]
+
+    def loss(self, model: TinyAgent, logp: torch.Tensor, target: Optional[torch.Tensor], batch_size: int
+             ) -> torch.Tensor:
+        assert target is not None
+        return -masked_mean(logp, target)  # tool positions: unconstrained next-token log-probs
+
+    def spec(self) -> dict[str, Any]:
+        return {"entry_point": f"{__name__}:ToolOutputLoss", "kwargs": {"weight": self.weight, "calls": self.calls}}
+
+
+@register_aux_loss
+class EditPracticeLoss:
+    """Cross-entropy of the edits' answers on ``n`` edit-practice transcripts, drawn with the
+    algorithm's seed and built on the first update; one minibatch of them (as many as the PPO
+    minibatch has trajectories) per PPO minibatch.
+
+    :param weight: its coefficient in the loss (> 0)
+    :param n: number of transcripts
+    :param tasks: whose code the practice recombines: ``"generated"`` or ``"book"`` train code
+    """
+
+    name = "practice"
+
+    def __init__(self, weight: float, n: int, tasks: str = "generated"):
+        _check_weight("the practice weight", weight)
+        _check_count("practice", n, 1)
+        check_practice_tasks(tasks)
+        self.weight, self.n, self.tasks = weight, n, tasks
+        self._tokenizer: Optional[Tokenizer] = None
+        self._seed = 0
+        self._practice: Optional[EditPractice] = None
+
+    def setup(self, tokenizer: Tokenizer, seed: int) -> None:
+        self._tokenizer, self._seed, self._practice = tokenizer, seed, None
+
+    def practice(self) -> EditPractice:
+        """The transcripts (built once, seeded by the algorithm's seed)."""
+        if self._practice is None:
+            if self._tokenizer is None:
+                raise RuntimeError("EditPracticeLoss.setup() was not called: pass it to TokenPPO(aux_losses=[...])")
+            self._practice = EditPractice(self._tokenizer, self.n, seed=self._seed, tasks=self.tasks)
+        return self._practice
+
+    def target_mask(self, ids: torch.Tensor, owner: torch.Tensor) -> Optional[torch.Tensor]:
+        return None
+
+    def loss(self, model: TinyAgent, logp: torch.Tensor, target: Optional[torch.Tensor], batch_size: int
+             ) -> torch.Tensor:
+        return self.practice().loss(model, batch_size)
+
+    def spec(self) -> dict[str, Any]:
+        return {"entry_point": f"{__name__}:EditPracticeLoss",
+                "kwargs": {"weight": self.weight, "n": self.n, "tasks": self.tasks}}
+
+
+@register_aux_loss
+def aux_losses_from_settings(tool_coef: float = 0.0, tool_calls: Optional[Sequence[str]] = None, practice: int = 0,
+                             practice_tasks: str = "generated") -> list:
+    """The auxiliary losses of these settings: the tool-output loss with weight ``tool_coef`` (0 = off),
+    and ``practice`` edit-practice transcripts (0 = off) with the same weight.
+
+    :raises ValueError: practice without ``tool_coef``, or a bad setting (one line)
+    """
+    if tool_coef != 0:
+        _check_weight("tool_coef", tool_coef)
+    _check_calls(tool_calls)
+    _check_count("practice", practice, 0)
+    check_practice_tasks(practice_tasks)
+    if practice and not tool_coef:
+        raise ValueError("practice needs tool_coef > 0: it is a loss on the edits' answers")
+    losses: list = [ToolOutputLoss(tool_coef, tool_calls)] if tool_coef else []
+    if practice:
+        losses.append(EditPracticeLoss(tool_coef, practice, practice_tasks))
+    return losses
