@@ -17,7 +17,7 @@ from agents import cli
 from agents.cli import main
 from agents.cli.flags import (NON_NEGATIVE_INT, POSITIVE_FLOAT, POSITIVE_INT, SHARE, Flag, Number, OneLineParser,
                               UsageError, add_flags, set_given)
-from agents.cli.parser import TRAIN_FLAGS, build_parser
+from agents.cli.parser import build_parser, train_flags
 from agents.cli.report import before_after, jsonable
 from agents.cli.settings import train_settings
 from agents.cli.train import make_env
@@ -93,7 +93,7 @@ def test_a_flag_table_builds_the_parser_and_sets_only_the_flags_given():
     assert run == {"n_envs": 8, "steps": 3} and ppo == {"mask": None}  # left out: kept; 'none': off
 
 
-@pytest.mark.parametrize("flag", [f for f in TRAIN_FLAGS if f.part is not None], ids=lambda f: f.option)
+@pytest.mark.parametrize("flag", [f for f in train_flags() if f.part is not None], ids=lambda f: f.option)
 def test_every_train_flag_with_a_part_sets_that_setting_of_the_recipe(flag):
     text = flag.choices[-1] if flag.choices else "1"
     settings = train_settings(build_parser().parse_args(["train", "--tasks", "generated", flag.option, text]))
@@ -500,3 +500,35 @@ def test_edit_answer_probe_scores_the_models_predictions_against_what_the_ops_do
     assert [line.split()[0] for line in out.splitlines()[2:]] == ["train", "heldout", "test"]
     assert probe.main([str(saved_model) + ".missing"]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_the_ppo_flags_come_from_the_settings_definitions():
+    """Each flag of a TokenPPO setting takes its help and choices from PPOConfig, and its type reads
+    as valid exactly the values the setting's own check allows (``--target-kl 0`` is the CLI's off)."""
+    import dataclasses
+
+    from agents.algorithms.config import PPOConfig
+
+    fields = {f.name: f for f in dataclasses.fields(PPOConfig)}
+    flags = [f for f in train_flags() if f.part == "ppo"]
+    assert [f.name for f in flags] == ["n_episodes", "n_epochs", "n_minibatches", "learning_rate", "gae_lambda",
+                                       "ent_coef", "target_kl", "target_kl_mode"]
+    for flag in flags:
+        meta = fields[flag.name].metadata
+        assert flag.help == meta["help"] or flag.name == "target_kl", flag.name
+        if meta["choices"] is not None:
+            assert flag.choices == tuple(meta["choices"]) and flag.type is None
+            continue
+        for text in ("-1", "0", "0.5", "1", "2", "1.5", "3"):
+            try:
+                value = flag.type(text)
+            except argparse.ArgumentTypeError:
+                value = None
+            if flag.name == "target_kl" and value == 0:
+                continue  # the command line's 0 is the setting's None (off)
+            try:
+                meta["check"](flag.name, float(text) if "." in text or flag.type.kind is float else int(text))
+                allowed = True
+            except ValueError:
+                allowed = False
+            assert (value is not None) == allowed, (flag.name, text)

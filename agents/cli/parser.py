@@ -1,20 +1,63 @@
-"""The ``bugfix-gym`` argument parser: the train flags as one table (:data:`TRAIN_FLAGS`), the
-eval flags, and the sub-commands."""
+"""The ``bugfix-gym`` argument parser: the train flags as one table (:func:`train_flags`), the
+eval flags, and the sub-commands. The flags of TokenPPO's settings come from their one definition
+(:class:`agents.algorithms.config.PPOConfig`): its help, its choices, and the flag type that reads
+the values its check allows (:func:`ppo_flag`)."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from agents.cli.flags import (NON_NEGATIVE_FLOAT, NON_NEGATIVE_INT, POSITIVE_FLOAT, POSITIVE_INT, SEED, SHARE,
                               UNIT_FLOAT, UNSET, Flag, OneLineParser, add_flags, foresight_threshold)
 
 CALL_MASKS = ("none", "call_mask", "useful_calls")
 
-#: ``bugfix-gym train``'s flags, in the order ``--help`` lists them; a flag with a part overrides
-#: that setting of the recipe (agents/cli/settings.py), one left out keeps the recipe's value
-TRAIN_FLAGS: tuple[Flag, ...] = (
+
+def _check_types() -> dict[Callable[[str, Any], None], Any]:
+    """A setting's check (agents/algorithms/config.py) -> the flag type that reads the same values from text."""
+    from agents.algorithms import config
+
+    return {config.positive_int: POSITIVE_INT, config.non_negative_int: NON_NEGATIVE_INT,
+            config.positive: POSITIVE_FLOAT, config.non_negative: NON_NEGATIVE_FLOAT,
+            config.unit_interval: UNIT_FLOAT}
+
+
+def ppo_flag(name: str, **overrides: Any) -> Flag:
+    """The flag of TokenPPO's setting ``name`` (part ``ppo``), from the setting's definition: its help,
+    its choices and the type its check reads as; ``overrides`` replace what the command line does
+    differently (e.g. ``--target-kl 0`` for off).
+
+    :param name: a field of :class:`agents.algorithms.config.PPOConfig`
+    :param overrides: more :class:`Flag` fields
+    """
+    from agents.algorithms.config import PPOConfig, choices_of
+
+    field = {f.name: f for f in dataclasses.fields(PPOConfig)}[name]
+    check = field.metadata["check"]
+    kind = _check_types().get(check) if check is not None else None
+    return Flag(name, **dict(dict(help=field.metadata["help"], type=kind, choices=choices_of(field), part="ppo"),
+                             **overrides))
+
+
+@functools.cache
+def train_flags() -> tuple[Flag, ...]:
+    """``bugfix-gym train``'s flags, in the order ``--help`` lists them; a flag with a part overrides
+    that setting of the recipe (agents/cli/settings.py), one left out keeps the recipe's value. Built
+    on first use: TokenPPO's settings import torch, which ``bugfix-gym play`` does not need."""
+    return _TRAIN_FLAGS_BEFORE_PPO + (
+        ppo_flag("n_episodes"), ppo_flag("n_epochs"), ppo_flag("n_minibatches"), ppo_flag("learning_rate"),
+    ) + _TRAIN_FLAGS_AFTER_PPO + (
+        ppo_flag("gae_lambda"), ppo_flag("ent_coef"),
+        ppo_flag("target_kl", type=NON_NEGATIVE_FLOAT, help="KL (k3) target for early stopping; 0 turns it off"),
+        ppo_flag("target_kl_mode"),
+    ) + _TRAIN_FLAGS_LAST
+
+
+_TRAIN_FLAGS_BEFORE_PPO: tuple[Flag, ...] = (
     Flag("tasks", choices=("book", "generated"), default="book",
          help="book: the book's 20 train tasks; generated: a fresh generated task every episode "
               "(the generalisation recipe) (default: book)"),
@@ -30,10 +73,8 @@ TRAIN_FLAGS: tuple[Flag, ...] = (
     Flag("iterations", type=POSITIVE_INT, part="run", group="budget",
          help="PPO iterations to train for (the book's count)"),
     Flag("n_envs", type=POSITIVE_INT, part="run", help="environments stepped in lockstep"),
-    Flag("n_episodes", type=POSITIVE_INT, part="ppo", help="episodes per PPO iteration"),
-    Flag("n_epochs", type=POSITIVE_INT, part="ppo", help="epochs per batch"),
-    Flag("n_minibatches", type=POSITIVE_INT, part="ppo", help="minibatches per epoch"),
-    Flag("learning_rate", type=POSITIVE_FLOAT, part="ppo", help="Adam learning rate"),
+)
+_TRAIN_FLAGS_AFTER_PPO: tuple[Flag, ...] = (
     Flag("lr_schedule", choices=("constant", "linear"), part="run",
          help="constant learning rate, or linear from --learning-rate down to 0 at the end of the "
               "budget (with --timesteps; the recipe's by default)"),
@@ -55,11 +96,8 @@ TRAIN_FLAGS: tuple[Flag, ...] = (
               "train-template code), in behaviour cloning and in PPO; 0: off"),
     Flag("no_change_cost", type=NON_NEGATIVE_FLOAT, metavar="COST", part="env",
          help="env option of the training envs: the price of an edit that answered `no change`"),
-    Flag("gae_lambda", type=UNIT_FLOAT, part="ppo", help="GAE lambda, in [0, 1]"),
-    Flag("ent_coef", type=NON_NEGATIVE_FLOAT, part="ppo", help="entropy bonus coefficient"),
-    Flag("target_kl", type=NON_NEGATIVE_FLOAT, part="ppo", help="KL early-stop target; 0 turns it off"),
-    Flag("target_kl_mode", choices=("minibatch", "epoch"), part="ppo",
-         help="early-stop rule: SB3's per-minibatch 1.5x rule or the book's per-epoch one"),
+)
+_TRAIN_FLAGS_LAST: tuple[Flag, ...] = (
     Flag("seed", type=SEED, default=0, help="seed (default: 0)"),
     Flag("eval_episodes", type=POSITIVE_INT, default=8,
          help="episodes per task for the before/after table (default: 8)"),
@@ -85,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_train_command(sub: Any) -> None:
-    """``bugfix-gym train``: :data:`TRAIN_FLAGS`.
+    """``bugfix-gym train``: :func:`train_flags`.
 
     :param sub: the parser's sub-commands (``add_subparsers``)
     """
@@ -94,7 +132,7 @@ def _add_train_command(sub: Any) -> None:
                                        "table (train tasks, the book's held-out tasks, unseen generated templates), "
                                        "save the model and a learning-curve PNG under the output folder. Flags "
                                        "left out take the recipe's value (agents/bugfix/recipes.py).")
-    add_flags(train, TRAIN_FLAGS)
+    add_flags(train, train_flags())
 
 
 def _add_eval_command(sub: Any) -> None:

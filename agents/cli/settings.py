@@ -8,7 +8,7 @@ import copy
 from typing import Any
 
 from agents.cli.flags import UNSET, set_given, usage_error
-from agents.cli.parser import TRAIN_FLAGS
+from agents.cli.parser import train_flags
 
 
 def train_settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -18,16 +18,16 @@ def train_settings(args: argparse.Namespace) -> dict[str, Any]:
     :return: the settings of the run (what ``run.json`` holds)
     """
     recipe = _recipe(args.tasks, args.ablation)
-    set_given(recipe["ppo"], args, TRAIN_FLAGS, "ppo")
+    set_given(recipe["ppo"], args, train_flags(), "ppo")
     if recipe["ppo"].get("target_kl") == 0:  # 0 turns the KL early stop off
         recipe["ppo"]["target_kl"] = None
-    set_given(recipe, args, TRAIN_FLAGS, "run")
+    set_given(recipe, args, train_flags(), "run")
     if args.timesteps is not None or args.iterations is not None:  # one budget: the one given
         recipe["iterations" if args.timesteps is not None else "timesteps"] = None
     _check_schedule_and_validation(recipe, args)
     if recipe.get("validation"):
-        set_given(recipe["validation"], args, TRAIN_FLAGS, "validation")
-    set_given(recipe["env"], args, TRAIN_FLAGS, "env")
+        set_given(recipe["validation"], args, train_flags(), "validation")
+    set_given(recipe["env"], args, train_flags(), "env")
     _set_edit_answer_flags(recipe, args)
     return dict(recipe, tasks=args.tasks, seed=args.seed, eval_episodes=args.eval_episodes,
                 tensorboard=args.tensorboard, save_evaluated=args.save_evaluated)
