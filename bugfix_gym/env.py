@@ -135,7 +135,8 @@ class BugFixEnv(gym.Env):
     metadata = {"render_modes": ["ansi", "human"], "render_fps": 4,
                 # the defaults of the agents trained on it, as entry points (names: bugfix_gym imports no agent)
                 "agent_defaults": {"tokenizer": "bugfix_gym.tokenizer:build_tokenizer",
-                                   "base_agent": "agents.bugfix.recipes:default_base_agent"}}
+                                   "base_agent": "agents.bugfix.recipes:default_base_agent",
+                                   "episode_summary": "bugfix_gym.evaluation:episode_stats"}}
 
     def __init__(self, split: str = "train", tasks: Sequence[Task] | None = None, max_turns: int = 6,
                  call_cost: float = 0.0, edit_penalty: float = 0.0, render_mode: str | None = None,

@@ -164,11 +164,6 @@ def _violations(path: Path) -> list[str]:
     return found
 
 
-#: the edges the restructure still has to remove; the list must shrink to nothing
-KNOWN = {
-}
-
-
 def test_agents_modules_all_live_in_a_layer():
     loose = sorted(p.name for p in AGENTS.glob("*.py") if p.stem != "__init__")
     assert loose == [], f"modules outside a layer: {loose}"
@@ -177,8 +172,7 @@ def test_agents_modules_all_live_in_a_layer():
 
 def test_each_layer_imports_only_the_layers_before_it():
     found = {v for path in sorted(AGENTS.rglob("*.py")) if path != AGENTS / "__init__.py" for v in _violations(path)}
-    assert sorted(found - KNOWN) == [], "imports against the layer order"
-    assert sorted(KNOWN - found) == [], "KNOWN lists an edge that is gone: remove it"
+    assert sorted(found) == [], "imports against the layer order"
 
 
 def test_the_layer_check_sees_lazy_type_checking_and_relative_imports(tmp_path, monkeypatch):

@@ -141,13 +141,16 @@ def test_same_seed_same_trajectories_and_different_seed_differs(tok):
 
 def test_untrained_agent_makes_no_valid_call(tok):
     torch.manual_seed(0)
-    stats = rollout_stats(_sample(TinyAgent(tok.vocab_size), tok, TRAIN[:4] * 2))
+    stats = rollout_stats(_sample(TinyAgent(tok.vocab_size), tok, TRAIN[:4] * 2), summarise=bugfix_gym.episode_stats)
     assert stats["valid_calls"] == 0 and stats["turns"] == 6 and stats["pass_rate"] == 0
 
 
-def test_rollout_stats_use_the_given_or_registered_summary_else_returns_and_calls(tok):
+def test_rollout_stats_use_the_env_advertised_or_given_summary_else_returns_and_calls(tok):
+    from agents.algorithms.registry import load_entry_point
+
     trajs = _sample(TinyAgent(tok.vocab_size), tok, TRAIN[:2])
-    assert rollout_stats(trajs)["valid_calls"] == 0  # BugFix-v0's own summary, registered by agents.bugfix
+    advertised = load_entry_point(bugfix_gym.BugFixEnv.metadata["agent_defaults"]["episode_summary"], "summary")
+    assert rollout_stats(trajs, advertised)["valid_calls"] == 0  # BugFix-v0's own summary, as the env names it
     for t in trajs:
         t.info = {"score": t.reward}  # as another text env would report
     generic = rollout_stats(trajs)

@@ -183,7 +183,8 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
 
     def _env_default(self, key: str, required: bool = True) -> Any:
         """What the env advertises as its agents' default ``key`` (``"tokenizer"``: a function of no
-        argument; ``"base_agent"``: a function of the tokenizer and ``verbose``), as an entry point
+        argument; ``"base_agent"``: a function of the tokenizer and ``verbose``; ``"episode_summary"``:
+        ``(infos, rewards) -> statistics`` of finished episodes, logged as ``rollout/*``), as an entry point
         ``"module:name"`` in ``env.metadata["agent_defaults"]``; None if it has none and not ``required``."""
         metadata = self.env.get_attr("metadata", [0])[0] if self.env is not None else {}
         entry_point = (metadata or {}).get("agent_defaults", {}).get(key)
@@ -282,7 +283,7 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         return True
 
     def _record_rollout(self, trajs: list[Trajectory], n_tokens: int, sample_s: float) -> None:
-        stats = rollout_stats(trajs)
+        stats = rollout_stats(trajs, self._env_default("episode_summary", required=False))
         for key in ("pass_rate", "valid_calls", "submit_rate", "read_rate", "test_rate", "edits_per_episode"):
             if key in stats:
                 self.logger.record(f"rollout/{key}", stats[key])

@@ -167,18 +167,6 @@ def collate(trajs: Sequence[Trajectory], pad_id: int = 0) -> dict[str, torch.Ten
 
 #: the statistics of finished episodes, from their final ``info`` dicts and their returns
 EpisodeSummary = Callable[[list[dict], list[float]], dict]
-#: the summaries the layers that know an env registered: (does an info come from that env, its summary)
-_EPISODE_SUMMARIES: list[tuple[Callable[[dict], bool], EpisodeSummary]] = []
-
-
-def register_episode_summary(recognises: Callable[[dict], bool], summarise: EpisodeSummary) -> None:
-    """Let :func:`rollout_stats` summarise the episodes of an env with the env's own statistics:
-    those whose every final ``info`` ``recognises`` (the BugFix layer registers BugFix-v0's).
-
-    :param recognises: ``info -> bool``, whether a final info comes from that env
-    :param summarise: ``(infos, rewards) -> statistics``
-    """
-    _EPISODE_SUMMARIES.append((recognises, summarise))
 
 
 def _returns_and_calls(infos: list[dict], rewards: list[float], trajs: Sequence[Trajectory]) -> dict[str, float]:
@@ -188,17 +176,15 @@ def _returns_and_calls(infos: list[dict], rewards: list[float], trajs: Sequence[
 
 
 def rollout_stats(trajs: Sequence[Trajectory], summarise: EpisodeSummary | None = None) -> dict[str, float]:
-    """Summary of trajectories: ``summarise(infos, rewards)``, by default the summary registered for
-    the env whose infos these are (:func:`register_episode_summary`; BugFix-v0: pass rate, valid calls,
-    behaviour) or else ``reward`` and ``turns``; plus ``policy_tokens`` (per episode).
+    """Summary of trajectories: ``summarise(infos, rewards)`` (the env's own statistics, e.g. the one
+    BugFix-v0 advertises in ``metadata["agent_defaults"]["episode_summary"]``: pass rate, valid calls,
+    behaviour), or else ``reward`` and ``turns``; plus ``policy_tokens`` (per episode).
 
     :param trajs: finished episodes
-    :param summarise: the statistics of the episodes' final infos and returns (None: as registered)
+    :param summarise: the statistics of the episodes' final infos and returns (None: returns and calls)
     """
     if not trajs:
         raise ValueError("rollout_stats needs at least one trajectory")
     infos, rewards = [t.info for t in trajs], [t.reward for t in trajs]
-    if summarise is None:
-        summarise = next((fn for recognises, fn in _EPISODE_SUMMARIES if all(map(recognises, infos))), None)
     stats = summarise(infos, rewards) if summarise is not None else _returns_and_calls(infos, rewards, trajs)
     return dict(stats, policy_tokens=sum(float(t.policy_mask.sum()) for t in trajs) / len(trajs))
