@@ -561,6 +561,7 @@ def test_bad_tool_loss_settings_are_one_line_errors(kw, match):
 # ---------------------------------------------------------------------- one definition per setting
 def test_every_setting_is_documented_saved_and_kept_as_an_attribute_from_its_one_definition():
     import dataclasses
+    import inspect
 
     from agents.algorithms.config import PPOConfig, ReinforceConfig
     from agents.algorithms.reinforce import Reinforce
@@ -570,6 +571,10 @@ def test_every_setting_is_documented_saved_and_kept_as_an_attribute_from_its_one
             assert f":param {field.name}: {field.metadata['help']} (default {field.default!r})" in algo.__doc__
         saved = [f.name for f in dataclasses.fields(config) if f.metadata["saved"]]
         assert list(algo.saved_args) == saved and "async_envs" not in saved
+        signature = inspect.signature(algo).parameters  # what help() and editors show
+        defaults = {f.name: f.default for f in dataclasses.fields(config)}
+        assert defaults == {name: signature[name].default for name in signature if name in defaults}
+        assert list(signature)[:3] == ["policy", "env", "policy_kwargs"] and "settings" not in signature
     model = TokenPPO("TinyAgentPolicy", gym.make("BugFix-v0"), base_agent=None, clip_range_high=0.28, n_epochs=3)
     assert (model.clip_range_high, model.n_epochs, model.kl_estimator) == (0.28, 3, "k3")
     settings = model.saved_settings()

@@ -28,6 +28,7 @@ trainer needs and leaves the update (``train``) to its subclasses:
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import pathlib
 import time
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
@@ -468,9 +469,15 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
 
 # ---------------------------------------------------------------------- helpers
 def _take_settings_from_config(cls: type[TokenOnPolicyAlgorithm]) -> None:
-    """The class's saved settings and the settings in its docstring come from its ``config_class``."""
+    """The class's saved settings, the settings in its docstring and in its signature (what
+    ``inspect.signature``, ``help()`` and editors show) come from its ``config_class``."""
     cls.saved_args = cls.config_class.saved_names()
     cls.__doc__ = (cls.__doc__ or "").rstrip() + "\n" + settings_doc(cls.config_class) + "\n"
+    own = [p for p in inspect.signature(TokenOnPolicyAlgorithm.__init__).parameters.values()
+           if p.kind is not inspect.Parameter.VAR_KEYWORD and p.name != "self"]
+    settings = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default)
+                for f in dataclasses.fields(cls.config_class)]
+    cls.__signature__ = inspect.Signature(own + settings)  # type: ignore[attr-defined]
 
 
 _take_settings_from_config(TokenOnPolicyAlgorithm)
