@@ -265,7 +265,7 @@ def return_minus_baseline(batch: AdvantageBatch, config: AdvantageConfig
 def _groups_of(batch: AdvantageBatch) -> torch.Tensor:
     """``[B]`` group labels; a batch without groups is one group."""
     if batch.groups is None:
-        return torch.zeros(batch.rewards.shape[0], dtype=torch.long)
+        return torch.zeros(batch.rewards.shape[0], dtype=torch.long, device=batch.rewards.device)
     if batch.groups.shape != batch.rewards.shape:
         raise ValueError(f"groups must hold one label per episode {tuple(batch.rewards.shape)}, "
                          f"got {tuple(batch.groups.shape)}")
@@ -332,8 +332,8 @@ def rebn_advantage(batch: AdvantageBatch, config: AdvantageConfig) -> tuple[torc
     on = turn_mask > 0
     normalised = torch.zeros_like(returns)
     if bool(on.any()):
-        normalised[on] = group_normalised(returns[on], torch.zeros(int(on.sum()), dtype=torch.long), "group",
-                                          config.std_eps)
+        one_group = torch.zeros(int(on.sum()), dtype=torch.long, device=on.device)  # every turn of the batch
+        normalised[on] = group_normalised(returns[on], one_group, "group", config.std_eps)
     return spread_over_turns(normalised, batch.mask), None
 
 

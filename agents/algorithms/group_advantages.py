@@ -27,22 +27,29 @@ def group_ids(groups: torch.Tensor) -> tuple[torch.Tensor, int]:
     return index, int(unique.numel())
 
 
+def _group_sums(x: torch.Tensor, index: torch.Tensor, n: int) -> torch.Tensor:
+    """``[n]``: the sum of ``x [B]`` over each group (``index [B]`` from :func:`group_ids`)."""
+    return torch.zeros(n, dtype=x.dtype, device=x.device).index_add_(0, index, x)
+
+
+def group_sizes(groups: torch.Tensor) -> torch.Tensor:
+    """Each element's group size ``G`` ``[B]`` (float)."""
+    index, n = group_ids(groups)
+    return _group_sums(torch.ones(groups.shape, device=groups.device), index, n)[index]
+
+
 def group_mean(x: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
     """Each element's group mean ``[B]`` (``x [B]`` float, ``groups [B]`` labels)."""
     index, n = group_ids(groups)
-    sums = torch.zeros(n, dtype=x.dtype).index_add_(0, index, x)  # [n]
-    counts = torch.zeros(n, dtype=x.dtype).index_add_(0, index, torch.ones_like(x))  # [n]
-    return (sums / counts)[index]
+    return (_group_sums(x, index, n) / _group_sums(torch.ones_like(x), index, n))[index]
 
 
 def group_std(x: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
     """Each element's group std ``[B]``, Bessel-corrected as ``torch.std`` (TRL's and verl's), and 0
     for a group of one (where ``torch.std`` is NaN)."""
     index, n = group_ids(groups)
-    centred = x - group_mean(x, groups)  # [B]
-    sq = torch.zeros(n, dtype=x.dtype).index_add_(0, index, centred ** 2)  # [n]
-    counts = torch.zeros(n, dtype=x.dtype).index_add_(0, index, torch.ones_like(x))  # [n]
-    return torch.sqrt(sq / (counts - 1).clamp(min=1.0))[index]
+    squares = _group_sums((x - group_mean(x, groups)) ** 2, index, n)  # [n]
+    return torch.sqrt(squares / (_group_sums(torch.ones_like(x), index, n) - 1).clamp(min=1.0))[index]
 
 
 def group_normalised(rewards: torch.Tensor, groups: torch.Tensor, scale_rewards: str = "group",
@@ -67,7 +74,7 @@ def group_normalised(rewards: torch.Tensor, groups: torch.Tensor, scale_rewards:
     if scale_rewards == "none":
         return centred
     if scale_rewards == "batch":
-        std = rewards.std() if rewards.numel() > 1 else torch.zeros(())
+        std = rewards.std() if rewards.numel() > 1 else torch.zeros((), device=rewards.device)
     else:
         std = group_std(rewards, groups)  # [B]
     # torch.where, not a plain division: std 0 gives exactly 0 whatever eps, never 0 / 0
@@ -87,8 +94,7 @@ def leave_one_out(rewards: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
     :return: ``[B]`` advantages; they sum to 0 within each group.
     """
     rewards = rewards.float()
-    index, n = group_ids(groups)
-    size = torch.zeros(n).index_add_(0, index, torch.ones_like(rewards))[index]  # [B] G of each episode
+    size = group_sizes(groups)  # [B] G of each episode
     factor = torch.where(size > 1, size / (size - 1).clamp(min=1.0), torch.zeros_like(size))
     return factor * (rewards - group_mean(rewards, groups))
 
@@ -115,9 +121,10 @@ def turn_rewards(token_rewards: torch.Tensor, mask: torch.Tensor) -> tuple[torch
     index = turn_index(mask)  # [B, T]
     n_turns = index.max(dim=1).values + 1  # [B]
     k = max(int(n_turns.max()) if n_turns.numel() else 0, 1)
-    rewards = torch.zeros(index.shape[0], k + 1, dtype=token_rewards.dtype)  # column k collects off-mask
+    # [B, K+1]; column K collects the (zero) off-mask entries
+    rewards = torch.zeros(index.shape[0], k + 1, dtype=token_rewards.dtype, device=token_rewards.device)
     rewards.scatter_add_(1, torch.where(index >= 0, index, torch.full_like(index, k)), token_rewards * (index >= 0))
-    turn_mask = (torch.arange(k)[None] < n_turns[:, None]).to(token_rewards.dtype)  # [B, K]
+    turn_mask = (torch.arange(k, device=mask.device)[None] < n_turns[:, None]).to(token_rewards.dtype)  # [B, K]
     return rewards[:, :k], turn_mask
 
 
@@ -156,7 +163,7 @@ def anchor_state_keys(ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     index = turn_index(mask)  # [B, T]
     starts = (index >= 0) & (torch.cat([torch.full_like(index[:, :1], -1), index[:, :-1]], dim=1) != index)
     k = max(int(index.max()) + 1 if index.numel() else 0, 1)
-    keys = torch.full((ids.shape[0], k), -1, dtype=torch.long)
+    keys = torch.full((ids.shape[0], k), -1, dtype=torch.long, device=ids.device)
     seen: dict[tuple[int, ...], int] = {}
     for b, p in starts.nonzero().tolist():
         prefix = tuple(ids[b, :p + 1].tolist())
