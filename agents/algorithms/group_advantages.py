@@ -101,14 +101,19 @@ def leave_one_out(rewards: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
 
 # ---------------------------------------------------------------- turns (one model call each)
 
+def call_starts(mask: torch.Tensor) -> torch.Tensor:
+    """``[B, T]`` bool: True on the first policy token of each call (a maximal run of policy tokens)."""
+    on = mask > 0  # [B, T]
+    starts = on.clone()
+    starts[:, 1:] &= ~on[:, :-1]
+    return starts
+
+
 def turn_index(mask: torch.Tensor) -> torch.Tensor:
     """``[B, T]`` long: the turn (0, 1, ...) of each policy token, -1 off the mask; a turn is a
     maximal run of consecutive policy tokens (one call, ``<eoc>`` its last token)."""
-    on = mask > 0  # [B, T]
-    starts = on.clone()
-    starts[:, 1:] &= ~on[:, :-1]  # first token of each call
-    index = starts.long().cumsum(dim=1) - 1  # [B, T]
-    return torch.where(on, index, torch.full_like(index, -1))
+    index = call_starts(mask).long().cumsum(dim=1) - 1  # [B, T]
+    return torch.where(mask > 0, index, torch.full_like(index, -1))
 
 
 def turn_rewards(token_rewards: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -161,7 +166,7 @@ def anchor_state_keys(ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     :return: ``[B, K]`` long keys, ``K`` as :func:`turn_rewards`.
     """
     index = turn_index(mask)  # [B, T]
-    starts = (index >= 0) & (torch.cat([torch.full_like(index[:, :1], -1), index[:, :-1]], dim=1) != index)
+    starts = call_starts(mask)  # [B, T]
     k = max(int(index.max()) + 1 if index.numel() else 0, 1)
     keys = torch.full((ids.shape[0], k), -1, dtype=torch.long, device=ids.device)
     seen: dict[tuple[int, ...], int] = {}

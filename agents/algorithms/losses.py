@@ -311,7 +311,8 @@ def gspo_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: tor
     check_dual_clip(config.dual_clip)
     adv = _per_token_advantages(advantages, logp)
     log_ratio = logp - old_logp.detach()  # [B, T]
-    seq_log_ratio = masked_mean(log_ratio, mask, dim=-1).detach()  # [B] log s_n, 0 for an empty row
+    on_policy_tokens = torch.where(mask > 0, log_ratio, torch.zeros_like(log_ratio))  # padding cannot leak a NaN in
+    seq_log_ratio = masked_mean(on_policy_tokens, mask, dim=-1).detach()  # [B] log s_n, 0 for an empty row
     log_seq_ratio = logp - logp.detach() + seq_log_ratio[:, None]  # [B, T] value log s_n, gradient of log pi_t
     seq_ratio = torch.exp(log_seq_ratio.clamp(max=10.0))  # [B, T]; the clamp keeps exp finite (verl's)
     obj, clipped, dual_active = _clipped_surrogate(seq_ratio, adv, config.clip_low, config.clip_high,
