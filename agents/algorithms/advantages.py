@@ -11,6 +11,9 @@ that earned it.
 * :func:`gae_policy_tokens` - GAE that skips prompt / tool / pad positions (verl's rule).
 * :data:`ADVANTAGE_ESTIMATORS` - the estimators the algorithms pick by ``adv_estimator``
   (``gae``: TokenPPO's; ``return_minus_baseline``: Reinforce's); :func:`register_adv_est` adds one.
+* the critic-free GRPO family by name: ``grpo``, ``dr_grpo``, ``rloo``, ``reinforce_pp``,
+  ``reinforce_pp_baseline``, ``rebn``, ``gigpo`` (their formulas in
+  :mod:`agents.algorithms.group_advantages`; groups from :attr:`AdvantageBatch.groups`).
 * :func:`whiten`, :func:`explained_variance` - batch statistics over policy tokens.
 """
 from __future__ import annotations
@@ -20,6 +23,8 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
+from agents.algorithms.group_advantages import (discounted_turn_returns, group_normalised, leave_one_out,
+                                                spread_over_turns, step_group_advantage, turn_rewards)
 from agents.algorithms.losses import masked_mean
 from agents.algorithms.registry import Registry
 
@@ -190,6 +195,12 @@ class AdvantageBatch:
     :param mask: ``[B, T]`` policy mask
     :param values: ``[B, T]`` the critic's values at rollout time (V_old), or None without a critic
     :param baseline: a baseline fixed before the batch was seen (Reinforce's EMA), 0 if none
+    :param groups: ``[B]`` long, the group of each episode (G episodes of one task that share one
+        reset), or None: the group estimators then treat the whole batch as ONE group (GRPO's
+        baseline becomes the batch mean) until the sampler carries groups
+    :param state_keys: ``[B, K]`` long, an anchor-state key per turn (-1: no such turn; GiGPO's,
+        :func:`agents.algorithms.group_advantages.anchor_state_keys`), or None: no two states are
+        known to be equal, so GiGPO's step-level term is 0
     """
 
     token_rewards: torch.Tensor
@@ -197,6 +208,8 @@ class AdvantageBatch:
     mask: torch.Tensor
     values: Optional[torch.Tensor] = None
     baseline: float = 0.0
+    groups: Optional[torch.Tensor] = None
+    state_keys: Optional[torch.Tensor] = None
 
 
 @dataclass(frozen=True)
@@ -206,11 +219,19 @@ class AdvantageConfig:
     :param gamma: discount per policy token
     :param gae_lambda: GAE lambda
     :param reward_to_go: per-token returns from each token on (book §6.5) instead of the episode's
+    :param scale_rewards: the group estimators' std: ``group``, ``batch`` or ``none`` (TRL's names)
+    :param std_eps: added to a std before dividing by it (verl's 1e-6; TRL's is 1e-4)
+    :param turn_gamma: discount per turn (one model call) of ``rebn`` and ``gigpo``'s step returns
+    :param step_advantage_weight: GiGPO's omega, the weight of the step-level advantage
     """
 
     gamma: float = 1.0
     gae_lambda: float = 1.0
     reward_to_go: bool = False
+    scale_rewards: str = "group"
+    std_eps: float = 1e-6
+    turn_gamma: float = 1.0
+    step_advantage_weight: float = 1.0
 
 
 #: ``fn(batch, config) -> (advantages, returns)``: advantages ``[B]`` (one per episode) or ``[B, T]``
@@ -237,6 +258,103 @@ def return_minus_baseline(batch: AdvantageBatch, config: AdvantageConfig
     if config.reward_to_go:
         return (reward_to_go(batch.token_rewards, batch.mask, config.gamma) - batch.baseline) * batch.mask, None
     return batch.rewards - batch.baseline, None  # [B], broadcast over each episode's policy tokens
+
+
+# ---------------------------------------------------------------- the GRPO family (critic-free)
+
+def _groups_of(batch: AdvantageBatch) -> torch.Tensor:
+    """``[B]`` group labels; a batch without groups is one group."""
+    if batch.groups is None:
+        return torch.zeros(batch.rewards.shape[0], dtype=torch.long, device=batch.rewards.device)
+    if batch.groups.shape != batch.rewards.shape:
+        raise ValueError(f"groups must hold one label per episode {tuple(batch.rewards.shape)}, "
+                         f"got {tuple(batch.groups.shape)}")
+    return batch.groups
+
+
+def _outcome(per_episode: torch.Tensor, batch: AdvantageBatch) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """One advantage per episode ``[B]`` -> ``[B, T]`` on its policy tokens; no critic targets."""
+    mask = batch.mask.to(torch.float32)
+    return per_episode.to(mask.dtype)[:, None] * mask, None
+
+
+@register_adv_est("grpo")
+def grpo_advantage(batch: AdvantageBatch, config: AdvantageConfig) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """GRPO's ``(R - mean_G) / (std + eps)`` on every policy token of the episode (arXiv 2402.03300),
+    the std as ``config.scale_rewards`` says (:func:`~agents.algorithms.group_advantages.group_normalised`)."""
+    return _outcome(group_normalised(batch.rewards, _groups_of(batch), config.scale_rewards, config.std_eps), batch)
+
+
+@register_adv_est("dr_grpo")
+def dr_grpo_advantage(batch: AdvantageBatch, config: AdvantageConfig) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Dr. GRPO's ``R - mean_G``, no std (arXiv 2503.20783); pair it with ``seq_mean_token_sum_norm``."""
+    return _outcome(group_normalised(batch.rewards, _groups_of(batch), "none"), batch)
+
+
+@register_adv_est("rloo")
+def rloo_advantage(batch: AdvantageBatch, config: AdvantageConfig) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """RLOO's ``R_i - mean of the other G - 1`` (arXiv 2402.14740,
+    :func:`~agents.algorithms.group_advantages.leave_one_out`)."""
+    return _outcome(leave_one_out(batch.rewards, _groups_of(batch)), batch)
+
+
+@register_adv_est("reinforce_pp")
+def reinforce_pp_advantage(batch: AdvantageBatch, config: AdvantageConfig
+                           ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """REINFORCE++ (Hu 2025, arXiv 2501.03262; verl's ``reinforce_plus_plus``): the per-token return
+    ``G_t`` (:func:`reward_to_go`, ``config.gamma`` per policy token) whitened over every policy token
+    of the batch (:func:`whiten`: mean 0, std 1). The paper's KL-in-the-reward is left to the caller."""
+    return whiten(reward_to_go(batch.token_rewards, batch.mask, config.gamma), batch.mask), None
+
+
+@register_adv_est("reinforce_pp_baseline")
+def reinforce_pp_baseline_advantage(batch: AdvantageBatch, config: AdvantageConfig
+                                    ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """REINFORCE++-baseline (arXiv 2501.03262; verl's ``reinforce_plus_plus_baseline``): ``R - mean_G``
+    on every policy token of the episode, then whitened over every policy token of the batch."""
+    centred, _ = _outcome(group_normalised(batch.rewards, _groups_of(batch), "none"), batch)
+    return whiten(centred, batch.mask), None
+
+
+def _turn_returns(batch: AdvantageBatch, config: AdvantageConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(G_k [B, K], turn_mask [B, K])``: each turn's discounted return, ``config.turn_gamma`` per turn."""
+    rewards, turn_mask = turn_rewards(batch.token_rewards, batch.mask)
+    return discounted_turn_returns(rewards, turn_mask, config.turn_gamma), turn_mask
+
+
+@register_adv_est("rebn")
+def rebn_advantage(batch: AdvantageBatch, config: AdvantageConfig) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """GEM's REINFORCE with return batch normalisation (Liu et al. 2025, arXiv 2510.01051): per turn
+    (one model call) the discounted return ``G_k``, normalised over every turn of the batch,
+    ``(G_k - mean) / (std + eps)`` (Bessel std), on every policy token of the turn."""
+    _check_rewards_on_policy(batch.token_rewards, batch.mask.to(batch.token_rewards.dtype))
+    returns, turn_mask = _turn_returns(batch, config)
+    on = turn_mask > 0
+    normalised = torch.zeros_like(returns)
+    if bool(on.any()):
+        one_group = torch.zeros(int(on.sum()), dtype=torch.long, device=on.device)  # every turn of the batch
+        normalised[on] = group_normalised(returns[on], one_group, "group", config.std_eps)
+    return spread_over_turns(normalised, batch.mask), None
+
+
+@register_adv_est("gigpo")
+def gigpo_advantage(batch: AdvantageBatch, config: AdvantageConfig) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """GiGPO (Feng et al. 2025, arXiv 2505.10978): ``A = A^E + omega * A^S`` per turn, with ``A^E`` the
+    episode's GRPO advantage in its group and ``A^S`` the step-level one among the turns of the group
+    that start from an equal anchor state (:func:`~agents.algorithms.group_advantages.step_group_advantage`;
+    returns discounted by ``config.turn_gamma`` per turn, the paper's 0.95). Without ``state_keys`` no
+    two states are known to be equal and ``A = A^E`` (``grpo``)."""
+    _check_rewards_on_policy(batch.token_rewards, batch.mask.to(batch.token_rewards.dtype))
+    groups = _groups_of(batch)
+    episode, _ = _outcome(group_normalised(batch.rewards, groups, config.scale_rewards, config.std_eps), batch)
+    if batch.state_keys is None:
+        return episode, None
+    returns, turn_mask = _turn_returns(batch, config)
+    if batch.state_keys.shape != returns.shape:
+        raise ValueError(f"state_keys must be [B, K] = {tuple(returns.shape)} (one key per turn), "
+                         f"got {tuple(batch.state_keys.shape)}: build them with anchor_state_keys(ids, mask)")
+    step = step_group_advantage(returns, turn_mask, groups, batch.state_keys, config.scale_rewards, config.std_eps)
+    return episode + config.step_advantage_weight * spread_over_turns(step, batch.mask), None
 
 
 # ---------------------------------------------------------------- batch statistics

@@ -13,7 +13,9 @@ One function per idea (book ch. 6 and 8):
   clip (book §8.2, eq. 8.3), plus the diagnostics of §8.5.
 * :func:`clipped_value_loss` is the PPO2-style clipped critic loss (book §8.4).
 * :data:`POLICY_LOSSES` names the policy losses the algorithms pick by ``policy_loss``
-  (``ppo_clip``, ``reinforce``); :func:`register_policy_loss` adds one.
+  (``ppo_clip``, ``reinforce``, and the GRPO family's ``gspo`` (a sequence-level ratio) and
+  ``cispo`` (a clipped stop-gradient weight)); :func:`register_policy_loss` adds one.
+* ``seq_mean_token_sum_norm`` (Dr. GRPO's constant normaliser) is one more aggregation mode.
 * :func:`kl_estimate` gives the k1 / k2 / k3 per-token KL estimators.
 * :func:`tool_output_mask` marks the tool-output tokens an auxiliary loss predicts.
 
@@ -87,6 +89,21 @@ def constant(per_token: torch.Tensor, mask: torch.Tensor, norm_const: Optional[f
 
 #: the built-in aggregation modes (:data:`LOSS_AGGREGATIONS` also holds any registered later)
 AGGREGATION_MODES = LOSS_AGGREGATIONS.names()
+
+
+@register_loss_agg("seq_mean_token_sum_norm")
+def seq_mean_token_sum_norm(per_token: torch.Tensor, mask: torch.Tensor, norm_const: Optional[float] = None
+                            ) -> torch.Tensor:
+    """Dr. GRPO's normaliser (Liu et al. 2025, arXiv 2503.20783): ``sum m*l / (B * L_max)``, each
+    token weighs ``1 / (B * L_max)`` with ``L_max = norm_const`` a constant (the most policy tokens an
+    episode may have), so no length bias. TRL's ``loss_type='dr_grpo'`` (``B * max_completion_length``);
+    verl's ``seq-mean-token-sum-norm`` divides by ``L_max`` alone (no ``B``)."""
+    if norm_const is None:
+        raise ValueError("mode='seq_mean_token_sum_norm' needs norm_const = L_max, the most policy tokens "
+                         "an episode may have")
+    if norm_const <= 0:
+        raise ValueError(f"norm_const must be positive, got {norm_const!r}")
+    return (per_token * mask).sum() / (per_token.shape[0] * norm_const)
 
 
 def aggregate_loss(per_token: torch.Tensor, mask: torch.Tensor, mode: str = "token_mean",
@@ -177,6 +194,14 @@ def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.T
     adv = _per_token_advantages(adv, logp)
     log_ratio = logp - old_logp.detach()  # [B, T]
     ratio = torch.exp(log_ratio)  # rho = pi_theta / pi_old per token
+    obj, clipped, dual_active = _clipped_surrogate(ratio, adv, clip_low, clip_high, dual_clip)
+    return aggregate_loss(-obj, mask, mode, norm_const), _clip_stats(ratio, log_ratio, clipped, dual_active, mask)
+
+
+def _clipped_surrogate(ratio: torch.Tensor, adv: torch.Tensor, clip_low: float, clip_high: float,
+                       dual_clip: Optional[float]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The objective of :func:`clipped_policy_loss` for any ratio ``[B, T]`` (a token's or a sequence's):
+    ``(obj, clipped, dual_active)``, all ``[B, T]``."""
     surr = ratio * adv  # unclipped surrogate
     surr_clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * adv
     obj = torch.minimum(surr, surr_clipped)  # pessimistic bound (eq. 8.3)
@@ -187,7 +212,7 @@ def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.T
         obj = torch.where(adv < 0, torch.maximum(obj, floor), obj)
     else:
         dual_active = torch.zeros_like(clipped)
-    return aggregate_loss(-obj, mask, mode, norm_const), _clip_stats(ratio, log_ratio, clipped, dual_active, mask)
+    return obj, clipped, dual_active
 
 
 @torch.no_grad()
@@ -223,7 +248,10 @@ class PolicyLossConfig:
     :param clip_high: epsilon_high of a ratio clip
     :param dual_clip: the dual-clip constant ``c > 1``, or None
     :param mode: the loss aggregation (a name in :data:`LOSS_AGGREGATIONS`)
-    :param norm_const: the constant of ``mode='constant'``
+    :param norm_const: the constant of ``mode='constant'`` (``L_max`` for ``seq_mean_token_sum_norm``)
+    :param max_is_weight: ``cispo``'s absolute cap on the importance weight ``w = pi / pi_old``
+        (TRL's ``epsilon_high`` under ``loss_type='cispo'``; verl's ``clip_ratio_high`` is relative,
+        a cap of ``1 + clip_ratio_high``)
     """
 
     clip_low: float = 0.2
@@ -231,6 +259,7 @@ class PolicyLossConfig:
     dual_clip: Optional[float] = None
     mode: str = "token_mean"
     norm_const: Optional[float] = None
+    max_is_weight: float = 5.0
 
 
 #: ``fn(logp [B, T], old_logp [B, T], advantages [B] or [B, T], mask [B, T], config) -> (loss, stats)``;
@@ -256,6 +285,70 @@ def reinforce_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages
                           config: PolicyLossConfig) -> tuple[torch.Tensor, dict[str, float]]:
     """The surrogate ``-A * log pi`` (:func:`reinforce_loss`; ``old_logp`` unread), Reinforce's default."""
     return reinforce_loss(logp, advantages, mask, config.mode, config.norm_const), {}
+
+
+@register_policy_loss("gspo")
+def gspo_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+                     config: PolicyLossConfig) -> tuple[torch.Tensor, dict[str, float]]:
+    """GSPO: PPO's clip on one ratio per sequence (Zheng et al. 2025, arXiv 2507.18071), in its
+    token form (GSPO-token, verl's ``compute_policy_loss_gspo``). Per episode ``n`` and policy token ``t``::
+
+        s_n    = exp( (1 / L_n) sum_t (logp_t - old_logp_t) )        # geometric-mean ratio
+        s_n,t  = sg[s_n] * pi_t / sg[pi_t]                           # value s_n, gradient s_n * grad log pi_t
+        loss   = aggregate(-min(s_n,t * A, clip(s_n,t, 1 - clip_low, 1 + clip_high) * A))
+
+    Every token of an episode shares the value and the clip of ``s_n``. With advantages constant
+    per episode and ``mode='seq_mean_token_mean'`` (the paper's) the gradient equals that of the
+    pure sequence objective ``-min(s_n A, clip(s_n) A)``. At the first step of a batch
+    (``logp == old_logp``) ``s_n,t = 1`` and the gradient is the token ratio's: GSPO equals PPO's
+    token clip while training is strictly on-policy. The paper's clip ranges are tiny
+    (``clip_low=3e-4``, ``clip_high=4e-4``); the dual clip (``config.dual_clip``) applies as in
+    :func:`clipped_policy_loss`.
+
+    :return: ``(loss, stats)`` with :func:`clipped_policy_loss`'s keys; ``clip_frac`` is the share of
+        policy tokens whose sequence ratio is clipped, ``approx_kl`` and the ratio range are per token.
+    """
+    check_dual_clip(config.dual_clip)
+    adv = _per_token_advantages(advantages, logp)
+    log_ratio = logp - old_logp.detach()  # [B, T]
+    on_policy_tokens = torch.where(mask > 0, log_ratio, torch.zeros_like(log_ratio))  # padding cannot leak a NaN in
+    seq_log_ratio = masked_mean(on_policy_tokens, mask, dim=-1).detach()  # [B] log s_n, 0 for an empty row
+    log_seq_ratio = logp - logp.detach() + seq_log_ratio[:, None]  # [B, T] value log s_n, gradient of log pi_t
+    seq_ratio = torch.exp(log_seq_ratio.clamp(max=10.0))  # [B, T]; the clamp keeps exp finite (verl's)
+    obj, clipped, dual_active = _clipped_surrogate(seq_ratio, adv, config.clip_low, config.clip_high,
+                                                   config.dual_clip)
+    loss = aggregate_loss(-obj, mask, config.mode, config.norm_const)
+    return loss, _clip_stats(torch.exp(log_ratio), log_ratio, clipped, dual_active, mask)
+
+
+@register_policy_loss("cispo")
+def cispo_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+                      config: PolicyLossConfig) -> tuple[torch.Tensor, dict[str, float]]:
+    """CISPO: REINFORCE weighted by a clipped, stop-gradient importance weight (MiniMax-M1,
+    arXiv 2506.13585)::
+
+        w_t  = exp(logp_t - old_logp_t)
+        loss = aggregate(-sg(min(w_t, max_is_weight)) * A * logp_t)
+
+    Unlike PPO's clip, which zeroes the gradient of a clipped token, every token keeps the gradient
+    ``-sg(w) * A * grad log pi``: the cap only bounds its weight. ``max_is_weight`` is an ABSOLUTE cap
+    on ``w`` (TRL's convention: its ``epsilon_high`` under ``loss_type='cispo'``, e.g. 5); verl's
+    ``clip_ratio_high`` is RELATIVE (cap ``1 + clip_ratio_high``), and verl also clips from below at
+    ``1 - clip_ratio_low``; this loss has no lower clip (as TRL and the paper's experiments).
+    The log-ratio is clamped to [-20, 20] before ``exp`` (verl's guard against overflow).
+
+    :return: ``(loss, stats)`` with :func:`clipped_policy_loss`'s keys; ``clip_frac`` is the share of
+        policy tokens whose weight is capped, ``dual_clip_frac`` is 0.
+    """
+    if not config.max_is_weight > 0:
+        raise ValueError(f"max_is_weight must be positive (e.g. 5), got {config.max_is_weight!r}")
+    adv = _per_token_advantages(advantages, logp)
+    log_ratio = logp - old_logp.detach()  # [B, T]
+    ratio = torch.exp(log_ratio.clamp(-20.0, 20.0))  # [B, T]
+    weight = torch.clamp(ratio, max=config.max_is_weight).detach()  # sg(clip(w)), [B, T]
+    loss = aggregate_loss(-weight * adv * logp, mask, config.mode, config.norm_const)
+    capped = ratio > config.max_is_weight
+    return loss, _clip_stats(ratio, log_ratio, capped, torch.zeros_like(capped), mask)
 
 
 def clipped_value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
