@@ -190,6 +190,7 @@ class AdvantageBatch:
     :param mask: ``[B, T]`` policy mask
     :param values: ``[B, T]`` the critic's values at rollout time (V_old), or None without a critic
     :param baseline: a baseline fixed before the batch was seen (Reinforce's EMA), 0 if none
+    :param groups: ``[B]`` long, each episode's group (episodes that shared one reset), or None
     """
 
     token_rewards: torch.Tensor
@@ -197,6 +198,7 @@ class AdvantageBatch:
     mask: torch.Tensor
     values: Optional[torch.Tensor] = None
     baseline: float = 0.0
+    groups: Optional[torch.Tensor] = None
 
 
 @dataclass(frozen=True)
