@@ -266,7 +266,9 @@ class EpisodeSampler:
         decoding generator, in lockstep rounds of one episode per env (a group's members may run on
         several envs and in several rounds; every recorded episode starts at a seeded reset, never at an
         auto-reset). Each episode records its ``group`` and ``reset_seed``; a group cut short by the
-        step budget keeps the members that finished."""
+        step budget keeps the members that finished. In a last round with fewer episodes than envs, the
+        spare envs send the filler from the reset on; in BugFix-v0 such a filler episode reaches Monitor
+        only when the round's longest episode uses every turn."""
         B, G = self.venv.num_envs, self.group_size
         seeds = torch.randint(0, 2**31 - 1, (n_groups,), generator=decoding["generator"]).tolist()
         slots = [(group, seeds[group]) for group in range(n_groups) for _ in range(G)]  # one per episode
