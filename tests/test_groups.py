@@ -14,7 +14,7 @@ import pytest
 import torch
 from gymnasium import spaces
 from stable_baselines3.common.callbacks import BaseCallback
-from stable_baselines3.common.vec_env import DummyVecEnv
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
 import bugfix_gym
 from agents.algorithms import buffers
@@ -64,6 +64,22 @@ def test_group_members_share_one_reset_and_groups_differ(untrained, tok, env_kwa
     assert len({tuple(_prompt(g[0])) for g in groups.values()}) > 1  # the groups draw different tasks
     assert sampler.group_stats is not None and sampler.group_stats["groups"] == 6
     assert sampler.group_stats["resampled_groups"] == 0
+
+
+def test_groups_in_subprocess_envs_are_the_groups_of_dummy_envs(untrained, tok):
+    """The seeds reach envs in other processes (SubprocVecEnv) just as in-process ones."""
+    def run(cls):
+        venv = cls([lambda: bugfix_gym.BugFixEnv(generated="train") for _ in range(2)])
+        try:
+            return EpisodeSampler(venv, tok, group_size=3).collect(untrained, 6,
+                                                                   generator=torch.Generator().manual_seed(2))
+        finally:
+            venv.close()
+
+    dummy, subproc = run(DummyVecEnv), run(SubprocVecEnv)
+    assert [(t.group, t.reset_seed) for t in dummy] == [(t.group, t.reset_seed) for t in subproc]
+    assert all(torch.equal(a.ids, b.ids) and a.reward == b.reward for a, b in zip(dummy, subproc))
+    assert [len(g) for g in _by_group(subproc).values()] == [3, 3]
 
 
 def test_one_seed_is_one_generated_function_and_one_book_task():
