@@ -238,7 +238,8 @@ def test_a_loaded_model_writes_the_same_data_as_the_file_it_came_from(cls, tmp_p
     """Loading and saving again keeps every entry of ``data`` and every tensor (the format is unchanged;
     the characters of a space are now written sorted). The saved arguments are the old ones in today's
     names: TokenPPO's tool-output loss and edit practice settings became two auxiliary-loss specs, and the
-    settings added since (the registered policy loss and advantage estimator) are saved at their defaults."""
+    settings added since (the registered policy loss and advantage estimator, the groups and dynamic
+    sampling) are saved at their defaults."""
     path = FIXTURES / f"{cls.__name__.lower()}_main_4e10e0a.zip"
     cls.load(path).save(tmp_path / "again.zip")
     old, new = checkpoint.read(path), checkpoint.read(tmp_path / "again.zip")
@@ -249,6 +250,7 @@ def test_a_loaded_model_writes_the_same_data_as_the_file_it_came_from(cls, tmp_p
     legacy = ("tool_coef", "tool_calls", "practice", "practice_tasks")
     added = {"policy_loss": "ppo_clip", "adv_estimator": "gae"} if cls is TokenPPO else \
         {"policy_loss": "reinforce", "adv_estimator": "return_minus_baseline"}
+    added.update(group_size=1, drop_zero_variance_groups=False, max_resample_rounds=4)
     assert {k: v for k, v in new_args.items() if k not in added and k != "aux_losses"} == \
         {k: v for k, v in old_args.items() if k not in legacy}
     assert {k: new_args[k] for k in added} == added

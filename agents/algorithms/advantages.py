@@ -196,8 +196,8 @@ class AdvantageBatch:
     :param values: ``[B, T]`` the critic's values at rollout time (V_old), or None without a critic
     :param baseline: a baseline fixed before the batch was seen (Reinforce's EMA), 0 if none
     :param groups: ``[B]`` long, the group of each episode (G episodes of one task that share one
-        reset), or None: the group estimators then treat the whole batch as ONE group (GRPO's
-        baseline becomes the batch mean) until the sampler carries groups
+        reset: ``group_size``), or None: the group estimators then treat the whole batch as ONE group
+        (GRPO's baseline becomes the batch mean)
     :param state_keys: ``[B, K]`` long, an anchor-state key per turn (-1: no such turn; GiGPO's,
         :func:`agents.algorithms.group_advantages.anchor_state_keys`), or None: no two states are
         known to be equal, so GiGPO's step-level term is 0

@@ -28,7 +28,7 @@ from stable_baselines3.common.vec_env import VecNormalize
 
 from agents.algorithms.advantages import (ADVANTAGE_ESTIMATORS, AdvantageBatch, AdvantageConfig, explained_variance,
                                           get_adv_estimator_fn, reward_to_go, whiten)
-from agents.rollout.trajectory import Trajectory, collate
+from agents.rollout.trajectory import Trajectory, collate, group_index
 
 
 class TokenRolloutBufferSamples(NamedTuple):
@@ -99,6 +99,7 @@ class TokenRolloutBuffer(BaseBuffer):
         self.trajectories: list[Trajectory] = []
         self.data: dict[str, th.Tensor] = {}
         self.lengths = th.zeros(0, dtype=th.long)
+        self.groups = th.zeros(0, dtype=th.long)  # [N] each trajectory's group (episodes of one reset)
         self.old_logp: th.Tensor | None = None
         self.old_values: th.Tensor | None = None
         self.ref_logp: th.Tensor | None = None
@@ -116,6 +117,7 @@ class TokenRolloutBuffer(BaseBuffer):
         self.full = self.pos >= self.buffer_size
         self.data = collate(self.trajectories, self.pad_id)  # ids [N, T], per-token fields [N, T-1]
         self.lengths = (self.data["owner"] > 0).sum(1)  # [N]
+        self.groups = group_index(self.trajectories)  # [N]
         self.old_logp = self.old_values = self.ref_logp = None
         self.advantages = self.raw_advantages = self.returns = None
 
@@ -150,7 +152,8 @@ class TokenRolloutBuffer(BaseBuffer):
         """The advantages of ``adv_estimator`` (by default GAE over policy tokens,
         :func:`agents.algorithms.advantages.gae_policy_tokens`: prompt and tool tokens are skipped,
         carrying the next value and running advantage across them) and value targets (advantages +
-        old values), then whitening over all policy tokens of the batch.
+        old values), then whitening over all policy tokens of the batch. The estimator reads each
+        trajectory's group (:attr:`groups`, the episodes that shared one reset).
 
         Uses the frozen ``old_values`` (:meth:`set_old_policy`), else the sampler's values.
         ``last_values`` / ``dones`` are SB3's bootstrap arguments; episodes here are complete,
@@ -158,7 +161,7 @@ class TokenRolloutBuffer(BaseBuffer):
         """
         mask = self.policy_mask
         values = self.old_values if self.old_values is not None else self.data["values"]
-        batch = AdvantageBatch(self.data["token_rewards"], self.data["rewards"], mask, values)
+        batch = AdvantageBatch(self.data["token_rewards"], self.data["rewards"], mask, values, groups=self.groups)
         estimate = get_adv_estimator_fn(self.adv_estimator)
         adv, returns = estimate(batch, AdvantageConfig(gamma=self.gamma, gae_lambda=self.gae_lambda))
         if adv.dim() == 1:  # one advantage per episode -> [N, T-1]

@@ -20,6 +20,7 @@ from agents.algorithms.advantages import ADVANTAGE_ESTIMATORS
 from agents.algorithms.auxiliary import check_aux_losses
 from agents.algorithms.losses import KL_KINDS, LOSS_AGGREGATIONS, POLICY_LOSSES, check_dual_clip
 from agents.algorithms.registry import Registry, check_choice
+from agents.rollout.sampler import check_groups
 
 C = TypeVar("C", bound="Config")
 #: ``check(name, value)`` raises a one-line ``ValueError`` for a bad value
@@ -171,10 +172,23 @@ class OnPolicyConfig(Config):
     async_envs: bool = setting(False, "step each env as soon as its call is written (a vector env with send / "
                                "receive, e.g. agents.RayVecEnv); faster with slow tools, not reproducible",
                                saved=False)
+    group_size: int = setting(1, "G: episodes per group, each group's G episodes start from one reset (the same "
+                              "seed, so the same task); the batch holds ceil(n_episodes / G) groups; 1 = no groups",
+                              positive_int)
+    drop_zero_variance_groups: bool = setting(False, "dynamic sampling: drop the groups whose returns are all "
+                                              "equal and play more groups until the batch is full (needs "
+                                              "group_size >= 2)")
+    max_resample_rounds: int = setting(4, "with drop_zero_variance_groups, the most extra plays of groups per "
+                                       "batch; a batch still short then is trained as it is, with a warning",
+                                       non_negative_int)
 
     def check_together(self) -> None:
         if self.loss_mode == "constant" and self.loss_norm_const is None:
             raise ValueError("loss_mode='constant' needs loss_norm_const, e.g. n_episodes * max_policy_tokens")
+        check_groups(self.group_size, self.drop_zero_variance_groups, self.max_resample_rounds, self.async_envs)
+        if self.group_size > 1 and not self.fresh_batches:
+            raise ValueError(f"group_size={self.group_size} plays fresh batches only (every group starts from its "
+                             "own reset): use fresh_batches=True")
 
 
 @dataclasses.dataclass

@@ -211,7 +211,9 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
     def _make_sampler(self, env: VecEnv | None) -> EpisodeSampler | None:
         if env is None:
             return None
-        return EpisodeSampler(env, self.policy.tokenizer, asynchronous=self.async_envs, **self.policy.sampler_kwargs())
+        return EpisodeSampler(env, self.policy.tokenizer, asynchronous=self.async_envs, group_size=self.group_size,
+                              drop_zero_variance_groups=self.drop_zero_variance_groups,
+                              max_resample_rounds=self.max_resample_rounds, **self.policy.sampler_kwargs())
 
     @staticmethod
     def _wrap_env(env: GymEnv, verbose: int = 0, monitor_wrapper: bool = True) -> VecEnv:
@@ -275,6 +277,7 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         sample_s = time.perf_counter() - t0
         if not keep_going:
             return False
+        self._record_groups()
         if trajs:
             rollout_buffer.add(trajs)
             self.total_policy_tokens += rollout_buffer.n_policy_tokens
@@ -293,6 +296,14 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         self.logger.record("time/policy_tokens", self.total_policy_tokens)
         self.logger.record("time/sample_s", sample_s, exclude="stdout")
         self._last_rollout = dict(stats, episodes=len(trajs), policy_tokens=n_tokens, sample_s=sample_s)
+
+    def _record_groups(self) -> None:
+        """With groups, the last batch's share of groups whose returns are all equal and the groups played
+        to replace dropped ones (logged even when dynamic sampling left the batch empty)."""
+        stats = self.sampler.group_stats if self.sampler is not None and self.group_size > 1 else None
+        if stats is not None:
+            self.logger.record("rollout/zero_variance_groups", stats["zero_variance_groups"])
+            self.logger.record("rollout/resampled_groups", stats["resampled_groups"])
 
     def sample_episodes(self, n: int | None = None, *, env: VecEnv | None = None,
                         generator: th.Generator | None = None, temperature: float | None = None,

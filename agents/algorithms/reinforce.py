@@ -120,7 +120,8 @@ class Reinforce(TokenOnPolicyAlgorithm):
         else:
             b = 0.0
         estimate = get_adv_estimator_fn(self.adv_estimator)  # default: R - b, or G_t - b per token
-        advantages, _ = estimate(AdvantageBatch(batch["token_rewards"], rewards, batch["policy_mask"], baseline=b),
+        advantages, _ = estimate(AdvantageBatch(batch["token_rewards"], rewards, batch["policy_mask"], baseline=b,
+                                                groups=buffer.groups.to(self.device)),
                                  AdvantageConfig(gamma=self.gamma, reward_to_go=self.use_reward_to_go))
         stats = policy_gradient_step(self.policy.model, self.policy.optimizer, batch, advantages, self.loss_mode,
                                      self.loss_norm_const, self.max_grad_norm, self.skip_zero, self.policy.grammar,

@@ -7,6 +7,7 @@ calls."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -20,7 +21,7 @@ from agents.decoding.decoder import write_calls
 from agents.decoding.foresight import Foresight
 from agents.decoding.grammar import NO_STATE, CallGrammar
 from agents.model.tinyagent import KVCache, TinyAgent
-from agents.rollout.trajectory import Trajectory, EpisodeRecord
+from agents.rollout.trajectory import EpisodeRecord, Trajectory, same_return
 
 
 # ---------------------------------------------------------------------- the episode sampler
@@ -55,14 +56,29 @@ class EpisodeSampler:
         so closed calls cannot be written; None: every legal call is open
     :param foresight: with a grammar, close the edit ops the model expects to answer ``no change``
         (:class:`Foresight`)
+    :param group_size: G, the episodes of one group: a fresh batch is played in groups of G episodes
+        that start from one reset (the same seed, so the same task on any env that draws it from
+        ``reset(seed=...)``), in lockstep rounds (:meth:`_play_groups`); 1: no groups
+    :param drop_zero_variance_groups: dynamic sampling: drop the groups whose returns are all equal
+        and play more groups until the batch is full (:meth:`_collect_groups`)
+    :param max_resample_rounds: with dynamic sampling, the most extra plays of groups per batch; a
+        batch still short after them is returned as it is, with a warning
     """
 
     def __init__(self, venv: VecEnv, tokenizer: Tokenizer, max_call_tokens: int = 8,
                  grammar: CallGrammar | None = None, filler: str = "", asynchronous: bool = False,
-                 call_mask_key: str | None = None, foresight: Foresight | None = None):
+                 call_mask_key: str | None = None, foresight: Foresight | None = None, group_size: int = 1,
+                 drop_zero_variance_groups: bool = False, max_resample_rounds: int = 4):
         if asynchronous and not (hasattr(venv, "send") and hasattr(venv, "receive")):
             raise ValueError(f"asynchronous stepping needs a vector env with send() / receive() (e.g. "
                              f"agents.RayVecEnv); {type(venv).__name__} steps all envs in lockstep only")
+        check_groups(group_size, drop_zero_variance_groups, max_resample_rounds, asynchronous)
+        self.group_size = int(group_size)
+        self.drop_zero_variance_groups = bool(drop_zero_variance_groups)
+        self.max_resample_rounds = int(max_resample_rounds)
+        #: of the last grouped collection: groups played, the share of them with all-equal returns, and
+        #: how many were played to replace dropped ones (None before any grouped collection)
+        self.group_stats: dict[str, float] | None = None
         self.asynchronous = asynchronous
         self.venv = venv
         self.tok = tokenizer
@@ -161,6 +177,11 @@ class EpisodeSampler:
         """
         B = self.venv.num_envs
         decoding = dict(generator=generator, temperature=temperature, deterministic=deterministic)
+        if self.group_size > 1:
+            if not fresh:
+                raise ValueError(f"group_size={self.group_size} plays fresh batches only (every group starts "
+                                 "from its own reset): use fresh=True (fresh_batches=True)")
+            return self._collect_groups(model, n_episodes, _StepBudget(max_env_steps, on_step), decoding)
         if fresh and not self.asynchronous and n_episodes > B > 1:  # one env never waits: no rounds needed
             return self._rounds(model, -(-n_episodes // B), max_env_steps, on_step, decoding)
         if fresh or self.episodes is None:
@@ -182,25 +203,86 @@ class EpisodeSampler:
         only the batch's episodes. In one run of several episodes per env, a waiting env's filler
         episode could run out of turns and reach Monitor. The price: more waiting (filler) steps."""
         B = self.venv.num_envs
+        budget = _StepBudget(max_env_steps, on_step)
         out: list[Trajectory] = []
-        steps, stopped = 0, False
-
-        def counting(dones: np.ndarray, infos: list, rewards: np.ndarray, recorded: np.ndarray) -> bool:
-            nonlocal steps, stopped
-            steps += len(dones)
-            stopped = on_step is not None and on_step(dones, infos, rewards, recorded) is False
-            return not stopped
-
         for _ in range(rounds):
-            if stopped or (max_env_steps is not None and steps >= max_env_steps):
+            if budget.spent:
                 break
-            self.restart()
-            collection = self._play(model, [1] * B, B,
-                                    max_env_steps=None if max_env_steps is None else max_env_steps - steps,
-                                    on_step=counting, decoding=decoding)
-            out += [traj for _, traj in collection.finished]
+            out += [traj for _, traj in self._round(model, [1] * B, budget, decoding)]
         self.episodes = None
         return out
+
+    def _round(self, model: TinyAgent, quota: list[int], budget: "_StepBudget",
+               decoding: dict[str, Any]) -> list[tuple[int, Trajectory]]:
+        """One round of :meth:`_rounds`: reset the envs and record the next episode of each env whose
+        ``quota`` is 1 (the others send the filler); ``(env, episode)`` in finishing order."""
+        self.restart()
+        return self._play(model, quota, sum(quota), max_env_steps=budget.left, on_step=budget,
+                          decoding=decoding).finished
+
+    def _collect_groups(self, model: TinyAgent, n_episodes: int, budget: "_StepBudget",
+                        decoding: dict[str, Any]) -> list[Trajectory]:
+        """A fresh batch of ``ceil(n_episodes / G)`` groups of G episodes, group by group (each episode's
+        ``group`` numbers its group in the batch). With dynamic sampling (DAPO's dynamic sampling, verl's
+        ``filter_groups``), the groups whose returns are all equal are dropped and more are played, up to
+        ``max_resample_rounds`` times, each time filling whole rounds of the envs (the spare groups are
+        cut off at the end); a batch still short then is returned as it is, with a warning (and an empty
+        one is an update skipped). :attr:`group_stats` counts the groups played."""
+        n_groups = -(-n_episodes // self.group_size)
+        dropping = self.drop_zero_variance_groups
+        kept: list[list[Trajectory]] = []
+        played = zero = resampled = 0
+        for attempt in range(1 + (self.max_resample_rounds if dropping else 0)):
+            if budget.spent or len(kept) >= n_groups:
+                break
+            groups = self._play_groups(model, self._groups_to_play(n_groups - len(kept), dropping), budget,
+                                       decoding)
+            all_equal = [same_return(group) for group in groups]
+            played, zero = played + len(groups), zero + sum(all_equal)
+            resampled += len(groups) if attempt > 0 else 0
+            kept += [group for group, flat in zip(groups, all_equal) if not (dropping and flat)]
+        if dropping and len(kept) < n_groups and not budget.spent:
+            warnings.warn(f"dynamic sampling: after {self.max_resample_rounds} resamplings only {len(kept)} of "
+                          f"{n_groups} groups have returns that differ; this batch is trained as it is (raise "
+                          "max_resample_rounds, or use tasks whose outcomes vary)", stacklevel=2)
+        kept = kept[:n_groups]
+        for index, group in enumerate(kept):
+            for traj in group:
+                traj.group = index
+        self.group_stats = dict(groups=played, zero_variance_groups=zero / played if played else 0.0,
+                                resampled_groups=resampled)
+        return [traj for group in kept for traj in group]
+
+    def _groups_to_play(self, missing: int, fill_rounds: bool) -> int:
+        """How many groups to play for ``missing`` ones: as many, or (``fill_rounds``) as many as fill
+        the lockstep rounds they take, since an env left without an episode costs its steps anyway."""
+        B = self.venv.num_envs
+        rounds = -(-missing * self.group_size // B)
+        return max(missing, rounds * B // self.group_size) if fill_rounds else missing
+
+    def _play_groups(self, model: TinyAgent, n_groups: int, budget: "_StepBudget",
+                     decoding: dict[str, Any]) -> list[list[Trajectory]]:
+        """``n_groups`` groups of G episodes, each group's members reset with one seed drawn from the
+        decoding generator, in lockstep rounds of one episode per env (a group's members may run on
+        several envs and in several rounds; every recorded episode starts at a seeded reset, never at an
+        auto-reset). Each episode records its ``group`` and ``reset_seed``; a group cut short by the
+        step budget keeps the members that finished. In a last round with fewer episodes than envs, the
+        spare envs send the filler from the reset on; in BugFix-v0 such a filler episode reaches Monitor
+        only when the round's longest episode uses every turn."""
+        B, G = self.venv.num_envs, self.group_size
+        seeds = torch.randint(0, 2**31 - 1, (n_groups,), generator=decoding["generator"]).tolist()
+        slots = [(group, seeds[group]) for group in range(n_groups) for _ in range(G)]  # one per episode
+        members: list[list[Trajectory]] = [[] for _ in range(n_groups)]
+        for start in range(0, len(slots), B):
+            if budget.spent:
+                break
+            chunk = slots[start: start + B]
+            seed_next_reset(self.venv, [seed for _, seed in chunk] + [None] * (B - len(chunk)))
+            for b, traj in self._round(model, [1] * len(chunk) + [0] * (B - len(chunk)), budget, decoding):
+                traj.group, traj.reset_seed = chunk[b]
+                members[chunk[b][0]].append(traj)
+        self.episodes = None
+        return [group for group in members if group]
 
     def _play(self, model: TinyAgent, quota: list[int] | None, n_episodes: int,
               max_env_steps: int | None, on_step: StepHook | None, decoding: dict[str, Any]) -> "_Collection":
@@ -374,6 +456,71 @@ class _Collection:
             idle += rows
             if on_step is not None and on_step(dones, infos, rewards, recorded) is False:
                 stop = True
+
+
+class _StepBudget:
+    """The env steps of one batch, counted across its collections against ``max_env_steps``; each step
+    is passed on to ``on_step``, whose False stops the batch.
+
+    :param max_env_steps: the most env steps (None: no limit)
+    :param on_step: the caller's step hook, or None
+    """
+
+    def __init__(self, max_env_steps: int | None, on_step: StepHook | None):
+        self.max_env_steps, self.on_step = max_env_steps, on_step
+        self.steps, self.stopped = 0, False
+
+    def __call__(self, dones: np.ndarray, infos: list, rewards: np.ndarray, recorded: np.ndarray) -> bool:
+        self.steps += len(dones)
+        self.stopped = self.on_step is not None and self.on_step(dones, infos, rewards, recorded) is False
+        return not self.stopped
+
+    @property
+    def left(self) -> int | None:
+        """The steps left (None: no limit)."""
+        return None if self.max_env_steps is None else self.max_env_steps - self.steps
+
+    @property
+    def spent(self) -> bool:
+        """Whether the batch must stop: ``on_step`` said so or the steps are used up."""
+        return self.stopped or (self.max_env_steps is not None and self.steps >= self.max_env_steps)
+
+
+def check_groups(group_size: int, drop_zero_variance_groups: bool, max_resample_rounds: int,
+                 asynchronous: bool) -> None:
+    """One-line ``ValueError`` for group settings that do not go together.
+
+    :param group_size: G (a positive integer)
+    :param drop_zero_variance_groups: dynamic sampling (needs G > 1)
+    :param max_resample_rounds: its cap (a non-negative integer)
+    :param asynchronous: asynchronous stepping (groups play in lockstep rounds)
+    """
+    if isinstance(group_size, bool) or not isinstance(group_size, (int, np.integer)) or group_size < 1:
+        raise ValueError(f"group_size must be a positive integer, got {group_size!r}")
+    if isinstance(max_resample_rounds, bool) or not isinstance(max_resample_rounds, (int, np.integer)) \
+            or max_resample_rounds < 0:
+        raise ValueError(f"max_resample_rounds must be a non-negative integer, got {max_resample_rounds!r}")
+    if drop_zero_variance_groups and group_size < 2:
+        raise ValueError("drop_zero_variance_groups needs group_size >= 2 (a group of one episode always has "
+                         "zero variance, so every group would be dropped)")
+    if group_size > 1 and asynchronous:
+        raise ValueError(f"group_size={group_size} plays groups in lockstep rounds: use asynchronous=False "
+                         "(async_envs=False)")
+
+
+def seed_next_reset(venv: VecEnv, seeds: Sequence[int | None]) -> None:
+    """Give each env of ``venv`` its own seed for the next ``reset()`` (SB3's ``seed(s)`` gives env
+    ``i`` the seed ``s + i``): the innermost vector env's per-env seeds, which every SB3 vector env
+    (and :class:`agents.RayVecEnv`) passes to its envs' ``reset(seed=...)`` once and then forgets.
+
+    :param venv: the vector env (wrappers included)
+    :param seeds: one seed (or None) per env
+    """
+    inner = venv.unwrapped
+    if not isinstance(getattr(inner, "_seeds", None), list) or len(seeds) != venv.num_envs:
+        raise ValueError(f"groups need a vector env that seeds each env's next reset as SB3's VecEnv does "
+                         f"(VecEnv.seed); {type(inner).__name__} does not")
+    inner._seeds = list(seeds)
 
 
 def _texts(obs: Any, n: int) -> list[str]:

@@ -38,6 +38,9 @@ class Trajectory:
     :param task: the task's name (``info["task"]`` when the env gives one)
     :param grammar_state: [T-1] long, the call-grammar state each policy token was sampled in
         (``-1`` off the mask or when no grammar was used)
+    :param group: the episode's group in its batch: episodes of one group shared one reset (its
+        seed and options); ``-1``: no group (the episode is a group of its own)
+    :param reset_seed: the seed of the reset the episode started from (None: an unseeded reset)
     """
 
     ids: torch.Tensor
@@ -50,6 +53,8 @@ class Trajectory:
     info: dict = field(default_factory=dict)
     task: str = ""
     grammar_state: torch.Tensor | None = None
+    group: int = -1
+    reset_seed: int | None = None
 
     def __post_init__(self):
         if self.grammar_state is None:
@@ -163,6 +168,23 @@ def collate(trajs: Sequence[Trajectory], pad_id: int = 0) -> dict[str, torch.Ten
         grammar_state=_pad([t.grammar_state for t in trajs], T - 1, NO_STATE),  # type: ignore[misc]  # [B, T-1]
         rewards=torch.tensor([t.reward for t in trajs], dtype=torch.float32),  # [B]
     )
+
+
+def group_index(trajs: Sequence[Trajectory]) -> torch.Tensor:
+    """Each trajectory's group as ``[B]`` long indices ``0 .. n_groups - 1``, numbered in order of first
+    appearance; a trajectory without a group (``group == -1``) is a group of its own."""
+    index: dict[tuple[str, int], int] = {}
+    out = []
+    for i, t in enumerate(trajs):
+        key = ("group", t.group) if t.group >= 0 else ("alone", i)
+        out.append(index.setdefault(key, len(index)))
+    return torch.tensor(out, dtype=torch.long)  # [B]
+
+
+def same_return(group: Sequence[Trajectory]) -> bool:
+    """Whether every episode of a group has the same return (a zero-variance group: a group-relative
+    advantage gives it no signal)."""
+    return len({float(t.reward) for t in group}) <= 1
 
 
 #: the statistics of finished episodes, from their final ``info`` dicts and their returns
