@@ -38,9 +38,8 @@ def ppo_flag(name: str, **overrides: Any) -> Flag:
 
     field = {f.name: f for f in dataclasses.fields(PPOConfig)}[name]
     check = field.metadata["check"]
-    kind = _check_types().get(check) if check is not None else None
-    return Flag(name, **dict(dict(help=field.metadata["help"], type=kind, choices=choices_of(field), part="ppo"),
-                             **overrides))
+    derived = dict(help=field.metadata["help"], type=_check_types().get(check), choices=choices_of(field), part="ppo")
+    return Flag(name, **{**derived, **overrides})
 
 
 @functools.cache
