@@ -79,6 +79,7 @@ class CallGrammar:
         self._through = through
         self._ends_here = torch.tensor(self._ending, dtype=torch.long)  # [n_nodes]
         self.allowed = self._closed_rows(torch.arange(len(children)))  # [n_nodes, V] the plain grammar's rows
+        self._forced: dict[int, int | None] = {}  # state -> its one allowed token (None: a choice), filled lazily
 
     @property
     def n_nodes(self) -> int:
@@ -140,6 +141,16 @@ class CallGrammar:
         if token == self.eoc_id:
             return self.start + self.n_nodes * closed
         return self._next[node][token] + self.n_nodes * closed
+
+    def forced(self, state: int) -> int | None:
+        """The one token allowed in ``state``, or None when there is a choice (or no grammar state, ``-1``).
+        A forced token has probability 1 under the masked policy: its log-prob is 0 and no draw decides it."""
+        if state < 0:
+            return None
+        if state not in self._forced:
+            allowed = self._rows(torch.tensor([state]))[0].nonzero().flatten().tolist()
+            self._forced[state] = allowed[0] if len(allowed) == 1 else None
+        return self._forced[state]
 
     def mask_logits(self, logits: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
         """``logits`` [N, V] with the tokens not allowed in ``states`` [N] set to ``-inf``.

@@ -15,7 +15,7 @@ import torch
 from stable_baselines3.common.vec_env import VecEnv
 
 from bugfix_gym.tokenizer import Tokenizer
-from bugfix_gym.tokens import OWNER_PROMPT, OWNER_TOOL, encode_segment
+from bugfix_gym.tokens import OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL, encode_segment
 
 from agents.decoding.decoder import write_calls
 from agents.decoding.foresight import Foresight
@@ -295,6 +295,7 @@ class EpisodeSampler:
                 collection.asynchronous(max_env_steps, on_step)
             else:
                 collection.lockstep(max_env_steps, on_step)
+            collection.finish()
         finally:
             model.train(was_training)
         return collection
@@ -334,6 +335,13 @@ class _Collection:
     """One collection: the KV cache, what each env feeds next, how many episodes each env still records,
     and the finished episodes.
 
+    The decoder leaves the tokens that no model call needed unfed (a call's grammar-forced end); a row
+    feeds them with its next tool output (its next feed is always the episode's tokens past its
+    critic values). A finished episode whose last call left such tokens keeps its cache row until
+    they are fed for their critic values (:attr:`tails`): along with the next model call when the row
+    has no recorded episode to start, else in one call of those rows first, and at the latest when
+    the collection ends (:meth:`finish`), which builds the finished trajectories.
+
     :param quota: per env, how many of its next episodes to record (None: all of them, until
         ``n_episodes`` have finished); an env past its quota sends the sampler's ``filler`` call
     """
@@ -346,7 +354,9 @@ class _Collection:
         self.quota = list(quota) if quota is not None else None
         self.target = sum(quota) if quota is not None else n_episodes
         self.cache = sampler._cache_for(model)
-        self.finished: list[tuple[int, Trajectory]] = []
+        self.finished: list[tuple[int, Trajectory]] = []  # filled by finish()
+        self.done: list[tuple[int, EpisodeRecord, dict]] = []  # finished episodes, in finishing order
+        self.tails: dict[int, EpisodeRecord] = {}  # row -> a finished episode with tokens still to feed
         self.feed: list[list[int]] = []
         for b, ep in enumerate(sampler.episodes):  # a new cache: re-read the episodes in progress
             ep.values = []  # with the current weights
@@ -358,7 +368,33 @@ class _Collection:
 
     @property
     def complete(self) -> bool:
-        return len(self.finished) >= self.target
+        return len(self.done) >= self.target
+
+    @staticmethod
+    def _tail(ep: EpisodeRecord) -> list[int]:
+        """A finished episode's tokens that need critic values and were not fed: up to its last call's
+        last token (which is never fed)."""
+        last = len(ep.owner) - 1 - ep.owner[::-1].index(OWNER_POLICY) if OWNER_POLICY in ep.owner else 0
+        return ep.ids[len(ep.values): last]
+
+    def flush(self, rows: Sequence[int]) -> None:
+        """Feed the tails of ``rows`` (rows of :attr:`tails`) in one model call; their cache rows start over."""
+        if not rows:
+            return
+        tails = [self._tail(self.tails[b]) if b in rows else [] for b in range(self.B)]
+        S = max(len(t) for t in tails)
+        device = self.model.tok_emb.weight.device
+        chunk = torch.tensor([t + [0] * (S - len(t)) for t in tails], dtype=torch.long, device=device)  # [B, S]
+        _, values = self.model.extend(chunk, torch.tensor([len(t) for t in tails], device=device), self.cache)
+        fed = values.cpu().tolist()  # [B][S]
+        for b in rows:
+            self.tails.pop(b).values += fed[b][: len(tails[b])]
+            self.cache.lengths[b] = 0
+
+    def finish(self) -> None:
+        """Feed every tail left and build the finished trajectories (:attr:`finished`)."""
+        self.flush(list(self.tails))
+        self.finished = [(b, ep.trajectory(info)) for b, ep, info in self.done]
 
     def write(self, rows: Sequence[int]) -> tuple[list[str], list[bool]]:
         """Write the calls of ``rows`` (one model pass per token, those rows only): their actions, and
@@ -368,11 +404,16 @@ class _Collection:
         writing = [False] * self.B
         for b in rows:
             writing[b] = self.records(b) and not eps[b].cut
-        feed = [self.feed[b] if b in rows else [] for b in range(self.B)]
+        self.flush([b for b in self.tails if b in rows and self.feed[b]])  # their rows start an episode now
+        feed = [self._tail(self.tails[b]) if b in self.tails else self.feed[b] if b in rows else []
+                for b in range(self.B)]
         calls = write_calls(self.model, self.cache, feed, writing, self.sampler.tok.eoc_id,
                             max_call_tokens=self.sampler.max_call_tokens, grammar=self.sampler.grammar,
                             start_states=[ep.call_start for ep in eps], foresight=self.sampler.foresight,
                             **self.decoding)
+        for b in [b for b in self.tails if calls.fed_values[b]]:  # fed along with this call
+            self.tails.pop(b).values += calls.fed_values[b]
+            self.cache.lengths[b] = 0
         actions = []
         for b in rows:
             eps[b].values += calls.fed_values[b]
@@ -398,19 +439,23 @@ class _Collection:
             if written:
                 out = self.sampler._tool_ids(ep, str(obs), max_len)
                 ep.add_tool(out)
-                # the call's last token (not fed yet) and the tool output, in one prefill
-                self.feed[b] = [ep.ids[len(ep.ids) - len(out) - 1]] + out if not ep.cut else []
+                # the call's tokens not fed yet (at least its last) and the tool output, in one prefill
+                self.feed[b] = ep.ids[len(ep.values):] if not ep.cut else []
                 ep.call_start = self.sampler.call_start(info)
             return False
         if written:
             ep.add_tool(self.sampler._tool_ids(ep, _terminal_text(info), max_len))
         recorded = self.records(b)
+        self.flush([b] if b in self.tails else [])  # an older tail first (its row is about to start over)
         if recorded:
-            self.finished.append((b, ep.trajectory(info)))
+            self.done.append((b, ep, info))
             if self.quota is not None:
                 self.quota[b] -= 1
+            if self._tail(ep):
+                self.tails[b] = ep  # the row keeps its keys until the tail is fed
         eps[b] = new = self.sampler._new_episode(str(obs), self.sampler._reset_info(b))
-        self.cache.lengths[b] = 0  # the row starts over; stale keys are never read
+        if b not in self.tails:
+            self.cache.lengths[b] = 0  # the row starts over; stale keys are never read
         self.feed[b] = list(new.ids) if self.records(b) else []
         return recorded
 
