@@ -139,3 +139,15 @@ def test_a_policy_that_follows_useful_calls_never_writes_a_closed_call_and_its_f
     with pytest.raises(ValueError, match="needs a call grammar"):
         TokenPPO("TinyAgentPolicy", gym.make("BugFix-v0"), base_agent=shared_base_agent,
                  policy_kwargs=dict(tokenizer=tok, call_mask_key="useful_calls"))
+
+
+def test_forced_is_the_one_allowed_token_else_none(tok):
+    grammar = CallGrammar(tok, bugfix_gym.CALLS)
+    assert grammar.forced(grammar.start) is None and grammar.forced(-1) is None  # a choice of calls; no grammar
+    after_submit = grammar.step(grammar.start, tok.encode("submit")[0])
+    assert grammar.forced(after_submit) == tok.eoc_id  # a call's last word: only <eoc> may follow
+    only_submit = grammar.start_for([c == "submit" for c in bugfix_gym.CALLS])
+    assert grammar.forced(only_submit) == tok.encode("submit")[0]  # the call mask leaves one call
+    for state in (grammar.start, after_submit, only_submit):
+        allowed = grammar.mask_logits(torch.zeros(1, tok.vocab_size), torch.tensor([state]))[0].isfinite()
+        assert (grammar.forced(state) is not None) == (int(allowed.sum()) == 1)

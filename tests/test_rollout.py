@@ -433,3 +433,104 @@ def test_the_evaluator_says_what_it_needs_in_one_line(tok):
         evaluate(TinyAgent(tok.vocab_size), tok, TRAIN[:1])
     with pytest.raises(TypeError, match="not a str"):
         sample_episodes("model", TRAIN[:1])
+
+
+# ---------------------------------------------------------------------- grammar-forced tokens
+def _write_each_token_with_the_model(model, cache, feed, eoc_id, grammar, states, generator, max_call_tokens=8):
+    """The decoder without forced-token skipping: one model call per written token, every row
+    feeding its pending tokens, one uniform draw per writing row per step (the reference)."""
+    from agents.decoding.decoder import sample_tokens
+
+    B = len(feed)
+    tokens, logps = [[] for _ in range(B)], [[] for _ in range(B)]
+    pending, active = [list(f) for f in feed], list(range(B))
+    states = list(states)
+    while active:
+        S = max(len(p) for p in pending)
+        chunk = torch.tensor([p + [0] * (S - len(p)) for p in pending])
+        logits, _ = model.extend(chunk, torch.tensor([len(p) for p in pending]), cache)
+        pending = [[] for _ in range(B)]
+        rows = torch.tensor(active)
+        masked = grammar.mask_logits(logits[rows].float(), torch.tensor([states[b] for b in active]))
+        logp_all = F.log_softmax(masked, dim=-1)
+        new = sample_tokens(logp_all.exp(), generator)
+        lp = logp_all.gather(-1, new).squeeze(-1).tolist()
+        writers, active = active, []
+        for b, t, l in zip(writers, new.squeeze(-1).tolist(), lp):
+            tokens[b].append(t)
+            logps[b].append(l)
+            states[b] = grammar.step(states[b], t)
+            if t != eoc_id and len(tokens[b]) < max_call_tokens:
+                pending[b].append(t)
+                active.append(b)
+    return tokens, logps
+
+
+def test_forced_tokens_take_no_model_call_and_the_calls_equal_one_model_call_per_token(tok, shared_base_agent):
+    """A forced token (the only one the grammar allows) gets log-prob 0 without the model; the random
+    numbers each choice uses are unchanged, so the calls equal those of a decoder that runs the model
+    for every token, and the tokens left unfed (the calls but their last token) are reported."""
+    from agents.decoding.decoder import write_calls
+
+    grammar = CallGrammar(tok, bugfix_gym.CALLS)
+    prompt = tok.encode(bugfix_gym.BugFixEnv().reset(options={"task": "clamp"})[0])
+    feed = [prompt[: 20 + 7 * b] for b in range(6)]
+    starts = [grammar.start] * 5 + [grammar.start_for([c == "submit" for c in bugfix_gym.CALLS])]  # all forced
+    calls_made = []
+    model = shared_base_agent
+
+    class Counting(TinyAgent):
+        def extend(self, *args, **kwargs):
+            calls_made.append(1)
+            return super().extend(*args, **kwargs)
+
+    counting = Counting(model.config)
+    counting.load_state_dict(model.state_dict())
+    for seed in range(4):
+        calls_made.clear()
+        got = write_calls(counting.eval(), counting.new_cache(6), feed, [True] * 6, tok.eoc_id, grammar=grammar,
+                          generator=torch.Generator().manual_seed(seed), start_states=starts)
+        want, want_logp = _write_each_token_with_the_model(model, model.new_cache(6), feed, tok.eoc_id, grammar,
+                                                           starts, torch.Generator().manual_seed(seed))
+        assert got.tokens == want
+        assert max(abs(a - b) for r, s in zip(got.logp, want_logp) for a, b in zip(r, s)) < 1e-5
+        assert got.tokens[5] == tok.encode("submit") + [tok.eoc_id] and got.logp[5] == [0.0, 0.0]
+        for b in range(6):  # every token is fed once or reported unfed, in order
+            seq = feed[b] + got.tokens[b][:-1]
+            assert len(got.fed_values[b]) + len(got.unfed[b]) == len(seq)
+            assert got.unfed[b] == seq[len(seq) - len(got.unfed[b]):]
+            assert grammar.forced(got.states[b][-1]) == tok.eoc_id and got.logp[b][-1] == 0.0  # <eoc> is forced
+        longest = max(range(6), key=lambda b: len(got.tokens[b]))
+        assert got.unfed[longest] == got.tokens[longest][-2:-1]  # the last step (all forced) fed nothing
+        assert len(calls_made) < max(len(t) for t in want)  # the last step (<eoc> everywhere) made no call
+
+
+def test_grammar_episodes_keep_logp_states_and_every_fed_value_of_the_full_forward(tok, shared_base_agent):
+    """With forced tokens skipped and fed later (with the next tool output, or for a finished episode's
+    last call before its row starts over), the stored sample_logp (0 for forced tokens), grammar states
+    and critic values equal what one full forward over the episodes gives; in lockstep and across
+    batches (fresh=False, where an env records episode after episode on one cache row)."""
+    from agents.bugfix.evaluation import task_vec_env
+
+    grammar = CallGrammar(tok, bugfix_gym.CALLS)
+    lockstep = _sample(shared_base_agent, tok, TRAIN[:8] * 2, seed=4, grammar=grammar)
+    venv = task_vec_env(3)
+    venv.seed(0)
+    sampler = EpisodeSampler(venv, tok, grammar=grammar, call_mask_key="useful_calls")
+    across = sampler.collect(shared_base_agent, 5, fresh=False, generator=torch.Generator().manual_seed(1))
+    across += sampler.collect(shared_base_agent, 5, fresh=False, generator=torch.Generator().manual_seed(2))
+    for trajs in (lockstep, across):
+        batch = collate(trajs, tok.pad_id)
+        mask = batch["policy_mask"]
+        with torch.no_grad():
+            logp, values, _ = score_tokens(shared_base_agent, batch["ids"], mask, grammar=grammar,
+                                           grammar_state=batch["grammar_state"])
+            _, all_values, _ = score_tokens(shared_base_agent, batch["ids"])
+        forced = torch.tensor([[grammar.forced(int(s)) is not None for s in row] for row in batch["grammar_state"]])
+        forced &= mask > 0
+        assert forced.sum() >= len(trajs)  # every call ends with a forced <eoc>
+        assert (batch["sample_logp"][forced] == 0).all() and (logp[forced] == 0).all()
+        assert ((logp - batch["sample_logp"]) * mask).abs().max() < 1e-5
+        last_call = mask.shape[1] - 1 - torch.argmax(mask.flip(1), dim=1)  # [B]
+        fed = (torch.arange(mask.shape[1])[None] <= last_call[:, None]).float()
+        assert ((all_values - batch["values"]) * fed).abs().max() < 1e-5

@@ -30,7 +30,10 @@ class WrittenCalls:
 
     @classmethod
     def empty(cls, n_rows: int) -> "WrittenCalls":
-        return cls(*([[] for _ in range(n_rows)] for _ in range(5)))
+        def rows() -> list:
+            return [[] for _ in range(n_rows)]
+
+        return cls(rows(), rows(), rows(), rows(), rows())
 
     def add(self, row: int, token: int, logp: float, state: int) -> None:
         """Row ``row`` wrote ``token`` (log-prob ``logp``) in grammar state ``state``."""
@@ -73,10 +76,7 @@ def write_calls(model: TinyAgent, cache: KVCache, feed: list[list[int]], writing
     """
     B = len(feed)
     out = WrittenCalls.empty(B)
-    if grammar is None:
-        state = [NO_STATE] * B
-    else:
-        state = list(start_states) if start_states is not None else [grammar.start] * B
+    state = [NO_STATE] * B if grammar is None else list(start_states or [grammar.start] * B)
     active = [b for b in range(B) if writing[b] and feed[b]]
     pending = [list(f) for f in feed]
     while active:
@@ -99,11 +99,18 @@ def write_calls(model: TinyAgent, cache: KVCache, feed: list[list[int]], writing
             if t != eoc_id and len(out.tokens[b]) < max_call_tokens:
                 pending[b].append(t)
                 active.append(b)
-    if any(pending) and not any(out.fed_values):  # no row chose anything: feed what was given, once
-        _feed(model, cache, [p if not writing[b] else [] for b, p in enumerate(pending)], out)
-        pending = [p if writing[b] else [] for b, p in enumerate(pending)]
-    out.unfed = pending
+    out.unfed = _feed_the_idle(model, cache, pending, writing, out)
     return out
+
+
+def _feed_the_idle(model: TinyAgent, cache: KVCache, pending: list[list[int]], writing: Sequence[bool],
+                   out: WrittenCalls) -> list[list[int]]:
+    """When no model call was made (no row chose a token), feed the rows that do not write their
+    ``feed`` all the same; return what is left unfed per row."""
+    if any(pending) and not any(out.fed_values):
+        _feed(model, cache, [[] if writing[b] else p for b, p in enumerate(pending)], out)
+        return [p if writing[b] else [] for b, p in enumerate(pending)]
+    return pending
 
 
 def _feed(model: TinyAgent, cache: KVCache, pending: list[list[int]], out: WrittenCalls) -> torch.Tensor:
