@@ -29,7 +29,7 @@ def test_sampling_runs_every_path_more_than_once(argv, shared_base_agent, capsys
     """Each repeat samples again with the same samplers: the no-cache model's second batch reuses
     its sampler (once an AttributeError on the prefix cache)."""
     out = _load("sampling").main(argv)
-    expected = {"sampling_over_forward", "cache_speedup"}
+    expected = {"sampling_over_forward", "grammar_over_forward", "cache_speedup"}
     if "--foresight" in argv:
         expected.add("foresight_over_grammar")
     assert set(out) == expected and all(math.isfinite(v) and v > 0 for v in out.values())
