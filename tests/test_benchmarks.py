@@ -44,3 +44,20 @@ def test_env_throughput_runs():
 def test_sandbox_overhead_runs():
     out = _load("sandbox_overhead").main(["--rounds", "1"])
     assert out and all(math.isfinite(v) and v > 0 for v in out.values())
+
+
+def test_algorithm_table_statistics_by_hand():
+    """The table's interval, its first-crossing step count and its rows, on records worked by hand."""
+    table = _load("algorithms")
+    mean, half = table.interval95([0.5, 0.7, 0.9])  # sd 0.2, t(2) = 4.303
+    assert mean == pytest.approx(0.7) and half == pytest.approx(4.303 * 0.2 / math.sqrt(3))
+    assert math.isnan(table.interval95([0.4])[1])
+    curve = [dict(num_timesteps=100, pass_rate=0.5), dict(num_timesteps=200, pass_rate=0.8),
+             dict(num_timesteps=300, pass_rate=0.9)]
+    assert table.steps_to(curve) == 200 and table.steps_to(curve, 0.95) is None
+    records = [dict(protocol="book", algo="ppo", seed=s, cells={"train": t, "held-out": h}, base={"train": 0.2},
+                    wall_s=10.0 * (s + 1), curve=curve, steps_to_target=200 if s else None)
+               for s, (t, h) in enumerate([(0.8, 0.6), (1.0, 0.8)])]
+    text = table.table_markdown(records, "book")
+    assert "| base agent | 2 | 0.200 ± 0.000 | - | - | - |" in text
+    assert "| `ppo` | 2 | 0.900 ± 1.271 | 0.700 ± 1.271 | 15 | 200 (1/2) |" in text

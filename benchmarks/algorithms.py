@@ -1,0 +1,273 @@
+"""The seeded algorithm table: every ``--algo`` name trained with the same env-step budget from the
+same base agent, on two protocols, each run a ``bugfix-gym train`` of its own.
+
+    python benchmarks/algorithms.py                          # the whole table (both protocols), 2 runs at a time
+    python benchmarks/algorithms.py --protocol book --seeds 5 --algos ppo,grpo,rloo
+    python benchmarks/algorithms.py --report                 # only re-read runs/algorithms/ and write the table
+
+Protocols:
+
+* **book**: ``--tasks book`` (the book's 20 train tasks, the book's base agent); reported: train and
+  held-out pass rates after training.
+* **generalisation**: ``--tasks generated --foresight none --call-mask call_mask``: generated train
+  templates, decoding under the legal-call grammar only (no foresight, no useful-call mask);
+  reported: the unseen test templates (200 tasks, generator seed 0, one episode each, the run's own
+  table) and the example task pack (``bugfix-gym eval --pack``).
+
+Each run's folder is ``runs/algorithms/<protocol>/<algo>/seed-<S>``; a run whose ``results.json``
+exists is not run again, so an interrupted table resumes where it stopped. The table
+(``runs/algorithms/table.md``, also printed) gives per cell the mean over seeds and a 95% Student-t
+interval, the wall time per run, and the env steps at which the rollouts' train pass rate first
+reached 0.8 (mean over the seeds that reached it, and how many did); ``learning_curves.png``
+plots the rollouts' pass rate against env steps, the mean over seeds with a band from the lowest
+to the highest seed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = Path("runs") / "algorithms"
+PACK = ROOT / "examples" / "task_pack_example.json"
+PROTOCOLS: dict[str, dict[str, Any]] = {
+    "book": dict(flags=["--tasks", "book"], timesteps=12_000, seeds=5,
+                 cells=(("train", "train"), ("held-out", "held-out"))),
+    "generalisation": dict(flags=["--tasks", "generated", "--foresight", "none", "--call-mask", "call_mask"],
+                           timesteps=40_000, seeds=3, cells=(("unseen", "unseen test tmpl"), ("pack", "pack"))),
+}
+#: two-sided 95% Student-t quantiles by degrees of freedom (1..10), then the normal's
+T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
+TARGET_PASS = 0.8
+
+
+def algorithm_names() -> tuple[str, ...]:
+    """The ``--algo`` names the CLI offers (the algorithm registry's)."""
+    from agents.algorithms.presets import ALGORITHMS
+
+    return ALGORITHMS.names()
+
+
+def interval95(values: Sequence[float]) -> tuple[float, float]:
+    """(mean, half-width of the 95% Student-t interval); the half-width is NaN for one value."""
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, float("nan")
+    t = T95[len(values) - 2] if len(values) - 1 <= len(T95) else 1.96
+    return mean, t * statistics.stdev(values) / math.sqrt(len(values))
+
+
+def steps_to(curve: list[dict[str, Any]], target: float = TARGET_PASS) -> int | None:
+    """The env steps at the first iteration whose rollouts passed ``target`` of their episodes, or None."""
+    for point in curve:
+        if point.get("pass_rate") is not None and point["pass_rate"] >= target:
+            return int(point["num_timesteps"])
+    return None
+
+
+# ---------------------------------------------------------------------- running
+def run_dir(protocol: str, algo: str, seed: int) -> Path:
+    return OUT / protocol / algo / f"seed-{seed}"
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "agents.cli", *args]
+
+
+def run_one(protocol: str, algo: str, seed: int, timesteps: int) -> dict[str, Any]:
+    """Train one cell's seed (unless its results exist), evaluate what the protocol asks, and return
+    its record (also written to ``record.json`` in the run's folder).
+
+    :raises RuntimeError: the training or an evaluation exited non-zero (its last output lines)
+    """
+    out = run_dir(protocol, algo, seed)
+    record_file = out / "record.json"
+    if record_file.exists():
+        return json.loads(record_file.read_text())
+    started = time.perf_counter()
+    if not (out / "results.json").exists():
+        _run(_cli("train", "--algo", algo, *PROTOCOLS[protocol]["flags"], "--timesteps", str(timesteps),
+                  "--seed", str(seed), "--out", str(out), "--no-progress"), out.with_suffix(".log"))
+    results = json.loads((out / "results.json").read_text())
+    wall = time.perf_counter() - started
+    cells = {name: results["after"][name]["pass_rate"] for name in results["after"]}
+    if protocol == "generalisation":
+        pack = _run(_cli("eval", str(out / "tokenppo.zip"), "--pack", str(PACK), "--episodes", "8", "--json",
+                         "--seed", str(seed)), out.with_suffix(".eval.log"))
+        cells["pack"] = json.loads(pack.strip().splitlines()[-1])["pass_rate"]
+    base = {name: values["pass_rate"] for name, values in (results.get("before") or {}).items()}
+    record = dict(protocol=protocol, algo=algo, seed=seed, timesteps=timesteps, cells=cells, base=base,
+                  wall_s=wall, train_s=results["train_s"], curve=results.get("curve", []),
+                  steps_to_target=steps_to(results.get("curve", [])))
+    record_file.write_text(json.dumps(record, indent=1))
+    return record
+
+
+def _run(cmd: list[str], log: Path) -> str:
+    """Run ``cmd`` with one torch thread, its output to ``log``; its stdout, or a RuntimeError with the log's tail."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    proc = subprocess.run(cmd, cwd=Path.cwd(), env=env, capture_output=True, text=True)
+    log.write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        tail = " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-3:])
+        raise RuntimeError(f"{' '.join(cmd[2:])} exited {proc.returncode}: {tail}")
+    return proc.stdout
+
+
+def run_table(jobs: list[tuple[str, str, int, int]], workers: int) -> list[dict[str, Any]]:
+    """Run the (protocol, algo, seed, timesteps) jobs, ``workers`` at a time; each finished run printed."""
+    records: list[dict[str, Any]] = []
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        futures = {pool.submit(run_one, *job): job for job in jobs}
+        for future in concurrent.futures.as_completed(futures):
+            protocol, algo, seed, _ = futures[future]
+            try:
+                record = future.result()
+            except RuntimeError as e:
+                print(f"  FAILED {protocol} {algo} seed {seed}: {e}", flush=True)
+                continue
+            records.append(record)
+            cells = "  ".join(f"{k} {v:.3f}" for k, v in record["cells"].items())
+            print(f"  {protocol:<14} {algo:<22} seed {seed}: {cells}  ({record['wall_s']:.0f} s)", flush=True)
+    return records
+
+
+# ---------------------------------------------------------------------- the report
+def read_records() -> list[dict[str, Any]]:
+    """Every finished run's record under ``runs/algorithms/``."""
+    return [json.loads(path.read_text()) for path in sorted(OUT.glob("*/*/seed-*/record.json"))]
+
+
+def table_markdown(records: list[dict[str, Any]], protocol: str) -> str:
+    """One protocol's table: a row per algorithm, mean +- 95% interval per cell, wall time, steps to 0.8."""
+    mine = [r for r in records if r["protocol"] == protocol]
+    if not mine:
+        return f"(no finished {protocol} runs)"
+    cells = PROTOCOLS[protocol]["cells"]
+    head = ["algo", "seeds", *[label for _, label in cells], "wall s / run", f"env steps to {TARGET_PASS} train pass"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    base = _base_row(mine, cells)
+    if base:
+        lines.append(base)
+    for algo in sorted({r["algo"] for r in mine}, key=lambda a: _order(a)):
+        runs = [r for r in mine if r["algo"] == algo]
+        row = [f"`{algo}`", str(len(runs))]
+        for key, _ in cells:
+            row.append(_mean_ci([r["cells"][key] for r in runs if key in r["cells"]]))
+        row.append(f"{statistics.fmean(r['wall_s'] for r in runs):.0f}")
+        reached = [r["steps_to_target"] for r in runs if r["steps_to_target"] is not None]
+        row.append(f"{statistics.fmean(reached):,.0f} ({len(reached)}/{len(runs)})" if reached
+                   else f"never (0/{len(runs)})")
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def _base_row(records: list[dict[str, Any]], cells: Sequence[tuple[str, str]]) -> str | None:
+    """The base agent's row: its pass rates before training (one per seed; the pack is not evaluated before)."""
+    by_seed = {r["seed"]: r["base"] for r in records if r.get("base")}
+    if not by_seed:
+        return None
+    row = ["base agent", str(len(by_seed))]
+    for key, _ in cells:
+        values = [base[key] for base in by_seed.values() if key in base]
+        row.append(_mean_ci(values) if values else "-")
+    return "| " + " | ".join(row + ["-", "-"]) + " |"
+
+
+def _mean_ci(values: list[float]) -> str:
+    if not values:
+        return "-"
+    mean, half = interval95(values)
+    return f"{mean:.3f}" if math.isnan(half) else f"{mean:.3f} ± {half:.3f}"
+
+
+def _order(algo: str) -> tuple[int, str]:
+    names = algorithm_names()
+    return (names.index(algo), algo) if algo in names else (len(names), algo)
+
+
+def plot_curves(records: list[dict[str, Any]], path: Path) -> None:
+    """The rollouts' pass rate against env steps per algorithm: the mean over seeds, a min-max band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    protocols = [p for p in PROTOCOLS if any(r["protocol"] == p for r in records)]
+    fig, axes = plt.subplots(1, max(len(protocols), 1), figsize=(6.5 * max(len(protocols), 1), 4.2), squeeze=False)
+    for ax, protocol in zip(axes[0], protocols):
+        mine = [r for r in records if r["protocol"] == protocol and r["curve"]]
+        for algo in sorted({r["algo"] for r in mine}, key=_order):
+            curves = [r["curve"] for r in mine if r["algo"] == algo]
+            grid = np.linspace(0, min(c[-1]["num_timesteps"] for c in curves), 40)
+            ys = np.array([np.interp(grid, [p["num_timesteps"] for p in c], [p["pass_rate"] or 0.0 for p in c])
+                           for c in curves])
+            (line,) = ax.plot(grid, ys.mean(0), label=f"{algo} ({len(curves)})", lw=1.4)
+            ax.fill_between(grid, ys.min(0), ys.max(0), color=line.get_color(), alpha=0.12)
+        ax.set_title(f"{protocol}: rollouts' train pass rate (mean, min-max over seeds)", fontsize=9)
+        ax.set_xlabel("env steps")
+        ax.set_ylabel("train pass rate")
+        ax.set_ylim(0, 1.02)
+        ax.legend(fontsize=7, ncol=2, loc="lower right")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def report(records: list[dict[str, Any]]) -> str:
+    """The table of every protocol as markdown (also written with the PNG under ``runs/algorithms/``)."""
+    text = "\n\n".join(f"### {protocol} ({PROTOCOLS[protocol]['seeds']} seeds asked)\n\n"
+                       f"{table_markdown(records, protocol)}" for protocol in PROTOCOLS)
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "table.md").write_text(text + "\n")
+    if records:
+        plot_curves(records, OUT / "learning_curves.png")
+    return text
+
+
+def _names(text: str, allowed: Sequence[str], what: str) -> list[str]:
+    names = [n for n in text.split(",") if n]
+    unknown = [n for n in names if n not in allowed]
+    if unknown:
+        raise SystemExit(f"algorithms.py: unknown {what} {unknown[0]!r}; choose from {', '.join(allowed)}")
+    return names
+
+
+def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--protocol", default="book,generalisation", help="comma-separated: book, generalisation")
+    p.add_argument("--algos", default=None, help="comma-separated --algo names (default: all)")
+    p.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 per cell (default: 5 book, 3 generalisation)")
+    p.add_argument("--timesteps", type=int, default=None, help="env steps per run (default: 12000 book, 40000 gen.)")
+    p.add_argument("--jobs", type=int, default=2, help="runs at a time (default 2, one per core)")
+    p.add_argument("--report", action="store_true", help="only read the finished runs and write the table")
+    args = p.parse_args(argv)
+    protocols = _names(args.protocol, tuple(PROTOCOLS), "protocol")
+    algos = _names(args.algos, algorithm_names(), "algorithm") if args.algos else list(algorithm_names())
+    if not args.report:
+        jobs = [(protocol, algo, seed, args.timesteps or PROTOCOLS[protocol]["timesteps"])
+                for protocol in protocols
+                for seed in range(args.seeds or PROTOCOLS[protocol]["seeds"]) for algo in algos]
+        started = time.perf_counter()
+        run_table(jobs, max(1, args.jobs))
+        print(f"{len(jobs)} runs in {time.perf_counter() - started:.0f} s", flush=True)
+    records = [r for r in read_records() if r["protocol"] in protocols and r["algo"] in algos]
+    print(report(records))
+    return records
+
+
+if __name__ == "__main__":
+    main()
