@@ -5,7 +5,7 @@ code examples of docs/algorithms.md."""
 from __future__ import annotations
 
 import math
-import re  # noqa: F401  (the docs tests)
+import re
 from pathlib import Path
 
 import gymnasium as gym
@@ -18,7 +18,7 @@ from agents.algorithms.buffers import TokenRolloutBuffer
 from agents.algorithms.group_advantages import group_normalised, turn_index
 from agents.algorithms.losses import PolicyLossConfig, get_policy_loss_fn
 from agents.algorithms.ppo import TokenPPO
-from agents.algorithms.presets import (ALGORITHM_NAMES, ALGORITHMS, describe, get_preset, load_algorithm,  # noqa: F401
+from agents.algorithms.presets import (ALGORITHM_NAMES, ALGORITHMS, describe, get_preset, load_algorithm,
                                        make_algorithm)
 from agents.algorithms.reinforce import Reinforce
 from agents.algorithms.trl_options import from_trl
@@ -317,3 +317,47 @@ def test_trl_s_dapo_config_builds_the_dapo_preset_s_loss():
     model = _look("grpo", **settings)
     dapo = get_preset("dapo").settings
     assert (model.loss_mode, model.clip_range_high, model.kl_coef) == (dapo["loss_mode"], dapo["clip_range_high"], 0.0)
+
+
+# ---------------------------------------------------------------- docs/algorithms.md
+
+def _snippets() -> dict[str, str]:
+    """The ```python blocks of the docs' examples, by the preset name in their heading."""
+    text = DOCS.read_text()
+    part = text.split("## Examples", 1)[1].split("\n## ", 1)[0]
+    return {m.group(1): m.group(2) for m in re.finditer(r"### `(\w+)`\n+```python\n(.*?)```", part, re.S)}
+
+
+def test_the_docs_have_one_example_per_algorithm_and_each_builds_it(monkeypatch):
+    """Each snippet's construction runs (``learn`` is replaced by a no-op: the runs live in examples/)."""
+    snippets = _snippets()
+    assert set(snippets) == set(ALGORITHM_NAMES)
+    look = gym.make("LookThenAnswer-v0")
+    tok = bugfix_gym.Tokenizer(look.unwrapped.words)
+    tiny = dict(tokenizer=tok, model_config=dict(vocab_size=tok.vocab_size, d_model=16, n_layer=1, n_head=2,
+                                                 d_ff=32, max_len=64))
+    import agents.algorithms.presets as presets
+    real = presets.make_algorithm
+
+    def small(name, policy="TinyAgentPolicy", env=None, **overrides):  # the tiny model on LookThenAnswer
+        return real(name, policy, look, **dict(overrides, base_agent=None, policy_kwargs=tiny))
+
+    monkeypatch.setattr(presets, "make_algorithm", small)
+    monkeypatch.setattr(TokenPPO, "learn", lambda self, *a, **k: self)
+    monkeypatch.setattr(Reinforce, "learn", lambda self, *a, **k: self)
+    for name, code in snippets.items():
+        scope: dict = {}
+        exec(code, scope)
+        assert scope["model"].preset == name, name
+
+
+def test_the_docs_presets_table_lists_every_preset_s_settings():
+    text = DOCS.read_text()
+    for name in ALGORITHM_NAMES:
+        row = next((line for line in text.splitlines() if line.startswith(f"| `{name}` |")), None)
+        assert row is not None, name
+        assert get_preset(name).cls.__name__ in row
+        for key, value in get_preset(name).settings.items():
+            assert f"{key}={value!r}" in row, (name, key)
+    assert describe("ppo") == ""
+    assert "## The table\n\n(filled by benchmarks/algorithms.py; see below)" in text

@@ -123,3 +123,19 @@ def test_an_old_run_without_algo_builds_token_ppo():
 
     assert _name(object.__new__(TokenPPO), {}) == "TokenPPO"
     assert _name(object.__new__(Reinforce), {"algo": "rebn"}) == "Reinforce (rebn)"
+
+
+def test_the_example_trains_a_preset_and_prints_before_and_after(tmp_path, monkeypatch, capsys):
+    import sys
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "examples"))
+    monkeypatch.chdir(tmp_path)
+    import algorithms as example
+
+    result = example.main(["--quick", "--algo", "rloo"])
+    printed = capsys.readouterr().out
+    assert "rloo (TokenPPO): 2 iterations of 16 episodes" in printed and "before" in printed
+    assert set(result) == {"before", "after"} and all(0 <= v <= 1 for r in result.values() for v in r.values())
+    assert load_algorithm(tmp_path / "runs/examples/algorithms-rloo.zip").preset == "rloo"
+    sys.modules.pop("algorithms", None)

@@ -50,8 +50,8 @@ def _critic_free(name: str, summary: str, **settings: Any) -> Preset:
 
 
 ALGORITHMS: dict[str, Preset] = {p.name: p for p in (
-    Preset("ppo", TokenPPO, {}, "token-level PPO with a critic, GAE, whitening, dual clip (today's TokenPPO)"),
-    Preset("reinforce", Reinforce, {}, "REINFORCE with an EMA baseline (today's Reinforce)"),
+    Preset("ppo", TokenPPO, {}, "token-level PPO with a critic, GAE, whitening and the dual clip: TokenPPO's own defaults"),
+    Preset("reinforce", Reinforce, {}, "REINFORCE with an EMA baseline: Reinforce's own defaults"),
     _critic_free("grpo", "group-normalised advantage (R - mean) / std, k3 KL to the base agent in the loss, "
                  "per-sequence token mean (TRL's loss_type='grpo')",
                  adv_estimator="grpo", scale_rewards="group", kl_coef=0.04, kl_estimator="k3",
