@@ -287,13 +287,14 @@ def test_every_name_of_the_issue_is_a_preset():
 
 def test_trl_options_map_to_our_settings_with_trl_s_semantics():
     assert from_trl(loss_type="grpo") == dict(loss_mode="seq_mean_token_mean")
-    assert from_trl(loss_type="bnpo") == from_trl(loss_type="dapo") == dict(loss_mode="token_mean")
+    assert from_trl(loss_type="bnpo") == dict(loss_mode="token_mean")  # each minibatch's own token count
+    assert from_trl(loss_type="dapo") == dict(loss_mode="token_mean", n_minibatches=1)  # the whole batch's
     assert from_trl(loss_type="dr_grpo", max_completion_length=48) == dict(loss_mode="seq_mean_token_sum_norm",
                                                                            loss_norm_const=48.0)
     assert from_trl(epsilon=0.2, epsilon_high=0.28) == dict(clip_range=0.2, clip_range_high=0.28)
     # CISPO: epsilon_high is an ABSOLUTE cap on the weight; without it TRL falls back to epsilon
     assert from_trl(loss_type="cispo", epsilon=0.2, epsilon_high=5.0) == dict(
-        loss_mode="token_mean", policy_loss="cispo", max_is_weight=5.0)
+        loss_mode="token_mean", n_minibatches=1, policy_loss="cispo", max_is_weight=5.0)
     assert from_trl(loss_type="cispo", epsilon=0.2)["max_is_weight"] == 0.2
     assert from_trl(importance_sampling_level="sequence") == dict(policy_loss="gspo")
     assert from_trl(importance_sampling_level="token", policy_loss="gspo") == dict(policy_loss="ppo_clip")
@@ -316,7 +317,8 @@ def test_trl_s_dapo_config_builds_the_dapo_preset_s_loss():
     settings = from_trl(loss_type="dapo", epsilon=0.2, epsilon_high=0.28, beta=0.0)
     model = _look("grpo", **settings)
     dapo = get_preset("dapo").settings
-    assert (model.loss_mode, model.clip_range_high, model.kl_coef) == (dapo["loss_mode"], dapo["clip_range_high"], 0.0)
+    assert (model.loss_mode, model.clip_range_high, model.kl_coef, model.n_minibatches) == \
+        (dapo["loss_mode"], dapo["clip_range_high"], 0.0, dapo["n_minibatches"])
 
 
 # ---------------------------------------------------------------- docs/algorithms.md

@@ -50,7 +50,8 @@ def _critic_free(name: str, summary: str, **settings: Any) -> Preset:
 
 
 ALGORITHMS: dict[str, Preset] = {p.name: p for p in (
-    Preset("ppo", TokenPPO, {}, "token-level PPO with a critic, GAE, whitening and the dual clip: TokenPPO's own defaults"),
+    Preset("ppo", TokenPPO, {},
+           "token-level PPO with a critic, GAE, whitening and the dual clip: TokenPPO's own defaults"),
     Preset("reinforce", Reinforce, {}, "REINFORCE with an EMA baseline: Reinforce's own defaults"),
     _critic_free("grpo", "group-normalised advantage (R - mean) / std, k3 KL to the base agent in the loss, "
                  "per-sequence token mean (TRL's loss_type='grpo')",
@@ -58,9 +59,9 @@ ALGORITHMS: dict[str, Preset] = {p.name: p for p in (
                  loss_mode="seq_mean_token_mean"),
     _critic_free("dr_grpo", "R - mean, no std; constant normaliser G * L_max (B * L_max per minibatch)",
                  adv_estimator="dr_grpo", loss_mode="seq_mean_token_sum_norm"),
-    _critic_free("dapo", "clip-higher 0.2 / 0.28, token mean over the minibatch, dynamic sampling (drop "
-                 "zero-variance groups and play more)",
-                 adv_estimator="grpo", clip_range=0.2, clip_range_high=0.28, loss_mode="token_mean",
+    _critic_free("dapo", "clip-higher 0.2 / 0.28, token mean over the whole batch (one minibatch), dynamic "
+                 "sampling (drop zero-variance groups and play more)",
+                 adv_estimator="grpo", clip_range=0.2, clip_range_high=0.28, loss_mode="token_mean", n_minibatches=1,
                  drop_zero_variance_groups=True),
     _critic_free("rloo", "leave-one-out baseline R_i - mean of the other G - 1", adv_estimator="rloo",
                  loss_mode="token_mean"),
@@ -72,8 +73,8 @@ ALGORITHMS: dict[str, Preset] = {p.name: p for p in (
                  adv_estimator="grpo", policy_loss="gspo", clip_range=3e-4, clip_range_high=4e-4,
                  loss_mode="seq_mean_token_mean"),
     _critic_free("cispo", "CISPO: REINFORCE weighted by a stop-gradient IS weight capped at 5 (absolute), so "
-                 "every token keeps a gradient", adv_estimator="grpo", policy_loss="cispo", max_is_weight=5.0,
-                 loss_mode="token_mean"),
+                 "every token keeps a gradient; token mean over the whole batch", adv_estimator="grpo",
+                 policy_loss="cispo", max_is_weight=5.0, loss_mode="token_mean", n_minibatches=1),
     _critic_free("gmpo", "GMPO: geometric mean of the token ratios, clipped token-wise in log space at +-0.4",
                  adv_estimator="grpo", policy_loss="gmpo", clip_range=0.4, loss_mode="seq_mean_token_mean"),
     Preset("rebn", Reinforce, dict(adv_estimator="rebn", baseline="none"),

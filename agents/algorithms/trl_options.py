@@ -3,11 +3,11 @@
 Read off TRL's ``grpo_trainer.py`` (``_compute_loss``) and ``grpo_config.py``:
 
 * ``loss_type``: how per-token losses become one number. ``grpo``: mean within a sequence, then
-  over sequences (``seq_mean_token_mean``); ``bnpo``: mean over the tokens of the local batch and
-  ``dapo``: over the tokens of the accumulated batch of one optimizer step (both ``token_mean``:
-  here one minibatch is one optimizer step); ``dr_grpo``: sum over ``B * max_completion_length``
-  (``seq_mean_token_sum_norm`` with ``loss_norm_const = max_completion_length``); ``cispo``: the
-  ``cispo`` policy loss, aggregated as ``dapo``.
+  over sequences (``seq_mean_token_mean``); ``bnpo``: mean over the tokens of the local (mini)batch
+  (``token_mean``); ``dapo``: every minibatch's sum over the token count of the whole generated batch
+  (``token_mean`` with ``n_minibatches=1``, where the minibatch is the whole batch); ``dr_grpo``: sum
+  over ``B * max_completion_length`` (``seq_mean_token_sum_norm`` with ``loss_norm_const =
+  max_completion_length``); ``cispo``: the ``cispo`` policy loss, aggregated as ``dapo``.
 * ``epsilon`` / ``epsilon_high``: the ratio clip ``[1 - epsilon, 1 + epsilon_high]`` (``clip_range``,
   ``clip_range_high``; ``epsilon_high`` None = ``epsilon``). Under ``loss_type='cispo'`` TRL reads
   ``epsilon_high`` alone, as an ABSOLUTE cap on the weight (``max_is_weight``; None falls back to
@@ -64,6 +64,8 @@ def from_trl(loss_type: Optional[str] = None, scale_rewards: Any = None,
     if loss_type is not None:
         check_choice("loss_type", loss_type, LOSS_TYPES)
         out["loss_mode"] = _AGGREGATION[loss_type]
+        if loss_type in ("dapo", "cispo"):  # the whole batch's token count: the batch is one minibatch
+            out["n_minibatches"] = 1
     if loss_type == "cispo":
         out["policy_loss"] = "cispo"
         cap = epsilon_high if epsilon_high is not None else epsilon
