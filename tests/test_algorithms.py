@@ -363,3 +363,20 @@ def test_the_docs_presets_table_lists_every_preset_s_settings():
             assert f"{key}={value!r}" in row, (name, key)
     assert describe("ppo") == ""
     assert "## The table\n\n(filled by benchmarks/algorithms.py; see below)" in text
+
+
+def test_reinforce_reads_gigpo_s_anchor_states_too():
+    """Reinforce builds the anchor-state keys for GiGPO as TokenPPO's buffer does: on the first call's
+    tokens (the shared prompt) GiGPO is (1 + omega) x GRPO."""
+    model = _look("reinforce", adv_estimator="gigpo", step_advantage_weight=0.5, group_size=4)
+    trajs = _episodes(model)
+    model.rollout_buffer.reset()
+    model.rollout_buffer.add(trajs)
+    batch = dict(model.rollout_buffer.data)
+    gigpo = model._advantages(model.rollout_buffer, batch, 0.0)
+    model.adv_estimator = "grpo"
+    grpo = model._advantages(model.rollout_buffer, batch, 0.0)
+    mask = batch["policy_mask"]
+    first = (turn_index(mask) == 0) & (mask > 0)
+    torch.testing.assert_close(gigpo[first], 1.5 * grpo[first])
+    assert bool((grpo[first] != 0).any())
