@@ -53,6 +53,7 @@ def test_every_algorithm_trains_on_the_book_tasks_and_evaluates(name, tmp_path, 
     _check_run(out, name, capsys)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["grpo", "reinforce", "gigpo"])
 def test_algorithms_train_with_a_timestep_budget_on_the_generated_tasks(name, tmp_path, small_eval, monkeypatch,
                                                                         capsys):
