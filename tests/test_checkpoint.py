@@ -239,7 +239,7 @@ def test_a_loaded_model_writes_the_same_data_as_the_file_it_came_from(cls, tmp_p
     the characters of a space are now written sorted). The saved arguments are the old ones in today's
     names: TokenPPO's tool-output loss and edit practice settings became two auxiliary-loss specs, and the
     settings added since (the registered policy loss and advantage estimator, the groups and dynamic
-    sampling) are saved at their defaults."""
+    sampling, the GRPO family's settings, the preset's name) are saved at their defaults."""
     path = FIXTURES / f"{cls.__name__.lower()}_main_4e10e0a.zip"
     cls.load(path).save(tmp_path / "again.zip")
     old, new = checkpoint.read(path), checkpoint.read(tmp_path / "again.zip")
@@ -250,7 +250,10 @@ def test_a_loaded_model_writes_the_same_data_as_the_file_it_came_from(cls, tmp_p
     legacy = ("tool_coef", "tool_calls", "practice", "practice_tasks")
     added = {"policy_loss": "ppo_clip", "adv_estimator": "gae"} if cls is TokenPPO else \
         {"policy_loss": "reinforce", "adv_estimator": "return_minus_baseline"}
-    added.update(group_size=1, drop_zero_variance_groups=False, max_resample_rounds=4)
+    added.update(group_size=1, drop_zero_variance_groups=False, max_resample_rounds=4, scale_rewards="group",
+                 turn_gamma=1.0, step_advantage_weight=1.0, mask_truncated_completions=False, preset=None)
+    if cls is TokenPPO:
+        added["max_is_weight"] = 5.0
     assert {k: v for k, v in new_args.items() if k not in added and k != "aux_losses"} == \
         {k: v for k, v in old_args.items() if k not in legacy}
     assert {k: new_args[k] for k in added} == added

@@ -512,7 +512,7 @@ def test_the_ppo_flags_come_from_the_settings_definitions():
     fields = {f.name: f for f in dataclasses.fields(PPOConfig)}
     flags = [f for f in train_flags() if f.part == "ppo"]
     assert [f.name for f in flags] == ["n_episodes", "n_epochs", "n_minibatches", "learning_rate", "gae_lambda",
-                                       "ent_coef", "target_kl", "target_kl_mode"]
+                                       "ent_coef", "target_kl", "target_kl_mode", "group_size"]
     for flag in flags:
         meta = fields[flag.name].metadata
         assert flag.help == meta["help"] or flag.name == "target_kl", flag.name

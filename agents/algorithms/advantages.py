@@ -240,6 +240,9 @@ AdvantageEstimator = Callable[[AdvantageBatch, AdvantageConfig], tuple[torch.Ten
 ADVANTAGE_ESTIMATORS: Registry[AdvantageEstimator] = Registry("advantage estimator")
 register_adv_est = ADVANTAGE_ESTIMATORS.register
 get_adv_estimator_fn = ADVANTAGE_ESTIMATORS.get
+#: the estimators that read :attr:`AdvantageBatch.state_keys` (a buffer builds the keys only for these;
+#: a new estimator that reads them adds its name here)
+NEEDS_STATE_KEYS: set[str] = {"gigpo"}
 
 
 @register_adv_est("gae")

@@ -26,8 +26,9 @@ from stable_baselines3.common.buffers import BaseBuffer
 from stable_baselines3.common.utils import get_device
 from stable_baselines3.common.vec_env import VecNormalize
 
-from agents.algorithms.advantages import (ADVANTAGE_ESTIMATORS, AdvantageBatch, AdvantageConfig, explained_variance,
-                                          get_adv_estimator_fn, reward_to_go, whiten)
+from agents.algorithms.advantages import (ADVANTAGE_ESTIMATORS, NEEDS_STATE_KEYS, AdvantageBatch, AdvantageConfig,
+                                          explained_variance, get_adv_estimator_fn, reward_to_go, whiten)
+from agents.algorithms.group_advantages import anchor_state_keys
 from agents.rollout.trajectory import Trajectory, collate, group_index
 
 
@@ -42,6 +43,7 @@ class TokenRolloutBufferSamples(NamedTuple):
     old_values: th.Tensor  # [b, T-1] V_old(ids[:t+1]), frozen
     advantages: th.Tensor  # [b, T-1] GAE advantages (whitened over the batch's policy tokens)
     returns: th.Tensor  # [b, T-1] value targets = raw advantages + old values
+    loss_mask: th.Tensor  # [b, T-1] the policy tokens the losses read (policy_mask less masked truncated episodes)
     ref_logp: th.Tensor | None  # [b, T-1] log pi_ref, when a KL penalty is used
     rewards: th.Tensor  # [b] episode returns
     indices: th.Tensor  # [b] positions of these trajectories in the buffer
@@ -62,6 +64,11 @@ class TokenRolloutBuffer(BaseBuffer):
     :param normalize_advantage: whiten advantages over all policy tokens of the batch
     :param adv_estimator: the advantage estimator, a name in
         :data:`agents.algorithms.advantages.ADVANTAGE_ESTIMATORS` (default ``"gae"``)
+    :param scale_rewards: the group estimators' std, ``group``, ``batch`` or ``none`` (TRL's names)
+    :param turn_gamma: discount per turn of the per-turn estimators (``rebn``, ``gigpo``)
+    :param step_advantage_weight: GiGPO's omega
+    :param mask_truncated_completions: episodes that ended truncated (``info["TimeLimit.truncated"]``)
+        leave the loss mask (:meth:`loss_mask`)
     """
 
     def __init__(
@@ -76,6 +83,10 @@ class TokenRolloutBuffer(BaseBuffer):
         pad_id: int = 0,
         normalize_advantage: bool = True,
         adv_estimator: str = "gae",
+        scale_rewards: str = "group",
+        turn_gamma: float = 1.0,
+        step_advantage_weight: float = 1.0,
+        mask_truncated_completions: bool = False,
     ):
         ADVANTAGE_ESTIMATORS.check(adv_estimator, "adv_estimator")
         # BaseBuffer.__init__ derives fixed array shapes from the spaces; a token trajectory has
@@ -90,6 +101,10 @@ class TokenRolloutBuffer(BaseBuffer):
         self.pad_id = pad_id
         self.normalize_advantage = normalize_advantage
         self.adv_estimator = adv_estimator
+        self.scale_rewards = scale_rewards
+        self.turn_gamma = turn_gamma
+        self.step_advantage_weight = step_advantage_weight
+        self.mask_truncated_completions = mask_truncated_completions
         self.reset()
 
     # ------------------------------------------------------------------ SB3 interface
@@ -100,6 +115,7 @@ class TokenRolloutBuffer(BaseBuffer):
         self.data: dict[str, th.Tensor] = {}
         self.lengths = th.zeros(0, dtype=th.long)
         self.groups = th.zeros(0, dtype=th.long)  # [N] each trajectory's group (episodes of one reset)
+        self.truncated = th.zeros(0, dtype=th.bool)  # [N] the episode ended truncated, not terminated
         self.old_logp: th.Tensor | None = None
         self.old_values: th.Tensor | None = None
         self.ref_logp: th.Tensor | None = None
@@ -118,6 +134,7 @@ class TokenRolloutBuffer(BaseBuffer):
         self.data = collate(self.trajectories, self.pad_id)  # ids [N, T], per-token fields [N, T-1]
         self.lengths = (self.data["owner"] > 0).sum(1)  # [N]
         self.groups = group_index(self.trajectories)  # [N]
+        self.truncated = th.tensor([bool(t.info.get("TimeLimit.truncated", False)) for t in self.trajectories])
         self.old_logp = self.old_values = self.ref_logp = None
         self.advantages = self.raw_advantages = self.returns = None
 
@@ -125,9 +142,22 @@ class TokenRolloutBuffer(BaseBuffer):
         return len(self.trajectories)
 
     @property
+    def advantage_config(self) -> AdvantageConfig:
+        """The settings the advantage estimator reads."""
+        return AdvantageConfig(gamma=self.gamma, gae_lambda=self.gae_lambda, scale_rewards=self.scale_rewards,
+                               turn_gamma=self.turn_gamma, step_advantage_weight=self.step_advantage_weight)
+
+    @property
     def policy_mask(self) -> th.Tensor:
         """[N, T-1] float, 1 on policy-token targets."""
         return self.data["policy_mask"]
+
+    def loss_mask(self) -> th.Tensor:
+        """[N, T-1] float: the policy tokens the losses read; with ``mask_truncated_completions`` the rows of
+        truncated episodes are 0 (TRL's rule: they get no policy loss and leave its normaliser)."""
+        if not self.mask_truncated_completions:
+            return self.policy_mask
+        return self.policy_mask * (~self.truncated).to(self.policy_mask.dtype)[:, None]
 
     @property
     def n_policy_tokens(self) -> int:
@@ -153,7 +183,9 @@ class TokenRolloutBuffer(BaseBuffer):
         :func:`agents.algorithms.advantages.gae_policy_tokens`: prompt and tool tokens are skipped,
         carrying the next value and running advantage across them) and value targets (advantages +
         old values), then whitening over all policy tokens of the batch. The estimator reads each
-        trajectory's group (:attr:`groups`, the episodes that shared one reset).
+        trajectory's group (:attr:`groups`, the episodes that shared one reset), :attr:`advantage_config`
+        and, for the estimators in :data:`~agents.algorithms.advantages.NEEDS_STATE_KEYS` (GiGPO), each
+        turn's anchor-state key (:func:`~agents.algorithms.group_advantages.anchor_state_keys`).
 
         Uses the frozen ``old_values`` (:meth:`set_old_policy`), else the sampler's values.
         ``last_values`` / ``dones`` are SB3's bootstrap arguments; episodes here are complete,
@@ -161,9 +193,10 @@ class TokenRolloutBuffer(BaseBuffer):
         """
         mask = self.policy_mask
         values = self.old_values if self.old_values is not None else self.data["values"]
-        batch = AdvantageBatch(self.data["token_rewards"], self.data["rewards"], mask, values, groups=self.groups)
-        estimate = get_adv_estimator_fn(self.adv_estimator)
-        adv, returns = estimate(batch, AdvantageConfig(gamma=self.gamma, gae_lambda=self.gae_lambda))
+        keys = anchor_state_keys(self.data["ids"], mask) if self.adv_estimator in NEEDS_STATE_KEYS else None
+        batch = AdvantageBatch(self.data["token_rewards"], self.data["rewards"], mask, values, groups=self.groups,
+                               state_keys=keys)
+        adv, returns = get_adv_estimator_fn(self.adv_estimator)(batch, self.advantage_config)
         if adv.dim() == 1:  # one advantage per episode -> [N, T-1]
             adv = adv[:, None] * mask
         if returns is None:  # an estimator without a critic: the critic learns advantage + value
@@ -236,6 +269,7 @@ class TokenRolloutBuffer(BaseBuffer):
             old_values=per_token(self.old_values),
             advantages=per_token(self.advantages),
             returns=per_token(self.returns),
+            loss_mask=per_token(self.loss_mask()),
             ref_logp=per_token(self.ref_logp),
             rewards=self.data["rewards"][idx].to(self.device),
             indices=idx,

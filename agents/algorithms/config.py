@@ -18,6 +18,7 @@ import numpy as np
 
 from agents.algorithms.advantages import ADVANTAGE_ESTIMATORS
 from agents.algorithms.auxiliary import check_aux_losses
+from agents.algorithms.group_advantages import SCALE_REWARDS
 from agents.algorithms.losses import KL_KINDS, LOSS_AGGREGATIONS, POLICY_LOSSES, check_dual_clip
 from agents.algorithms.registry import Registry, check_choice
 from agents.rollout.sampler import check_groups
@@ -181,6 +182,16 @@ class OnPolicyConfig(Config):
     max_resample_rounds: int = setting(4, "with drop_zero_variance_groups, the most extra plays of groups per "
                                        "batch; a batch still short then is trained as it is, with a warning",
                                        non_negative_int)
+    scale_rewards: str = setting("group", "the group estimators' std (TRL's name): 'group' (each group's), 'batch' "
+                                 "(the whole batch's) or 'none' (no division, Dr. GRPO's)", choices=SCALE_REWARDS)
+    turn_gamma: float = setting(1.0, "discount per turn (one model call) of the per-turn estimators (rebn, gigpo)",
+                                unit_interval)
+    step_advantage_weight: float = setting(1.0, "GiGPO's omega: the weight of its step-level advantage", non_negative)
+    mask_truncated_completions: bool = setting(False, "TRL's name: an episode that ended truncated (out of turns, "
+                                               "not terminated) gets no policy loss (its tokens leave the loss "
+                                               "mask; its return still counts in the advantages)")
+    preset: Optional[str] = setting(None, "the named algorithm these settings came from (a name in "
+                                    "agents.algorithms.presets.ALGORITHMS), or None; kept in saved files")
 
     def check_together(self) -> None:
         if self.loss_mode == "constant" and self.loss_norm_const is None:
@@ -224,6 +235,8 @@ class PPOConfig(OnPolicyConfig):
     critic_warmup_steps: int = setting(50, "Adam steps regressing the value head on Monte-Carlo returns of the first "
                                        "batch, before the first policy update (0 = off)", non_negative_int)
     critic_warmup_lr: float = setting(3e-3, "learning rate of that warm-up", positive)
+    max_is_weight: float = setting(5.0, "cispo's ABSOLUTE cap on the importance weight pi / pi_old (TRL's "
+                                   "epsilon_high under loss_type='cispo')", positive)
     aux_losses: Sequence[Any] = setting((), "auxiliary losses added to each minibatch's loss "
                                         "(agents.algorithms.auxiliary.AuxLoss objects or their specs)",
                                         check_aux_losses)

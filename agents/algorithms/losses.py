@@ -14,7 +14,8 @@ One function per idea (book ch. 6 and 8):
 * :func:`clipped_value_loss` is the PPO2-style clipped critic loss (book §8.4).
 * :data:`POLICY_LOSSES` names the policy losses the algorithms pick by ``policy_loss``
   (``ppo_clip``, ``reinforce``, and the GRPO family's ``gspo`` (a sequence-level ratio) and
-  ``cispo`` (a clipped stop-gradient weight)); :func:`register_policy_loss` adds one.
+  ``cispo`` (a clipped stop-gradient weight) and ``gmpo`` (a clipped geometric mean of the token
+  ratios)); :func:`register_policy_loss` adds one.
 * ``seq_mean_token_sum_norm`` (Dr. GRPO's constant normaliser) is one more aggregation mode.
 * :func:`kl_estimate` gives the k1 / k2 / k3 per-token KL estimators.
 * :func:`tool_output_mask` marks the tool-output tokens an auxiliary loss predicts.
@@ -349,6 +350,42 @@ def cispo_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: to
     loss = aggregate_loss(-weight * adv * logp, mask, config.mode, config.norm_const)
     capped = ratio > config.max_is_weight
     return loss, _clip_stats(ratio, log_ratio, capped, torch.zeros_like(capped), mask)
+
+
+@register_policy_loss("gmpo")
+def gmpo_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+                     config: PolicyLossConfig) -> tuple[torch.Tensor, dict[str, float]]:
+    """GMPO: the geometric mean of the token ratios, clipped token-wise in log space (Zhao et al. 2025,
+    arXiv 2507.20673). Per episode ``n`` with advantage ``A_n``, sign ``s = sgn(A_n)`` and token log-ratios
+    ``l_t = logp_t - old_logp_t`` over its ``L_n`` policy tokens::
+
+        J_n  = A_n * exp( (1 / L_n) sum_t s * min(s * l_t, s * clip(l_t, -clip_low, clip_high)) )
+        loss = aggregate(-J_n on every policy token of episode n)
+
+    The sign makes the clip pessimistic as PPO's: for ``A > 0`` a log-ratio above ``clip_high`` is
+    held there, for ``A < 0`` one below ``-clip_low``; a held token has no gradient, the others get
+    ``A_n * exp(mean) / L_n * grad log pi_t``. The paper's range is ``(e^-0.4, e^0.4)`` on the ratio:
+    ``clip_low = clip_high = 0.4`` here, in log space. With ``mode='seq_mean_token_mean'`` the loss is
+    the paper's mean of ``-J_n`` over episodes. ``A_n`` is the mean of the episode's advantages on its
+    policy tokens (exact for one advantage per episode, as every outcome estimator gives). The mean
+    log-ratio is clamped at 20 before ``exp`` (an overflow guard for ``A < 0``).
+
+    :return: ``(loss, stats)`` with :func:`clipped_policy_loss`'s keys; ``clip_frac`` is the share of
+        policy tokens whose log-ratio is held, the ratio range is per token, ``dual_clip_frac`` is 0.
+    """
+    adv = _per_token_advantages(advantages, logp)  # [B, 1] or [B, T]
+    m = mask.to(logp.dtype)
+    log_ratio = logp - old_logp.detach()  # [B, T]
+    on_policy_tokens = torch.where(m > 0, log_ratio, torch.zeros_like(log_ratio))  # padding cannot leak a NaN in
+    episode_adv = adv[:, 0] if adv.shape[1] == 1 else masked_mean(adv, m, dim=-1)  # [B] A_n
+    sign = torch.sign(episode_adv)[:, None]  # [B, 1]
+    held = on_policy_tokens.clamp(-config.clip_low, config.clip_high)  # [B, T] clip in log space
+    kept = sign * torch.minimum(sign * on_policy_tokens, sign * held)  # [B, T] the pessimistic one
+    mean_log = masked_mean(kept, m, dim=-1).clamp(max=20.0)  # [B] log of the clipped geometric mean
+    objective = episode_adv * torch.exp(mean_log)  # [B] J_n
+    loss = aggregate_loss((-objective)[:, None].expand_as(logp), m, config.mode, config.norm_const)
+    clipped = sign * held < sign * on_policy_tokens  # [B, T] the clip holds this token
+    return loss, _clip_stats(torch.exp(log_ratio), log_ratio, clipped, torch.zeros_like(clipped), m)
 
 
 def clipped_value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,

@@ -202,6 +202,8 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
             self._prepare_policy_kwargs(None)
         self.rollout_buffer_kwargs = dict(self.rollout_buffer_kwargs)
         self.rollout_buffer_kwargs.setdefault("pad_id", int(self.policy_kwargs["tokenizer"]["words"].index("<pad>")))
+        for name in ("scale_rewards", "turn_gamma", "step_advantage_weight", "mask_truncated_completions"):
+            self.rollout_buffer_kwargs.setdefault(name, getattr(self, name))
         super()._setup_model()
         # the sampler's own generator: seeded by `seed`, else drawn from torch's global RNG (no reseeding)
         seed = self.seed if self.seed is not None else int(th.randint(0, 2**62, (1,)))

@@ -228,15 +228,15 @@ class TokenPPO(TokenOnPolicyAlgorithm):
                         ) -> tuple[th.Tensor, dict[str, float]]:
         """PPO loss of one minibatch of whole trajectories: one pass scores all its policy tokens
         (and the positions the auxiliary losses predict), then each auxiliary loss is added."""
-        mask = sample.policy_mask  # [b, T-1]
+        mask = sample.loss_mask  # [b, T-1] policy tokens, less those of masked truncated episodes
         targets = [aux.target_mask(sample.ids, sample.owner) for aux in self.aux_losses]  # [b, T-1] or None each
-        scored = mask
+        scored = sample.policy_mask
         for target in targets:
             scored = scored if target is None else th.maximum(scored, target)
         logp, values, entropy = self._score(self.policy.model, sample._replace(policy_mask=scored))  # 3 x [b, T-1]
         mode, norm = self.loss_mode, self.loss_norm_const
         config = PolicyLossConfig(clip_low=clip_low, clip_high=clip_high, dual_clip=self.dual_clip, mode=mode,
-                                  norm_const=norm)
+                                  norm_const=norm, max_is_weight=self.max_is_weight)
         pg_loss, stats = get_policy_loss_fn(self.policy_loss)(logp, sample.old_logp, sample.advantages, mask, config)
         v_loss = clipped_value_loss(values, sample.old_values, sample.returns, mask, clip=self.clip_range_vf,
                                     mode=mode, norm_const=norm)

@@ -23,7 +23,10 @@ from typing import Any, ClassVar
 import torch as th
 from stable_baselines3.common.type_aliases import GymEnv
 
-from agents.algorithms.advantages import AdvantageBatch, AdvantageConfig, EMABaseline, get_adv_estimator_fn
+from agents.algorithms.advantages import (NEEDS_STATE_KEYS, AdvantageBatch, AdvantageConfig, EMABaseline,
+                                          get_adv_estimator_fn)
+from agents.algorithms.buffers import TokenRolloutBuffer
+from agents.algorithms.group_advantages import anchor_state_keys
 from agents.algorithms.config import ReinforceConfig
 from agents.algorithms.losses import PolicyLossConfig, get_policy_loss_fn
 from agents.model.tinyagent import TinyAgent, score_tokens
@@ -101,6 +104,18 @@ class Reinforce(TokenOnPolicyAlgorithm):
             self.ema = EMABaseline()
             self.ema.load_state_dict(state["ema"])
 
+    def _advantages(self, buffer: TokenRolloutBuffer, batch: dict[str, th.Tensor], baseline: float) -> th.Tensor:
+        """The advantages of ``adv_estimator`` (default: R - b, or G_t - b per token) over every policy token
+        of the batch, with its groups and, for GiGPO, its anchor-state keys."""
+        mask = batch["policy_mask"]
+        keys = anchor_state_keys(batch["ids"], mask) if self.adv_estimator in NEEDS_STATE_KEYS else None
+        config = AdvantageConfig(gamma=self.gamma, reward_to_go=self.use_reward_to_go, scale_rewards=self.scale_rewards,
+                                 turn_gamma=self.turn_gamma, step_advantage_weight=self.step_advantage_weight)
+        advantages, _ = get_adv_estimator_fn(self.adv_estimator)(
+            AdvantageBatch(batch["token_rewards"], batch["rewards"], mask, baseline=baseline,
+                           groups=buffer.groups.to(self.device), state_keys=keys), config)
+        return advantages
+
     def train(self) -> None:
         """One REINFORCE update on the batch in the rollout buffer (see the module docstring)."""
         buffer = self.rollout_buffer
@@ -119,10 +134,8 @@ class Reinforce(TokenOnPolicyAlgorithm):
             b = float(rewards.mean())
         else:
             b = 0.0
-        estimate = get_adv_estimator_fn(self.adv_estimator)  # default: R - b, or G_t - b per token
-        advantages, _ = estimate(AdvantageBatch(batch["token_rewards"], rewards, batch["policy_mask"], baseline=b,
-                                                groups=buffer.groups.to(self.device)),
-                                 AdvantageConfig(gamma=self.gamma, reward_to_go=self.use_reward_to_go))
+        advantages = self._advantages(buffer, batch, b)
+        batch["policy_mask"] = buffer.loss_mask().to(self.device)  # less masked truncated episodes
         stats = policy_gradient_step(self.policy.model, self.policy.optimizer, batch, advantages, self.loss_mode,
                                      self.loss_norm_const, self.max_grad_norm, self.skip_zero, self.policy.grammar,
                                      self.forward_chunk, self.policy_loss)

@@ -11,7 +11,7 @@ from agents.cli.flags import UNSET, usage_error
 from agents.cli.report import jsonable, table
 
 if TYPE_CHECKING:
-    from agents.algorithms.ppo import TokenPPO
+    from agents.algorithms.on_policy import TokenOnPolicyAlgorithm
     from agents.decoding.grammar import CallGrammar
 
 
@@ -42,12 +42,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_model(path: Path) -> TokenPPO:
-    """The TokenPPO saved at ``path``, or a one-line error (missing, corrupt or unsafe file)."""
-    from agents.algorithms.ppo import TokenPPO
+def _load_model(path: Path) -> TokenOnPolicyAlgorithm:
+    """The model saved at ``path`` as the class it was saved from (TokenPPO or Reinforce), or a one-line
+    error (missing, corrupt or unsafe file)."""
+    from agents.algorithms.presets import load_algorithm
 
     try:
-        return TokenPPO.load(path)
+        return load_algorithm(path)
     except FileNotFoundError:
         raise usage_error("eval", f"no model file at {path}") from None
     except ValueError as e:
@@ -75,10 +76,10 @@ def _tasks(args: argparse.Namespace) -> tuple[list, str, int]:
     return make_tasks(split), f"{split} split", args.episodes or 8
 
 
-def _override_decoding(model: TokenPPO, args: argparse.Namespace) -> None:
+def _override_decoding(model: TokenOnPolicyAlgorithm, args: argparse.Namespace) -> None:
     """``--call-mask`` and ``--foresight`` replace the model's own (they need a model with a call grammar).
 
-    :param model: the loaded TokenPPO, changed in place
+    :param model: the loaded model, changed in place
     :param args: the parsed command line
     """
     from agents.decoding.foresight import Foresight
@@ -92,10 +93,10 @@ def _override_decoding(model: TokenPPO, args: argparse.Namespace) -> None:
             Foresight(grammar, model.policy.tokenizer, args.foresight)
 
 
-def _grammar(model: TokenPPO, flag: str) -> CallGrammar:
+def _grammar(model: TokenOnPolicyAlgorithm, flag: str) -> CallGrammar:
     """The model's call grammar, or a one-line error: ``flag`` needs one (this model writes free text).
 
-    :param model: the loaded TokenPPO
+    :param model: the loaded model
     :param flag: the flag given, as typed
     """
     if model.policy.grammar is None:

@@ -47,13 +47,46 @@ def train_flags() -> tuple[Flag, ...]:
     """``bugfix-gym train``'s flags, in the order ``--help`` lists them; a flag with a part overrides
     that setting of the recipe (agents/cli/settings.py), one left out keeps the recipe's value. Built
     on first use: TokenPPO's settings import torch, which ``bugfix-gym play`` does not need."""
-    return _TRAIN_FLAGS_BEFORE_PPO + (
+    return _algo_flag() + _TRAIN_FLAGS_BEFORE_PPO + (
         ppo_flag("n_episodes"), ppo_flag("n_epochs"), ppo_flag("n_minibatches"), ppo_flag("learning_rate"),
     ) + _TRAIN_FLAGS_AFTER_PPO + (
         ppo_flag("gae_lambda"), ppo_flag("ent_coef"),
         ppo_flag("target_kl", type=NON_NEGATIVE_FLOAT, help="KL (k3) target for early stopping; 0 turns it off"),
-        ppo_flag("target_kl_mode"),
-    ) + _TRAIN_FLAGS_LAST
+        ppo_flag("target_kl_mode"), ppo_flag("group_size"),
+    ) + _trl_flags() + _TRAIN_FLAGS_LAST
+
+
+def _algo_flag() -> tuple[Flag, ...]:
+    """``--algo``: a named algorithm of agents/algorithms/presets.py (docs/algorithms.md)."""
+    from agents.algorithms.presets import ALGORITHM_NAMES
+
+    return (Flag("algo", choices=ALGORITHM_NAMES, default="ppo", metavar="NAME",
+                 help=f"the algorithm: {', '.join(ALGORITHM_NAMES)} (docs/algorithms.md; default: ppo, the "
+                      "recipe's TokenPPO)"),)
+
+
+def _trl_flags() -> tuple[Flag, ...]:
+    """TRL's ``GRPOConfig`` option names, read through :func:`agents.algorithms.trl_options.from_trl`
+    (the command reads them: no part)."""
+    from agents.algorithms.group_advantages import SCALE_REWARDS
+    from agents.algorithms.trl_options import IMPORTANCE_SAMPLING_LEVELS, LOSS_TYPES
+
+    return (
+        Flag("scale_rewards", choices=SCALE_REWARDS, help="TRL's scale_rewards: divide group advantages by the "
+             "group's std, the batch's, or none"),
+        Flag("loss_type", choices=LOSS_TYPES, help="TRL's loss_type: the loss aggregation (grpo: per-sequence mean; "
+             "bnpo, dapo: token mean; dr_grpo: B * L_max), cispo also its loss"),
+        Flag("importance_sampling_level", choices=IMPORTANCE_SAMPLING_LEVELS,
+             help="TRL's importance_sampling_level: token ratios (PPO's clip) or one per sequence (GSPO)"),
+        Flag("epsilon", type=POSITIVE_FLOAT, help="TRL's epsilon: the ratio clip (lower, and upper unless "
+             "--epsilon-high)"),
+        Flag("epsilon_high", type=POSITIVE_FLOAT, help="TRL's epsilon_high: the upper ratio clip; with "
+             "--loss-type cispo the ABSOLUTE cap on the IS weight (e.g. 5)"),
+        Flag("beta", type=NON_NEGATIVE_FLOAT, help="TRL's beta: coefficient of the k3 KL to the base agent"),
+        Flag("num_iterations", type=POSITIVE_INT, help="TRL's num_iterations: passes over each batch (n_epochs)"),
+        Flag("mask_truncated_completions", switch=True, help="TRL's mask_truncated_completions: no loss on "
+             "episodes that ran out of turns"),
+    )
 
 
 _TRAIN_FLAGS_BEFORE_PPO: tuple[Flag, ...] = (
@@ -126,8 +159,9 @@ def _add_train_command(sub: Any) -> None:
 
     :param sub: the parser's sub-commands (``add_subparsers``)
     """
-    train = sub.add_parser("train", help="train TokenPPO from the base agent (the demo)",
-                           description="Train TokenPPO from the behaviour-cloned base agent, print a before/after "
+    train = sub.add_parser("train", help="train TokenPPO (or another --algo) from the base agent (the demo)",
+                           description="Train TokenPPO (or the algorithm --algo names) from the behaviour-cloned "
+                                       "base agent, print a before/after "
                                        "table (train tasks, the book's held-out tasks, unseen generated templates), "
                                        "save the model and a learning-curve PNG under the output folder. Flags "
                                        "left out take the recipe's value (agents/bugfix/recipes.py).")

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import argparse
 import copy
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agents.cli.flags import UNSET, set_given, usage_error
 from agents.cli.parser import train_flags
+
+if TYPE_CHECKING:
+    from agents.algorithms.on_policy import TokenOnPolicyAlgorithm
 
 
 def train_settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -29,8 +32,88 @@ def train_settings(args: argparse.Namespace) -> dict[str, Any]:
         set_given(recipe["validation"], args, train_flags(), "validation")
     set_given(recipe["env"], args, train_flags(), "env")
     _set_edit_answer_flags(recipe, args)
+    _set_algorithm(recipe, args)
     return dict(recipe, tasks=args.tasks, seed=args.seed, eval_episodes=args.eval_episodes,
                 tensorboard=args.tensorboard, save_evaluated=args.save_evaluated)
+
+
+def _set_algorithm(recipe: dict[str, Any], args: argparse.Namespace) -> None:
+    """``--algo``: the recipe's ``ppo`` part becomes the named algorithm's settings: the recipe's, then the
+    preset's (agents/algorithms/presets.py), then the flags given (TRL's names translated). The settings
+    the algorithm's class lacks are dropped and listed in ``dropped_settings``; a flag given for one is a
+    one-line error. ``ppo`` keeps the recipe exactly.
+
+    :param recipe: the recipe with the flags set, changed in place
+    :param args: the parsed command line
+    """
+    from agents.algorithms.presets import get_preset
+
+    preset = get_preset(args.algo)
+    names = _setting_names(preset.cls)
+    given = _given_settings(args, preset.settings.get("policy_loss"))
+    for option, settings in given.items():
+        lacking = sorted(set(settings) - names)
+        if lacking:
+            raise usage_error("train", f"{option} sets {lacking[0]}, which --algo {args.algo} "
+                                       f"({preset.cls.__name__}) does not have; drop it or pick another --algo")
+    ppo = dict(recipe["ppo"], **preset.settings)
+    for option, settings in given.items():
+        if option not in TRL_FLAGS:  # TRL's options apply together (below): cispo reads epsilon_high as its cap
+            ppo.update(settings)
+    if ppo.get("target_kl") == 0:  # 0 turns the KL early stop off
+        ppo["target_kl"] = None
+    recipe["dropped_settings"] = sorted(set(ppo) - names)
+    recipe["ppo"] = {name: value for name, value in ppo.items() if name in names}
+    recipe["algo"] = args.algo
+
+
+def _setting_names(cls: type[TokenOnPolicyAlgorithm]) -> set[str]:
+    """The settings a run's ``ppo`` part may hold for ``cls``: its config's fields, and for TokenPPO the
+    recipe's auxiliary-loss settings (agents/bugfix/recipes.py turns them into ``aux_losses``)."""
+    import dataclasses
+
+    from agents.algorithms.ppo import TokenPPO
+    from agents.bugfix.aux_losses import AUX_SETTINGS
+
+    names = {field.name for field in dataclasses.fields(cls.config_class)}
+    return names | set(AUX_SETTINGS) if cls is TokenPPO else names
+
+
+def _given_settings(args: argparse.Namespace, policy_loss: str | None) -> dict[str, dict[str, Any]]:
+    """The settings of the algorithm that the command line gives, by the flag that gives them.
+
+    :param args: the parsed command line
+    :param policy_loss: the preset's policy loss (the TRL options change some: ``from_trl``)
+    """
+    from agents.algorithms.trl_options import TRL_OPTIONS, from_trl
+
+    given: dict[str, dict[str, Any]] = {}
+    for flag in train_flags():
+        value = getattr(args, flag.name)
+        if flag.part == "ppo" and value is not None:
+            given[flag.option] = {flag.name: flag.setting(value)}
+    for option in ("tool_coef", "practice"):  # _set_edit_answer_flags put them in the ppo part
+        if getattr(args, option) is not None:
+            given["--" + option.replace("_", "-")] = {option: getattr(args, option)}
+    trl = {name: getattr(args, name) for name in TRL_OPTIONS}
+    trl["mask_truncated_completions"] = trl["mask_truncated_completions"] or None  # a switch: off = not given
+    try:
+        for name, value in trl.items():
+            if value is not None:
+                given["--" + name.replace("_", "-")] = from_trl(**{name: value}, policy_loss=policy_loss)
+        together = from_trl(**trl, policy_loss=policy_loss)  # the pairs (cispo's epsilon_high) read together
+    except ValueError as e:
+        raise usage_error("train", str(e)) from None
+    if any(value is not None for value in trl.values()):
+        given[TRL_TOGETHER] = together
+    return given
+
+
+#: the TRL flags as typed, and the key of what they give together
+TRL_FLAGS = tuple("--" + name.replace("_", "-") for name in
+                  ("loss_type", "scale_rewards", "importance_sampling_level", "epsilon", "epsilon_high", "beta",
+                   "num_iterations", "mask_truncated_completions"))
+TRL_TOGETHER = "the TRL options"
 
 
 def _recipe(tasks: str, ablation: str | None) -> dict[str, Any]:

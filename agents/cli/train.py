@@ -21,7 +21,7 @@ from agents.cli.settings import train_settings
 
 if TYPE_CHECKING:
     from agents.bugfix.callbacks import KeepBest
-    from agents.algorithms.ppo import TokenPPO
+    from agents.algorithms.on_policy import TokenOnPolicyAlgorithm
 
 
 @dataclasses.dataclass
@@ -30,7 +30,7 @@ class TrainingRun:
 
     :param out: its folder
     :param settings: its settings (``run.json``)
-    :param model: the TokenPPO being trained
+    :param model: the algorithm being trained (TokenPPO or Reinforce, as ``--algo`` says)
     :param before: the base agent's results per task set (None for a resumed run)
     :param resumed: continued with ``--resume``
     :param train_s: seconds spent in ``learn`` (set by :func:`train`)
@@ -38,7 +38,7 @@ class TrainingRun:
 
     out: Path
     settings: dict[str, Any]
-    model: TokenPPO
+    model: TokenOnPolicyAlgorithm
     before: dict[str, dict[str, float]] | None
     resumed: bool
     train_s: float = 0.0
@@ -64,7 +64,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------- start / resume
 def start_run(args: argparse.Namespace, started: float) -> TrainingRun:
-    """A new run: its settings checked, its folder made, TokenPPO built on the base agent, which is evaluated.
+    """A new run: its settings checked, its folder made, the algorithm built on the base agent, which is evaluated.
 
     :param args: the parsed command line
     :param started: ``time.perf_counter()`` when the command started
@@ -85,13 +85,15 @@ def start_run(args: argparse.Namespace, started: float) -> TrainingRun:
     return TrainingRun(out, settings, model, before=_evaluate(model, settings), resumed=False)
 
 
-def _new_model(settings: dict[str, Any], env: Any) -> TokenPPO:
-    """TokenPPO on ``env`` from the recipe's tokenizer, call grammar and base agent, memory checked first.
+def _new_model(settings: dict[str, Any], env: Any) -> TokenOnPolicyAlgorithm:
+    """The run's algorithm (``algo``, TokenPPO for a run without one) on ``env`` from the recipe's
+    tokenizer, call grammar and base agent, memory checked first.
 
     :param settings: the run's settings
     :param env: the training vec env
     """
     from agents.algorithms.ppo import TokenPPO
+    from agents.algorithms.presets import get_preset, make_algorithm
     from agents.bugfix import recipes
     from agents.model.tinyagent import TinyAgentConfig
 
@@ -104,8 +106,11 @@ def _new_model(settings: dict[str, Any], env: Any) -> TokenPPO:
         policy_kwargs["foresight"] = settings.get("foresight")
     check_memory(settings, dataclasses.asdict(TinyAgentConfig(vocab_size=tok.vocab_size)))  # before any work
     base_agent = recipes.base_agent(settings, tok, settings["seed"])
-    model = TokenPPO("TinyAgentPolicy", env, seed=settings["seed"], policy_kwargs=policy_kwargs,
-                     base_agent=base_agent, tensorboard_log=None, **recipes.ppo_kwargs(settings["ppo"]))
+    algo = settings.get("algo", "ppo")
+    ppo = settings["ppo"]
+    kwargs = recipes.ppo_kwargs(ppo) if get_preset(algo).cls is TokenPPO else dict(ppo)
+    model = make_algorithm(algo, "TinyAgentPolicy", env, seed=settings["seed"], policy_kwargs=policy_kwargs,
+                           base_agent=base_agent, tensorboard_log=None, **kwargs)
     set_lr_schedule(model, settings)
     check_memory(settings, model.policy_kwargs["model_config"])  # the sizes the base agent brought
     return model
@@ -116,7 +121,7 @@ def resume_run(out: Path) -> TrainingRun:
 
     :param out: the run's folder (``--resume``)
     """
-    from agents.algorithms.ppo import TokenPPO
+    from agents.algorithms.presets import load_algorithm
     from agents.files.runs import MODEL_FILE, RESUME_FILE, RUN_FILE, restore_training_state
 
     try:
@@ -127,8 +132,8 @@ def resume_run(out: Path) -> TrainingRun:
                                    f"{RUN_FILE} and {RESUME_FILE})") from None
     env = make_env(settings, settings["n_envs"], settings["seed"])
     try:
-        model = TokenPPO.load(out / MODEL_FILE, env=env, tensorboard_log=str(out / "tb") if settings["tensorboard"]
-                              else None)
+        model = load_algorithm(out / MODEL_FILE, env=env, tensorboard_log=str(out / "tb") if settings["tensorboard"]
+                               else None)
     except (FileNotFoundError, ValueError) as e:
         raise usage_error("train", str(e)) from None
     restore_training_state(model, resume_state)
@@ -163,7 +168,7 @@ def train(run: TrainingRun, keep_best: KeepBest | None, progress: bool) -> int |
         total_timesteps = remaining
     callbacks += [keep_best] if keep_best is not None else []
     started = time.perf_counter()
-    print(f"training TokenPPO for {remaining} {unit} ({settings['n_envs']} envs, at least "
+    print(f"training {_name(model, settings)} for {remaining} {unit} ({settings['n_envs']} envs, at least "
           f"{model.n_episodes} episodes per iteration) ...", flush=True)
     try:
         model.learn(total_timesteps, callback=callbacks, progress_bar=progress and unit == "env steps",
@@ -221,13 +226,27 @@ def report(run: TrainingRun, keep_best: KeepBest | None, started: float) -> None
     print(table(before_after(run.before, after)))
     png = out / "learning_curve.png"
     plot_learning_curve(model.diagnostics, png,
-                        f"TokenPPO on BugFix-v0 ({settings['tasks']} tasks, seed {settings['seed']})",
+                        f"{_name(model, settings)} on BugFix-v0 ({settings['tasks']} tasks, seed {settings['seed']})",
                         validation=keep_best.history if keep_best is not None else None)
-    results = {"before": run.before, "after": after, "train_s": run.train_s, "validation": validation,
-               "settings": settings}
+    results = {"algo": settings.get("algo", "ppo"), "before": run.before, "after": after, "train_s": run.train_s,
+               "validation": validation, "curve": learning_curve(model.diagnostics), "settings": settings}
     (out / "results.json").write_text(json.dumps(jsonable(results), indent=1))
     print(f"\nsaved {model_path}, {png} and {out / 'results.json'}  (total {time.perf_counter() - started:.0f} s)")
     print(f"evaluate again with: bugfix-gym eval {model_path} --generated test --n 200")
+
+
+def _name(model: TokenOnPolicyAlgorithm, settings: dict[str, Any]) -> str:
+    """The algorithm in words: its class, and the ``--algo`` name when that is not the class's own."""
+    algo = settings.get("algo", "ppo")
+    return type(model).__name__ + ("" if algo in ("ppo", "reinforce") else f" ({algo})")
+
+
+def learning_curve(diagnostics: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per iteration of ``model.diagnostics``: ``iteration``, ``num_timesteps`` and the batch's
+    ``pass_rate`` and ``valid_calls`` (None where the rollout did not say)."""
+    return [dict(iteration=entry["iteration"], num_timesteps=entry["num_timesteps"],
+                 pass_rate=entry.get("rollout", {}).get("pass_rate"),
+                 valid_calls=entry.get("rollout", {}).get("valid_calls")) for entry in diagnostics]
 
 
 def _report_validation(keep_best: KeepBest | None, settings: dict[str, Any]) -> dict[str, Any] | None:
@@ -252,10 +271,10 @@ def _report_validation(keep_best: KeepBest | None, settings: dict[str, Any]) -> 
     return dict(kept_iteration=keep_best.best_iteration, history=keep_best.history)
 
 
-def _evaluate(model: TokenPPO, settings: dict[str, Any]) -> dict[str, dict[str, float]]:
+def _evaluate(model: TokenOnPolicyAlgorithm, settings: dict[str, Any]) -> dict[str, dict[str, float]]:
     """The model's results on each task set of the before/after table.
 
-    :param model: the TokenPPO
+    :param model: the algorithm
     :param settings: the run's settings
     """
     from agents.bugfix.evaluation import evaluate
@@ -285,7 +304,7 @@ def eval_env(settings: dict[str, Any]) -> dict[str, Any] | None:
     return dict(hide_outputs=hidden) if hidden else None
 
 
-def set_lr_schedule(model: TokenPPO, settings: dict[str, Any]) -> None:
+def set_lr_schedule(model: TokenOnPolicyAlgorithm, settings: dict[str, Any]) -> None:
     """The recipe's learning-rate schedule: ``"linear"`` decays ``ppo.learning_rate`` to 0 over the run's env
     steps (SB3's ``LinearSchedule`` of the progress remaining); ``"constant"`` (or none) keeps it."""
     if (settings.get("lr_schedule") or "constant") == "constant":
@@ -307,7 +326,7 @@ def check_memory(settings: dict[str, Any], model_config: dict[str, Any]) -> None
     ppo = settings["ppo"]
     need = estimate_memory_bytes(ppo["n_episodes"], settings["n_envs"], model_config["max_len"],
                                  model_config["d_model"], model_config["n_layer"], model_config["vocab_size"],
-                                 math.ceil(ppo["n_episodes"] / ppo["n_minibatches"]))
+                                 math.ceil(ppo["n_episodes"] / ppo.get("n_minibatches", 1)))
     have = available_memory_bytes()
     if have is None:
         return

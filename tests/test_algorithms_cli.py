@@ -1,0 +1,142 @@
+"""``bugfix-gym train --algo NAME``: every named algorithm trains on the book's and the generated tasks,
+its model evaluates with ``bugfix-gym eval`` as its own class, results.json says the algorithm and its
+curve; TRL's flags reach the settings; a flag the algorithm lacks is a one-line error."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import agents.cli.report
+from agents.algorithms.ppo import TokenPPO
+from agents.algorithms.presets import ALGORITHM_NAMES, get_preset, load_algorithm
+from agents.algorithms.reinforce import Reinforce
+from agents.cli import main
+from agents.cli.parser import build_parser
+from agents.cli.settings import train_settings
+
+
+@pytest.fixture
+def small_eval(monkeypatch):
+    """A short before/after table: 4 unseen generated tasks instead of 200."""
+    monkeypatch.setattr(agents.cli.report, "GENERATED_EVAL", dict(n=4, gen_seed=0))
+
+
+def _settings(*argv: str) -> dict:
+    return train_settings(build_parser().parse_args(["train", *argv]))
+
+
+def _train(out, *extra: str) -> list[str]:
+    return ["train", "--n-envs", "8", "--n-episodes", "8", "--eval-episodes", "1", "--out", str(out),
+            "--no-progress", "--seed", "5", *extra]
+
+
+def _check_run(out, name, capsys) -> None:
+    """The run's model is its preset's class with its name; results.json has the algo and one curve
+    entry per iteration; ``bugfix-gym eval --json`` reads the model."""
+    model = load_algorithm(out / "tokenppo.zip")
+    assert type(model) is get_preset(name).cls and model.preset == name
+    results = json.loads((out / "results.json").read_text())
+    assert results["algo"] == name and len(results["curve"]) == model.iteration >= 1
+    entry = results["curve"][-1]
+    assert set(entry) == {"iteration", "num_timesteps", "pass_rate", "valid_calls"}
+    assert entry["iteration"] == model.iteration and 0.0 <= entry["pass_rate"] <= 1.0
+    capsys.readouterr()
+    assert main(["eval", str(out / "tokenppo.zip"), "--split", "train", "--episodes", "1", "--json"]) == 0
+    assert 0.0 <= json.loads(capsys.readouterr().out)["pass_rate"] <= 1.0
+
+
+@pytest.mark.parametrize("name", ALGORITHM_NAMES)
+def test_every_algorithm_trains_on_the_book_tasks_and_evaluates(name, tmp_path, small_eval, capsys):
+    out = tmp_path / name
+    assert main(_train(out, "--algo", name, "--iterations", "1")) == 0
+    _check_run(out, name, capsys)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["grpo", "reinforce", "gigpo"])
+def test_algorithms_train_with_a_timestep_budget_on_the_generated_tasks(name, tmp_path, small_eval, monkeypatch,
+                                                                        capsys):
+    from test_ppo_cli import _small_generated
+
+    from agents.bugfix.recipes import RECIPES
+
+    monkeypatch.setenv("BUGFIX_GYM_CACHE", str(tmp_path / "cache"))
+    recipe = _small_generated(RECIPES["generated"], validation=dict(generated="heldout", n=2, gen_seed=77, every=1),
+                              n_tasks=10)
+    monkeypatch.setitem(RECIPES, "generated", recipe)
+    out = tmp_path / name
+    assert main(_train(out, "--tasks", "generated", "--algo", name, "--timesteps", "60")) == 0
+    _check_run(out, name, capsys)
+    settings = json.loads((out / "run.json").read_text())
+    if name == "reinforce":  # TokenPPO's settings of the recipe are dropped, and said so
+        assert {"n_epochs", "kl_coef", "tool_coef", "practice"} <= set(settings["dropped_settings"])
+        assert "n_epochs" not in settings["ppo"]
+    else:
+        assert settings["dropped_settings"] == [] and settings["ppo"]["tool_coef"] == 1.0
+
+
+def test_ppo_is_the_recipe_exactly():
+    from agents.bugfix.recipes import RECIPES
+
+    for tasks in ("book", "generated"):
+        settings = _settings("--tasks", tasks)
+        assert settings["ppo"] == RECIPES[tasks]["ppo"] and settings["algo"] == "ppo"
+        assert settings["dropped_settings"] == []
+
+
+def test_the_preset_wins_over_the_recipe_and_the_flags_over_both():
+    settings = _settings("--algo", "dapo", "--n-episodes", "16", "--epsilon-high", "0.3", "--group-size", "4")
+    ppo = settings["ppo"]
+    assert (ppo["clip_range_high"], ppo["n_episodes"], ppo["group_size"]) == (0.3, 16, 4)
+    assert ppo["drop_zero_variance_groups"] is True and ppo["vf_coef"] == 0.0
+    assert ppo["n_epochs"] == 4  # the recipe's, which the preset leaves
+
+
+def test_trl_flags_translate_together():
+    ppo = _settings("--algo", "grpo", "--loss-type", "cispo", "--epsilon", "0.2", "--epsilon-high", "5",
+                    "--beta", "0", "--num-iterations", "2", "--scale-rewards", "batch",
+                    "--mask-truncated-completions")["ppo"]
+    assert (ppo["policy_loss"], ppo["max_is_weight"], ppo["loss_mode"]) == ("cispo", 5.0, "token_mean")
+    assert ppo.get("clip_range_high") is None  # cispo's epsilon_high is its cap, not the ratio clip
+    assert (ppo["kl_coef"], ppo["n_epochs"], ppo["scale_rewards"], ppo["mask_truncated_completions"]) == \
+        (0.0, 2, "batch", True)
+    assert _settings("--algo", "grpo", "--importance-sampling-level", "sequence")["ppo"]["policy_loss"] == "gspo"
+    assert _settings("--algo", "gspo", "--importance-sampling-level", "token")["ppo"]["policy_loss"] == "ppo_clip"
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--algo", "reinforce", "--n-epochs", "2"], "--n-epochs sets n_epochs, which --algo reinforce (Reinforce)"),
+    (["--algo", "rebn", "--beta", "0.1"], "--beta sets kl_coef"),
+    (["--algo", "reinforce", "--epsilon", "0.2"], "--epsilon sets clip_range"),
+    (["--algo", "reinforce", "--tasks", "generated", "--tool-coef", "0.5"], "--tool-coef sets tool_coef"),
+    (["--algo", "cispo", "--loss-type", "cispo", "--importance-sampling-level", "sequence"], "no sequence form"),
+    (["--algo", "grpo2"], "invalid choice"),
+])
+def test_a_flag_the_algorithm_lacks_is_one_line_exit_2(argv, says, capsys):
+    assert main(["train", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says in err and "Traceback" not in err
+
+
+def test_an_old_run_without_algo_builds_token_ppo():
+    from agents.cli.train import _name
+
+    assert _name(object.__new__(TokenPPO), {}) == "TokenPPO"
+    assert _name(object.__new__(Reinforce), {"algo": "rebn"}) == "Reinforce (rebn)"
+
+
+def test_the_example_trains_a_preset_and_prints_before_and_after(tmp_path, monkeypatch, capsys):
+    import sys
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "examples"))
+    monkeypatch.chdir(tmp_path)
+    import algorithms as example
+
+    result = example.main(["--quick", "--algo", "rloo"])
+    printed = capsys.readouterr().out
+    assert "rloo (TokenPPO): 2 iterations of 16 episodes" in printed and "before" in printed
+    assert set(result) == {"before", "after"} and all(0 <= v <= 1 for r in result.values() for v in r.values())
+    assert load_algorithm(tmp_path / "runs/examples/algorithms-rloo.zip").preset == "rloo"
+    sys.modules.pop("algorithms", None)
