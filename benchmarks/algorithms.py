@@ -55,7 +55,7 @@ def algorithm_names() -> tuple[str, ...]:
     """The ``--algo`` names the CLI offers (the algorithm registry's)."""
     from agents.algorithms.presets import ALGORITHMS
 
-    return ALGORITHMS.names()
+    return tuple(ALGORITHMS)
 
 
 def interval95(values: Sequence[float]) -> tuple[float, float]:
@@ -259,8 +259,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     algos = _names(args.algos, algorithm_names(), "algorithm") if args.algos else list(algorithm_names())
     if not args.report:
         jobs = [(protocol, algo, seed, args.timesteps or PROTOCOLS[protocol]["timesteps"])
-                for protocol in protocols
-                for seed in range(args.seeds or PROTOCOLS[protocol]["seeds"]) for algo in algos]
+                for protocol in protocols for algo in algos
+                for seed in range(args.seeds or PROTOCOLS[protocol]["seeds"])]
         started = time.perf_counter()
         run_table(jobs, max(1, args.jobs))
         print(f"{len(jobs)} runs in {time.perf_counter() - started:.0f} s", flush=True)
