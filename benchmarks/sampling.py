@@ -7,7 +7,7 @@ re-running the prefix, measured side by side in one run on the same model.
 Each repeat times, in turn, on the same tasks and seed:
 
 * **sampling**: policy + tool tokens per second of :meth:`agents.rollout.sampler.EpisodeSampler.play_tasks`
-  (one episode of each of ``--batch`` train tasks, lockstep in a ``DummyVecEnv`` of BugFix-v0, KV
+  (one episode of each of ``--batch`` train tasks, lockstep in a ``FreshInfoDummyVecEnv`` of BugFix-v0, KV
   cache, env steps included);
 * **full forward**: tokens per second of a no-grad forward over the same episodes, collated
   (non-pad tokens counted; median of 3 passes): what scoring the batch costs, the ceiling for sampling;

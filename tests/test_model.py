@@ -97,6 +97,29 @@ def test_kv_cache_ragged_chunks_match_full_forward():
             torch.testing.assert_close(vo[b, :n], values[b, s: s + n], atol=1e-5, rtol=0)
 
 
+def test_rows_starting_with_one_prompt_share_its_run_and_decode_as_the_full_forward():
+    """Rows that start with the same tokens get the first such row's keys and outputs (it runs once);
+    every row then decodes on its own as the full forward does."""
+    model = _model(seed=5, value_init_std=0.5)
+    a, b = torch.randint(V, (9,)), torch.randint(V, (6,))
+    prompts = [a, b, a, a[:5], b]  # rows 2 and 4 repeat rows 0 and 1; row 3 is a shorter prompt
+    cache = model.new_cache(len(prompts))
+    chunk = torch.zeros(len(prompts), 9, dtype=torch.long)
+    for r, p in enumerate(prompts):
+        chunk[r, : len(p)] = p
+    lo, vo = model.extend(chunk, torch.tensor([len(p) for p in prompts]), cache, last_only=False)
+    assert cache.lengths.tolist() == [9, 6, 9, 5, 6]
+    assert torch.equal(cache.k[:, 2, :, :9], cache.k[:, 0, :, :9]) and torch.equal(lo[4], lo[1])
+    nxt = torch.randint(V, (len(prompts), 1))
+    last, v = model.extend(nxt, torch.ones(len(prompts), dtype=torch.long), cache)
+    for r, p in enumerate(prompts):
+        full, values = model(torch.cat([p, nxt[r]])[None])
+        torch.testing.assert_close(lo[r, : len(p)], full[0, :-1], atol=1e-5, rtol=0)
+        torch.testing.assert_close(vo[r, : len(p)], values[0, :-1], atol=1e-5, rtol=0)
+        torch.testing.assert_close(last[r], full[0, -1], atol=1e-5, rtol=0)
+        torch.testing.assert_close(v[r, 0], values[0, -1], atol=1e-5, rtol=0)
+
+
 def test_peek_gives_each_continuation_the_full_forwards_logits_and_leaves_the_cache():
     """Each of K continuations of a cached row scores as if it had been fed after the row's tokens."""
     model = _model(seed=3)

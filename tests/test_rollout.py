@@ -17,6 +17,7 @@ from agents.model.tinyagent import TinyAgent, TinyAgentConfig, score_tokens, seq
 from agents.rollout.sampler import EpisodeSampler
 from agents.rollout.trajectory import Trajectory, collate, rollout_stats, scripted_rollout
 from agents.bugfix.evaluation import sample_episodes
+from agents.rollout.vec_env import FreshInfoDummyVecEnv
 
 TRAIN = [t.name for t in bugfix_gym.make_tasks("train")]
 
@@ -300,6 +301,31 @@ def test_subproc_and_dummy_vec_envs_give_the_same_trajectories(shared_base_agent
     assert len(dummy) == len(subproc) >= 8
     for a, b in zip(dummy, subproc):
         assert torch.equal(a.ids, b.ids) and torch.equal(a.sample_logp, b.sample_logp) and a.reward == b.reward
+
+
+def test_the_fresh_info_vec_env_steps_as_sb3s_and_a_later_step_leaves_earlier_infos_as_they_were():
+    def make():
+        return Monitor(bugfix_gym.BugFixEnv(max_turns=2))
+
+    sb3, fresh = DummyVecEnv([make, make]), FreshInfoDummyVecEnv([make, make])
+    for venv in (sb3, fresh):
+        venv.seed(5)
+    assert np.array_equal(sb3.reset(), fresh.reset())
+    kept = []
+    for actions in (["read", "test"], ["edit fix_init", "submit"], ["test", "read"]):  # auto-resets on the way
+        for venv in (sb3, fresh):
+            venv.step_async(actions)
+        (o1, r1, d1, i1), (o2, r2, d2, i2) = sb3.step_wait(), fresh.step_wait()
+        assert np.array_equal(o1, o2) and np.array_equal(r1, r2) and np.array_equal(d1, d2)
+        assert [_shown(a) for a in i1] == [_shown(b) for b in i2] and d1.any() == ("terminal_observation" in i2[0])
+        kept.append((i2, [_shown(b) for b in i2]))
+    for infos, shown in kept:  # the later steps left what each step returned as it was
+        assert [_shown(b) for b in infos] == shown
+
+
+def _shown(info: dict) -> dict:
+    """An info dict as text, Monitor's wall-clock time left out."""
+    return {k: str({**v, "t": None} if k == "episode" else v) for k, v in info.items()}
 
 
 def test_a_model_with_its_own_cache_kind_gets_a_new_cache_from_the_same_sampler(tok, shared_base_agent):

@@ -7,8 +7,6 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import torch
-from stable_baselines3.common.vec_env import DummyVecEnv
-
 from bugfix_gym import Tokenizer, episode_stats, get_task
 from bugfix_gym.text_wrappers import make_bugfix_env
 
@@ -16,15 +14,17 @@ from agents.algorithms.policies import TinyAgentPolicy
 from agents.model.tinyagent import TinyAgent
 from agents.rollout.sampler import EpisodeSampler
 from agents.rollout.trajectory import Trajectory, rollout_stats
+from agents.rollout.vec_env import FreshInfoDummyVecEnv
 
 #: what plays the tasks: an algorithm (``TokenPPO``, ``Reinforce``), its policy, or a bare model
 Agent = Any
 
 
 # ---------------------------------------------------------------------- task lists and statistics
-def task_vec_env(n_envs: int, **env_kwargs) -> DummyVecEnv:
-    """A ``DummyVecEnv`` of ``n_envs`` BugFix-v0 envs (for playing given tasks)."""
-    return DummyVecEnv([lambda: make_bugfix_env(**env_kwargs) for _ in range(n_envs)])
+def task_vec_env(n_envs: int, **env_kwargs) -> FreshInfoDummyVecEnv:
+    """A ``DummyVecEnv`` of ``n_envs`` BugFix-v0 envs (for playing given tasks), without SB3's deep copies
+    of every step's infos (BugFix-v0 returns a new info dict from every step)."""
+    return FreshInfoDummyVecEnv([lambda: make_bugfix_env(**env_kwargs) for _ in range(n_envs)])
 
 
 def playing_settings(agent: Agent, tokenizer: Tokenizer | None = None) -> tuple[TinyAgent, Tokenizer, dict[str, Any]]:

@@ -211,6 +211,31 @@ def _long_tensors(device: torch.device, *lists: list[int]) -> tuple[torch.Tensor
     return tuple(torch.split(flat, [len(lst) for lst in lists]))
 
 
+def _repeated_starts(ids: torch.Tensor, counts: list[int], start: list[int]) -> dict[int, int]:
+    """Rows of a chunk that start an empty cache row with the same tokens as an earlier row (the same
+    prompt on several envs): ``{row: the earlier row}``. Their keys, values and outputs are the earlier
+    row's, so :meth:`TinyAgent.extend` runs each such prompt once."""
+    first: dict[tuple[int, ...], int] = {}
+    copies: dict[int, int] = {}
+    for b in [b for b in range(len(counts)) if counts[b] > 1 and start[b] == 0]:
+        key = tuple(ids[b, : counts[b]].tolist())
+        copies[b] = first.setdefault(key, b)
+    return {b: a for b, a in copies.items() if a != b}
+
+
+def _copy_rows(copies: dict[int, int], cache: "KVCache", logits: torch.Tensor, values: torch.Tensor) -> None:
+    """Give each row of ``copies`` the keys, values, length and outputs of its earlier row (``copies``:
+    row -> earlier row, as :func:`_repeated_starts` found them)."""
+    dst = torch.tensor(list(copies), dtype=torch.long, device=values.device)
+    src = torch.tensor(list(copies.values()), dtype=torch.long, device=values.device)
+    n = int(cache.lengths[src].max())
+    cache.k[:, dst, :, :n] = cache.k[:, src, :, :n]
+    cache.v[:, dst, :, :n] = cache.v[:, src, :, :n]
+    cache.lengths[dst] = cache.lengths[src]
+    logits[dst] = logits[src]
+    values[dst] = values[src]
+
+
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention, over a full sequence or over a KV cache."""
 
@@ -410,6 +435,9 @@ class TinyAgent(nn.Module):
         if not any(counts):
             return logits, values
         cache.reserve(longest)
+        copies = _repeated_starts(ids, counts, start)
+        if copies:  # run each repeated row once, then copy its keys, values and outputs
+            counts = [0 if b in copies else n for b, n in enumerate(counts)]
         packing = Packing.build(counts, start, ids.device)
         x = self.embed(ids[packing.rows, packing.cols], packing.pos)  # [N, C]
         for layer, block in enumerate(self.blocks):
@@ -421,6 +449,8 @@ class TinyAgent(nn.Module):
             logits[packing.active] = self.lm_head(h[packing.last])  # [R, V]
         else:
             logits[packing.rows, packing.cols] = self.lm_head(h)  # [N, V]
+        if copies:
+            _copy_rows(copies, cache, logits, values)
         return logits, values
 
     @torch.no_grad()

@@ -9,6 +9,10 @@ that use the plain ``Text`` space get :class:`TextDummyVecEnv`, which keeps one 
 string per sub-environment in an ``object`` array; everything else (auto-reset,
 ``terminal_observation``, ``get_attr`` / ``env_method``, seeding) is SB3's own code. The
 token algorithms use it automatically for such an env.
+
+:class:`FreshInfoDummyVecEnv` is SB3's ``DummyVecEnv`` without its deep copies of each step's
+info dicts and observations, for envs that return a new info dict from every step (the
+episode sampler's task envs): the copies cost about as much as BugFix-v0's own steps.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
+from stable_baselines3.common.vec_env.base_vec_env import VecEnvObs, VecEnvStepReturn
+from stable_baselines3.common.vec_env.util import dict_to_obs
 from stable_baselines3.common.vec_env.patch_gym import _patch_env
 
 
@@ -55,6 +61,35 @@ class TextDummyVecEnv(DummyVecEnv):
         self.buf_rews = np.zeros((self.num_envs,), dtype=np.float32)
         self.buf_infos = [{} for _ in range(self.num_envs)]
         self.metadata = env.metadata
+
+
+class FreshInfoDummyVecEnv(DummyVecEnv):
+    """SB3's ``DummyVecEnv`` whose ``step_wait`` hands out the step's info dicts and observations
+    without deep-copying them (a new list of the same objects).
+
+    SB3 deep-copies them because an env could return one info dict and change it later. Use this
+    only with envs that return a new info dict from every ``step`` and ``reset`` and never touch it
+    again (BugFix-v0 and its wrappers do: every value is built or copied for that step). The auto-reset,
+    ``terminal_observation`` and ``TimeLimit.truncated`` are SB3's, in SB3's order.
+
+    :param env_fns: functions that each return a *new* environment instance
+    """
+
+    def step_wait(self) -> VecEnvStepReturn:
+        for i in range(self.num_envs):
+            obs, self.buf_rews[i], terminated, truncated, info = self.envs[i].step(self.actions[i])
+            self.buf_dones[i] = terminated or truncated
+            info["TimeLimit.truncated"] = truncated and not terminated
+            if self.buf_dones[i]:
+                info["terminal_observation"] = obs
+                obs, self.reset_infos[i] = self.envs[i].reset()
+            self.buf_infos[i] = info
+            self._save_obs(i, obs)
+        return self._obs_from_buf(), np.copy(self.buf_rews), np.copy(self.buf_dones), list(self.buf_infos)
+
+    def _obs_from_buf(self) -> VecEnvObs:
+        """The observations: copies of the buffers (their items are immutable strings here), not deep copies."""
+        return dict_to_obs(self.observation_space, OrderedDict((k, np.copy(v)) for k, v in self.buf_obs.items()))
 
 
 def _same(env: gym.Env) -> gym.Env:
