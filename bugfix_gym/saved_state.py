@@ -64,7 +64,9 @@ def restore_task(data: Any) -> Task:
         raise ValueError("the saved task's test cases are not (args, expected) pairs; the state is damaged: "
                          "start a new run")
     template = data.get("template", "")
-    task = Task(**text, **cases, template=template if type(template) is str else "", sandbox=True)
+    task = Task(name=text["name"], statement=text["statement"], source=text["source"], defect=text["defect"],
+                fix_op=text["fix_op"], visible=cases["visible"], hidden=cases["hidden"], split=text["split"],
+                sandbox=True, uid=text["uid"], template=template if type(template) is str else "")
     known = REGISTRY.get(task.uid)
     if known is not None and dataclasses.replace(task, sandbox=known.sandbox) == known:
         return known
