@@ -20,20 +20,22 @@ address space, CPU seconds, file size and core dumps, then isolates itself as fa
 machine allows (:func:`available_isolation`):
 
 * ``namespace`` (Linux with ``unshare`` and user namespaces, root or not): the child is the
-  init of fresh user, PID, network and IPC namespaces and runs the code in a worker with no
-  capabilities. The env process and every other process outside are invisible to it, so it
-  cannot signal or trace them; it has no network; when the init exits or is killed, the
-  kernel kills every process left in the namespace.
+  init of fresh user, PID, network, IPC and mount namespaces and runs the code in a worker with
+  no capabilities. As root, ``unshare`` is started as ``nobody`` (:data:`UNPRIVILEGED_UID`), so
+  the namespace's root is ``nobody`` outside it. The init makes every mount read-only and gives
+  the worker fresh throw-away tmpfs for ``/tmp``, ``/var/tmp`` and ``/dev/shm`` (and empty ones
+  over the terminals). The env process and every other process outside are invisible to it;
+  it has no network; when the init exits or is killed, the kernel kills every process left in
+  the namespace.
 * ``uid`` (root, where ``namespace`` does not work): the worker switches to ``nobody``; it
   cannot signal root's processes and cannot start processes (``RLIMIT_NPROC = 0``).
-* ``plain`` (anything else): resource limits and ``RLIMIT_NPROC = 0`` only (which does
-  nothing for root); the code runs as the caller's user and can signal the caller's
-  processes and use the network.
+* ``plain`` (anything else): resource limits and ``RLIMIT_NPROC = 0`` only; the code runs as the
+  caller's user and can signal the caller's processes and use the network. As root it is
+  refused (:data:`ALLOW_ROOT_PLAIN` opts in).
 
-In every mode the code can still read any file its uid can read (as root: any file) and write
-where its uid can write; as root in ``namespace`` mode nothing limits how many processes it
-starts before the deadline. Run packs you do not trust inside a container; see the threat model
-in ``docs/environment.md``.
+In ``namespace`` mode the code can still read what its outer uid may read, and write only its
+scratch space; in ``uid`` and ``plain`` mode it reads and writes what its uid may. Run packs you
+do not trust inside a container; see the threat model in ``docs/environment.md``.
 """
 
 from __future__ import annotations

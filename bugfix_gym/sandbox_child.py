@@ -126,7 +126,8 @@ def _private_filesystem() -> None:
             raise OSError(error, "cannot make / read-only")
     for point in SCRATCH:
         if os.path.isdir(point):
-            error = _mount(libc, ctypes, "tmpfs", point, "tmpfs", _MS_NOSUID | _MS_NODEV, "size=16m,mode=1777")
+            flags = _MS_NOSUID | _MS_NODEV | (_MS_RDONLY if point.startswith("/dev/") and point != "/dev/shm" else 0)
+            error = _mount(libc, ctypes, "tmpfs", point, "tmpfs", flags, "size=16m,mode=1777")
             if error:
                 raise OSError(error, f"cannot mount a private {point}")
     probe = "/tmp/.bugfix_gym_probe"
