@@ -23,6 +23,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.monitor import Monitor
 
 from agents.files.checkpoint import ParameterSnapshot, atomic_write
+from agents.files.stops import signals_deferred
 
 MODEL_FILE, RUN_FILE, RESUME_FILE = "tokenppo.zip", "run.json", "resume.json"
 
@@ -126,8 +127,9 @@ class Snapshots(BaseCallback):
         algo.set_training_progress(snap["progress"])
         run_dir = pathlib.Path(run_dir)
         path = run_dir / MODEL_FILE
-        atomic_write(path, algo.save)
-        atomic_write(run_dir / RESUME_FILE, lambda f: f.write(json.dumps(snap["training"]).encode()))
+        with signals_deferred():  # a Ctrl-C or SIGTERM now arrives once both files are written
+            atomic_write(path, algo.save)
+            atomic_write(run_dir / RESUME_FILE, lambda f: f.write(json.dumps(snap["training"]).encode()))
         return path
 
 
