@@ -123,21 +123,28 @@ def resume_run(out: Path) -> TrainingRun:
     :param out: the run's folder (``--resume``)
     """
     from agents.algorithms.ppo import TokenPPO
-    from agents.files.runs import MODEL_FILE, RESUME_FILE, RUN_FILE, restore_training_state
+    from agents.files import runs
+    from bugfix_gym.saved_state import printable
 
     try:
-        settings = json.loads((out / RUN_FILE).read_text())
-        resume_state = json.loads((out / RESUME_FILE).read_text())
+        settings, resume_state = runs.read_run_file(out / runs.RUN_FILE), runs.read_run_file(out / runs.RESUME_FILE)
+        runs.check_run_settings(settings)
+        runs.check_resume_state(resume_state)
     except (OSError, ValueError) as e:
-        raise usage_error("train", f"{out} is not a run that can be resumed ({type(e).__name__}: it needs "
-                                   f"{RUN_FILE} and {RESUME_FILE})") from None
-    env = make_env(settings, settings["n_envs"], settings["seed"])
+        why = e.strerror if isinstance(e, OSError) and e.strerror else printable(str(e), 200)
+        raise usage_error("train", f"{out} is not a run that can be resumed ({why}: it needs {runs.RUN_FILE} and "
+                                   f"{runs.RESUME_FILE} as written by bugfix-gym train)") from None
     try:
-        model = TokenPPO.load(out / MODEL_FILE, env=env, tensorboard_log=str(out / "tb") if settings["tensorboard"]
-                              else None)
-    except (FileNotFoundError, ValueError) as e:
-        raise usage_error("train", str(e)) from None
-    restore_training_state(model, resume_state)
+        env = make_env(settings, settings["n_envs"], settings["seed"])
+        model = TokenPPO.load(out / runs.MODEL_FILE, env=env,
+                              tensorboard_log=str(out / "tb") if settings["tensorboard"] else None)
+        runs.restore_training_state(model, resume_state)
+    except FileNotFoundError as e:
+        raise usage_error("train", printable(str(e), 300)) from None
+    except (KeyError, TypeError, ValueError, IndexError, OverflowError) as e:
+        raise usage_error("train", f"{out} holds a damaged run ({type(e).__name__}: "
+                                   f"{printable(str(e).splitlines()[0] if str(e) else '', 200)}); start a new run"
+                          ) from None
     set_lr_schedule(model, settings)
     check_memory(settings, model.policy_kwargs["model_config"])
     print(f"resuming {out} at iteration {model.iteration} ({model.num_timesteps} env steps done)", flush=True)
