@@ -141,7 +141,7 @@ def resume_run(out: Path) -> TrainingRun:
         runs.restore_training_state(model, resume_state)
     except FileNotFoundError as e:
         raise usage_error("train", printable(str(e), 300)) from None
-    except (KeyError, TypeError, ValueError, IndexError, OverflowError) as e:
+    except (KeyError, TypeError, ValueError, IndexError, OverflowError, RuntimeError) as e:  # torch's generator
         raise usage_error("train", f"{out} holds a damaged run ({type(e).__name__}: "
                                    f"{printable(str(e).splitlines()[0] if str(e) else '', 200)}); start a new run"
                           ) from None
