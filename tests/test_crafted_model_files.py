@@ -100,3 +100,17 @@ def test_the_parameter_estimate_never_exceeds_a_real_model(saved_model):
     config = model.policy_kwargs["model_config"]
     actual = sum(p.numel() for p in model.policy.model.parameters())
     assert 0.9 * actual < checkpoint.estimated_parameters(config) <= actual
+
+
+def test_a_zip_with_many_entries_is_refused_before_its_names_are_read(tmp_path, monkeypatch):
+    path = tmp_path / "many.zip"
+    with zipfile.ZipFile(path, "w") as archive:
+        for i in range(5000):
+            archive.writestr(f"e{i}", b"")
+
+    def no_names(self, *args, **kwargs):
+        raise AssertionError("the central directory was read")
+
+    monkeypatch.setattr(zipfile.ZipFile, "_RealGetContents", no_names)
+    with pytest.raises(checkpoint.ModelFileError, match="declares 5000 entries"):
+        checkpoint.read(path)

@@ -218,6 +218,7 @@ def read(path: str | pathlib.Path | io.BufferedIOBase) -> ModelFile:
         if p.stat().st_size > MAX_FILE_BYTES:
             raise ModelFileError(f"{path} is larger than {MAX_FILE_BYTES // MiB} MiB; not a bugfix-gym model file")
         source = p
+    _check_entry_count(source, name)  # before zipfile reads every name of the central directory
     try:
         with zipfile.ZipFile(source) as archive:
             entries = {info.filename: info for info in archive.infolist()}
@@ -240,6 +241,35 @@ def read(path: str | pathlib.Path | io.BufferedIOBase) -> ModelFile:
         _load_tensors(raw["pytorch_variables.pth"], "pytorch_variables.pth", name)
     _check_params(params, name)
     return ModelFile(data, params, name)
+
+
+def _check_entry_count(source: Any, name: str) -> None:
+    """Refuse a zip whose end-of-central-directory record declares more entries (or a larger directory) than
+    a model file has, or a ZIP64 one, reading only the file's last 64 KiB."""
+    tail_size = 65536 + 22
+    try:
+        if isinstance(source, pathlib.Path):
+            with source.open("rb") as f:
+                f.seek(max(0, source.stat().st_size - tail_size))
+                tail = f.read()
+        elif hasattr(source, "seek") and source.seekable():
+            here = source.tell()
+            source.seek(0, io.SEEK_END)
+            source.seek(max(0, source.tell() - tail_size))
+            tail = source.read()
+            source.seek(here)
+        else:
+            return
+    except OSError:
+        return  # zipfile says what is wrong
+    at = tail.rfind(b"PK\x05\x06")
+    if at < 0 or len(tail) < at + 22:
+        return  # not a zip: zipfile says so
+    entries = int.from_bytes(tail[at + 10:at + 12], "little")
+    directory_bytes = int.from_bytes(tail[at + 12:at + 16], "little")
+    if entries > len(ENTRY_LIMITS) or directory_bytes > 64 * 1024:
+        raise ModelFileError(f"{name} is not a bugfix-gym model file: its zip declares {entries} entries in "
+                             f"{directory_bytes} bytes (a model file has at most {len(ENTRY_LIMITS)})")
 
 
 def _read_entry(archive: zipfile.ZipFile, info: zipfile.ZipInfo, name: str) -> bytes:
