@@ -13,9 +13,10 @@ from . import tools
 from .generator import AMBIGUOUS, GENERATED_SPLITS, draw_task
 from .ops import FIX_OPS, apply_op, describe_change
 from .runner import run_tests
-from .saved_state import check_episode, printable
+from .saved_state import check_episode
 from .spaces import BufferedText
 from .tasks import Task, get_task, make_tasks, task_to_data
+from .text_safety import printable
 from .tokens import OWNER_PAD, OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL  # noqa: F401 (bugfix_gym.env.OWNER_* still works)
 from .tools import CHARSET, HIDEABLE, MAX_ACTION_CHARS  # noqa: F401 (bugfix_gym.env.HIDEABLE still works)
 

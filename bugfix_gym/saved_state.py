@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import re
 from typing import Any
 
 from . import tools
@@ -21,21 +20,9 @@ from .ops import apply_op
 from .tasks import REGISTRY, Task
 
 MAX_SAVED_CHARS = 1_000_000  # the longest text field a saved episode may hold
-_UNPRINTABLE = re.compile(r"[^\x20-\x7e\n\t]")
 _TASK_TEXT = ("name", "statement", "source", "defect", "fix_op", "visible", "hidden", "split", "uid")
 _EPISODE_FIELDS = {"task": dict, "source": str, "turn": int, "actions": list, "ops": list, "n_invalid": int,
                    "valid": bool, "submitted": bool, "hidden_pass": bool, "done": bool, "transcript": list}
-
-
-def printable(text: str, limit: int | None = None) -> str:
-    """``text`` with every character outside printable ASCII, ``\\n`` and ``\\t`` replaced by ``?`` (escape
-    sequences included), cut at ``limit`` characters: safe to show on a terminal.
-
-    :param text: any text, e.g. read from a file
-    :param limit: the most characters kept (default: all)
-    """
-    text = str(text) if limit is None else str(text)[:limit]
-    return _UNPRINTABLE.sub("?", text.replace("\r\n", "\n"))
 
 
 def _text(data: dict[str, Any], key: str, where: str) -> str:

@@ -8,7 +8,8 @@ import pytest
 
 from bugfix_gym import BugFixEnv
 from bugfix_gym.runner import run_tests
-from bugfix_gym.saved_state import printable, restore_task
+from bugfix_gym.saved_state import restore_task
+from bugfix_gym.text_safety import printable
 from bugfix_gym.tasks import get_task, task_to_data
 
 HOSTILE = "def count_above(xs, t):\n    open({path!r}, 'w').write('ran')\n    return 0\n"

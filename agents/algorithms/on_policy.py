@@ -46,7 +46,7 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback
 from stable_baselines3.common.vec_env import VecEnv
 from stable_baselines3.common.vec_env.patch_gym import _patch_env
 
-from bugfix_gym.saved_state import printable
+from bugfix_gym.text_safety import printable
 from bugfix_gym.tokenizer import Tokenizer
 
 from agents.files import checkpoint

@@ -124,7 +124,7 @@ def resume_run(out: Path) -> TrainingRun:
     """
     from agents.algorithms.ppo import TokenPPO
     from agents.files import runs
-    from bugfix_gym.saved_state import printable
+    from bugfix_gym.text_safety import printable
 
     try:
         settings, resume_state = runs.read_run_file(out / runs.RUN_FILE), runs.read_run_file(out / runs.RESUME_FILE)

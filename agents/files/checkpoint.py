@@ -46,7 +46,7 @@ import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.utils import ConstantSchedule, FloatSchedule
 
-from bugfix_gym.saved_state import printable
+from bugfix_gym.text_safety import printable
 from bugfix_gym.spaces import BufferedText
 
 from agents.model.tinyagent import TinyAgent, TinyAgentConfig
