@@ -218,7 +218,7 @@ class RayVecEnv(VecEnv):
                 self._ray.get(actor.close.remote())
             except errors:  # this actor died: nothing of it to close
                 pass
-            self._ray.kill(actor)  # every later call raises RayActorError; a dead actor stays dead
+            actor.__ray_terminate__.remote()  # queued behind close(): every later call raises RayActorError
 
     def get_images(self) -> Sequence[np.ndarray | None]:
         if self.render_mode != "rgb_array":
