@@ -46,6 +46,7 @@ def _timers() -> dict[str, Callable[[], object]]:
         timers["sandbox"] = lambda: sandbox.run_cases_sandboxed(SOURCE, "bounded_score", CASES)
         return timers
     modes = ["plain"]
+    sandbox.ALLOW_ROOT_PLAIN = True  # as root plain mode is refused unless allowed; time it all the same
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         modes.insert(0, "uid")
     if sandbox.available_isolation() == "namespace":

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import re
 from typing import Any, Callable, Sequence
 
 import gymnasium as gym
@@ -14,13 +13,14 @@ from . import tools
 from .generator import AMBIGUOUS, GENERATED_SPLITS, draw_task
 from .ops import FIX_OPS, apply_op, describe_change
 from .runner import run_tests
+from .saved_state import check_episode
 from .spaces import BufferedText
-from .tasks import Task, get_task, make_tasks, task_from_data, task_to_data
+from .tasks import Task, get_task, make_tasks, task_to_data
+from .text_safety import printable
 from .tokens import OWNER_PAD, OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL  # noqa: F401 (bugfix_gym.env.OWNER_* still works)
 from .tools import CHARSET, HIDEABLE, MAX_ACTION_CHARS  # noqa: F401 (bugfix_gym.env.HIDEABLE still works)
 
 MAX_OBS_CHARS = 4096
-_UNPRINTABLE = re.compile(r"[^\t\n\x20-\x7e]")  # escape sequences, \r, \x0b, \x0c, unicode: never shown
 MAX_KEPT_ACTION_CHARS = 256  # info["actions"] and the transcript keep at most this much of one action
 WRAPPER_OPTIONS = {"statement_dropout": "StatementDropout", "inert_lines": "InertLines",
                    "hide_outputs": "HideOutputs", "tool_latency_s": "ToolLatency"}
@@ -316,22 +316,31 @@ class BugFixEnv(gym.Env):
         return {"episode": episode, "np_random": self.np_random.bit_generator.state}
 
     def set_state(self, state: dict[str, Any]) -> None:
-        """Restore what :meth:`get_state` returned."""
+        """Restore what :meth:`get_state` returned, read as data (:mod:`bugfix_gym.saved_state`): a task
+        not registered here comes back sandboxed, a source its actions do not make is refused, the
+        transcript is made printable; anything damaged is one ``ValueError`` line."""
+        if type(state) is not dict or set(state) != {"episode", "np_random"}:
+            raise ValueError("a saved env state is an object with 'episode' and 'np_random'; the state is damaged")
         generator = np.random.Generator(np.random.PCG64())
-        generator.bit_generator.state = state["np_random"]
-        self._np_random = generator
+        try:
+            generator.bit_generator.state = state["np_random"]
+        except (TypeError, ValueError, KeyError, OverflowError):
+            raise ValueError("the saved random generator state is damaged; start a new run") from None
         episode = state["episode"]
-        if episode is None:
+        task = None if episode is None else check_episode(episode)
+        self._np_random = generator
+        if episode is None or task is None:
             self.task, self.source, self.transcript, self._done = None, "", [], True
             return
-        self.task = task_from_data(episode["task"])
-        self.source, self.turn = episode["source"], int(episode["turn"])
+        self.task = task
+        self.source, self.turn = episode["source"], episode["turn"]
         self.actions, self.ops = list(episode["actions"]), list(episode["ops"])
-        self.n_invalid, self.valid = int(episode["n_invalid"]), bool(episode["valid"])
-        self.submitted, self.hidden_pass = bool(episode["submitted"]), bool(episode["hidden_pass"])
-        self.stop, self._done = episode["stop"], bool(episode["done"])
-        self.transcript = [(int(owner), str(text)) for owner, text in episode["transcript"]]
-        self._edits = {(str(src), str(op)): str(new) for src, op, new in episode.get("edits", [])}
+        self.n_invalid, self.valid = episode["n_invalid"], episode["valid"]
+        self.submitted, self.hidden_pass = episode["submitted"], episode["hidden_pass"]
+        self.stop = episode.get("stop") if episode.get("stop") in (None, "submit", "budget") else None
+        self._done = episode["done"]
+        self.transcript = [(owner, printable(text)) for owner, text in episode["transcript"]]
+        self._edits = {(src, op): new for src, op, new in episode.get("edits", [])}
         self._failed = set(map(str, episode.get("failed", [])))
 
     # ------------------------------------------------------------------ helpers
@@ -425,7 +434,7 @@ class BugFixEnv(gym.Env):
 def _printable(text: str) -> str:
     """An observation inside the space: cut at ``MAX_OBS_CHARS``, ``\\r\\n`` -> ``\\n``, any other
     character outside printable ASCII, ``\\n`` and ``\\t`` -> ``?`` (only the kept prefix is read)."""
-    return _UNPRINTABLE.sub("?", text[:MAX_OBS_CHARS].replace("\r\n", "\n"))
+    return printable(text, MAX_OBS_CHARS)
 
 
 def prompt_observation(task: Task, statement: str) -> str:

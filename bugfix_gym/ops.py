@@ -86,7 +86,7 @@ def _replace_node(source: str, node: ast.expr, text: str) -> str:
 def _parse(source: str) -> ast.Module | None:
     try:
         return ast.parse(source)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # deep nesting: no site, no change
         return None
 
 

@@ -39,8 +39,11 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import os
+import stat
 import string
 import sys
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -54,6 +57,8 @@ MAX_PACK_BYTES = 4 * 1024 * 1024
 MAX_NAME_CHARS = 40
 MAX_STATEMENT_CHARS = 200
 MAX_SOURCE_CHARS = 4000
+MAX_CASES = 4096  # hidden cases of one task: every outcome must fit the sandbox's 1 MiB report
+VALIDATION_BUDGET_S = 120.0  # wall-clock seconds to validate a whole pack (each test run also has its own deadline)
 _SOURCE_CHARS = frozenset(string.printable) - frozenset("\x0b\x0c")
 
 
@@ -66,7 +71,10 @@ def _read(path: Path) -> Any:
     if suffix not in (".json", ".toml"):
         raise TaskPackError(f"{path}: task packs are .json or .toml files, got {suffix or 'no extension'!r}")
     try:
-        with path.open("rb") as file:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens without blocking, and is refused below
+        with os.fdopen(fd, "rb") as file:
+            if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+                raise TaskPackError(f"{path}: not a regular file (a FIFO, a device or a folder); give a pack file")
             raw = file.read(MAX_PACK_BYTES + 1)
     except OSError as exc:
         raise TaskPackError(f"{path}: cannot read the file ({exc.strerror or type(exc).__name__})") from None
@@ -127,12 +135,28 @@ def _case(raw: Any, where: str) -> tuple[tuple, Any]:
 def _cases(raw: Any, where: str, key: str) -> tuple[tuple[tuple, Any], ...]:
     if not isinstance(raw, list) or not raw:
         raise TaskPackError(f"{where}: {key!r} must be a non-empty list of test cases")
+    if len(raw) > MAX_CASES:
+        raise TaskPackError(f"{where}: {key!r} has {len(raw)} test cases; keep it to at most {MAX_CASES} "
+                            "(split the task)")
     return tuple(_case(c, f"{where} {key}[{i}]") for i, c in enumerate(raw))
 
 
 def _short(value: Any, limit: int = 40) -> str:
     text = ascii(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+MAX_SOURCE_DEPTH = 100  # syntax-tree levels a pack's source may nest (the edit ops and the sandbox recurse)
+
+
+def _depth(tree: ast.AST) -> int:
+    """How deep the syntax tree nests, counted without recursion."""
+    deepest, todo = 0, [(tree, 1)]
+    while todo:
+        node, depth = todo.pop()
+        deepest = max(deepest, depth)
+        todo += [(child, depth + 1) for child in ast.iter_child_nodes(node)]
+    return deepest
 
 
 def _defines(source: str, name: str, where: str) -> None:
@@ -142,6 +166,11 @@ def _defines(source: str, name: str, where: str) -> None:
         raise TaskPackError(f"{where}: source does not parse (line {exc.lineno}: {exc.msg})") from None
     except ValueError as exc:  # null bytes
         raise TaskPackError(f"{where}: source does not parse ({exc})") from None
+    except (RecursionError, MemoryError):
+        raise TaskPackError(f"{where}: source is nested too deeply to parse; keep expressions under "
+                            f"{MAX_SOURCE_DEPTH} levels") from None
+    if _depth(tree) > MAX_SOURCE_DEPTH:
+        raise TaskPackError(f"{where}: source is nested more than {MAX_SOURCE_DEPTH} levels deep; simplify it")
     if not any(isinstance(n, ast.FunctionDef) and n.name == name for n in tree.body):
         raise TaskPackError(f"{where}: source does not define a top-level function 'def {name}(...)'")
 
@@ -238,7 +267,11 @@ def load_task_pack(path: str | Path) -> list[Task]:
         if any(t.name == task.name for t in tasks[:i]):
             raise TaskPackError(f"{path}: task {i} ({task.name}): the name is used twice in the pack")
         _check_name(task, f"{path}: task {i}")
+    started = time.monotonic()
     for i, task in enumerate(tasks):
+        if i and time.monotonic() - started > VALIDATION_BUDGET_S:
+            raise TaskPackError(f"{path}: validating the pack took over {VALIDATION_BUDGET_S:g} s (at task {i} of "
+                                f"{len(tasks)}); split it into smaller packs or make its code faster")
         _validate(task, f"{path}: task {i}")
     return register(tasks)  # a reloaded (possibly edited) pack replaces its earlier version
 

@@ -26,6 +26,9 @@ from .tasks import SPLITS, Task, get_task
 from .tools import CALLS
 
 
+MAX_EPISODES = 100_000  # --episodes: more than anyone types, few enough to check before anything is built
+
+
 def _parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog,
                                      description="Repair a buggy Python function by typing tool calls.")
@@ -54,6 +57,10 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout:
     stdout = stdout if stdout is not None else sys.stdout
     if args.episodes < 1:
         parser.error(f"--episodes must be at least 1, got {args.episodes}")
+    if args.episodes > MAX_EPISODES:
+        parser.error(f"--episodes must be from 1 to {MAX_EPISODES}, got {args.episodes}")
+    if args.seed is not None and not 0 <= args.seed <= 2**32 - 1 - MAX_EPISODES:
+        parser.error(f"--seed must be from 0 to {2**32 - 1 - MAX_EPISODES}, got {args.seed}")
     if args.generated and args.pack:
         parser.error("use either --pack or --generated, not both")
     tasks, task = _chosen_tasks(parser, args)

@@ -20,20 +20,22 @@ address space, CPU seconds, file size and core dumps, then isolates itself as fa
 machine allows (:func:`available_isolation`):
 
 * ``namespace`` (Linux with ``unshare`` and user namespaces, root or not): the child is the
-  init of fresh user, PID, network and IPC namespaces and runs the code in a worker with no
-  capabilities. The env process and every other process outside are invisible to it, so it
-  cannot signal or trace them; it has no network; when the init exits or is killed, the
-  kernel kills every process left in the namespace.
+  init of fresh user, PID, network, IPC and mount namespaces and runs the code in a worker with
+  no capabilities. As root, ``unshare`` is started as ``nobody`` (:data:`UNPRIVILEGED_UID`), so
+  the namespace's root is ``nobody`` outside it. The init makes every mount read-only and gives
+  the worker fresh throw-away tmpfs for ``/tmp``, ``/var/tmp`` and ``/dev/shm`` (and empty ones
+  over the terminals). The env process and every other process outside are invisible to it;
+  it has no network; when the init exits or is killed, the kernel kills every process left in
+  the namespace.
 * ``uid`` (root, where ``namespace`` does not work): the worker switches to ``nobody``; it
   cannot signal root's processes and cannot start processes (``RLIMIT_NPROC = 0``).
-* ``plain`` (anything else): resource limits and ``RLIMIT_NPROC = 0`` only (which does
-  nothing for root); the code runs as the caller's user and can signal the caller's
-  processes and use the network.
+* ``plain`` (anything else): resource limits and ``RLIMIT_NPROC = 0`` only; the code runs as the
+  caller's user and can signal the caller's processes and use the network. As root it is
+  refused (:data:`ALLOW_ROOT_PLAIN` opts in).
 
-In every mode the code can still read any file its uid can read (as root: any file) and write
-where its uid can write; as root in ``namespace`` mode nothing limits how many processes it
-starts before the deadline. Run packs you do not trust inside a container; see the threat model
-in ``docs/environment.md``.
+In ``namespace`` mode the code can still read what its outer uid may read, and write only its
+scratch space; in ``uid`` and ``plain`` mode it reads and writes what its uid may. Run packs you
+do not trust inside a container; see the threat model in ``docs/environment.md``.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from typing import Any, Sequence
 
 from .execution import Outcome, TestReport, is_plain, judge, safe_name
@@ -60,7 +63,9 @@ ISOLATION_MODES = ("namespace", "uid", "plain")
 SETUP_FAILED = 121  # the child's exit status when it could not apply its limits (see sandbox_child.py)
 
 _CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_child.py")
-_UNSHARE_FLAGS = ("--user", "--map-root-user", "--pid", "--net", "--ipc", "--fork", "--kill-child")
+_UNSHARE_FLAGS = ("--user", "--map-root-user", "--pid", "--net", "--ipc", "--mount", "--fork", "--kill-child")
+UNPRIVILEGED_UID = 65534  # "nobody": as root, namespace mode starts unshare as this uid (so no root outside)
+ALLOW_ROOT_PLAIN = False  # True: let plain mode run pack code as root (it then keeps root's access to everything)
 _NO_NAME = "an exception with an unprintable name"
 
 
@@ -89,6 +94,10 @@ def run_cases_sandboxed(source: str, name: str, cases: Sequence[tuple[tuple, Any
         request = json.dumps({"source": source, "name": name, "args": [list(args) for args, _ in cases]})
     except (TypeError, ValueError) as exc:  # arguments that are not JSON values
         return TestReport(0, total, f"sandbox : cannot send the test cases ({type(exc).__name__})")
+    if mode == "plain" and _is_root() and not ALLOW_ROOT_PLAIN:
+        return TestReport(0, total, "sandbox : refusing to run pack code as root in plain isolation (it would keep "
+                                    "root's access); use namespace or uid isolation, or set "
+                                    "bugfix_gym.sandbox.ALLOW_ROOT_PLAIN = True")
     code, data, stop = _run_child(mode, request.encode(), timeout_s, memory_mb)
     if stop == "start":
         return TestReport(0, total, f"sandbox : cannot start the child process ({data.decode()})")
@@ -107,7 +116,8 @@ def run_cases_sandboxed(source: str, name: str, cases: Sequence[tuple[tuple, Any
 
 
 def _command(mode: str, timeout_s: float, memory_mb: int) -> list[str]:
-    child = [sys.executable, "-I", "-S", _CHILD, mode, repr(timeout_s), str(memory_mb), str(REPORT_BYTES)]
+    python = _nobody_python() if mode == "namespace" and _is_root() else sys.executable
+    child = [python or sys.executable, "-I", "-S", _CHILD, mode, repr(timeout_s), str(memory_mb), str(REPORT_BYTES)]
     if mode == "namespace":
         return [_unshare() or "unshare", *_UNSHARE_FLAGS, "--", *child]
     return child
@@ -122,9 +132,12 @@ def _run_child(mode: str, request: bytes, timeout_s: float, memory_mb: int) -> t
     with tempfile.TemporaryFile() as stdin:
         stdin.write(request)
         stdin.seek(0)
+        drop: dict[str, Any] = {}
+        if mode == "namespace" and _is_root():  # the namespace's root is then nobody outside it, not root
+            drop = dict(user=UNPRIVILEGED_UID, group=UNPRIVILEGED_UID, extra_groups=[])
         try:
             proc = subprocess.Popen(_command(mode, timeout_s, memory_mb), stdin=stdin, stdout=subprocess.PIPE,
-                                    stderr=subprocess.DEVNULL, cwd="/", env={}, start_new_session=True)
+                                    stderr=subprocess.DEVNULL, cwd="/", env={}, start_new_session=True, **drop)
         except OSError as exc:
             return None, type(exc).__name__.encode(), "start"
     assert proc.stdout is not None
@@ -209,22 +222,64 @@ def _parse(data: bytes, n_cases: int) -> tuple[str | None, list[Outcome]] | None
     return None, outcomes
 
 
+def _is_root() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def _others_can_run(path: str) -> bool:
+    """Whether a user other than the owner may execute ``path`` (every folder above it searchable)."""
+    import stat
+
+    try:
+        if not os.stat(path).st_mode & stat.S_IXOTH:
+            return False
+        folder = os.path.dirname(path)
+        while True:
+            if not os.stat(folder).st_mode & stat.S_IXOTH:
+                return False
+            if folder == os.path.dirname(folder):
+                return True
+            folder = os.path.dirname(folder)
+    except OSError:
+        return False
+
+
+@functools.lru_cache(maxsize=1)
+def _nobody_python() -> str | None:
+    """An interpreter ``nobody`` can start (this one, else the system's): namespace mode as root starts the
+    child as ``nobody``, and a virtual environment under ``/root`` is out of its reach (the child needs
+    the standard library only)."""
+    for candidate in (sys.executable, getattr(sys, "_base_executable", ""), "/usr/bin/python3",
+                      "/usr/local/bin/python3"):
+        if candidate and _others_can_run(os.path.realpath(candidate)):
+            return os.path.realpath(candidate)
+    return None
+
+
 @functools.lru_cache(maxsize=1)
 def _unshare() -> str | None:
     return shutil.which("unshare") if sys.platform.startswith("linux") else None
+
+
+PROBE_TRIES = 3  # a failed isolation probe is tried this often (a loaded machine can fail one) before falling back
 
 
 @functools.lru_cache(maxsize=1)
 def available_isolation() -> str:
     """The strongest isolation this machine gives, checked once per process by a real sandboxed run.
 
-    ``"namespace"`` if ``unshare`` can create user, PID, network and IPC namespaces here and the
-    worker can drop its capabilities; else ``"uid"`` when running as root; else ``"plain"``.
+    ``"namespace"`` if ``unshare`` can create user, PID, network, IPC and mount namespaces here and
+    the worker can drop its capabilities (tried :data:`PROBE_TRIES` times); else ``"uid"`` when
+    running as root; else ``"plain"``. A fall back from a mode that exists warns (``RuntimeWarning``).
     """
     if _unshare() is not None:
-        probe = run_cases_sandboxed("def probe(x):\n    return x\n", "probe", [((1,), 1)], isolation="namespace")
-        if probe.ok:
-            return "namespace"
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        return "uid"
-    return "plain"
+        for _ in range(PROBE_TRIES):
+            probe = run_cases_sandboxed("def probe(x):\n    return x\n", "probe", [((1,), 1)], isolation="namespace")
+            if probe.ok:
+                return "namespace"
+        fallback = "uid" if _is_root() else "plain"
+        warnings.warn(f"bugfix_gym.sandbox: unshare is installed but namespace isolation failed "
+                      f"{PROBE_TRIES} times ({probe.first_failure}); pack code runs in the weaker {fallback} mode",
+                      RuntimeWarning, stacklevel=2)
+        return fallback
+    return "uid" if _is_root() else "plain"

@@ -17,11 +17,13 @@ folder again before any task code runs. (Imported as ``bugfix_gym.sandbox_child`
 
 Modes (:func:`bugfix_gym.sandbox.available_isolation` picks one):
 
-* ``namespace``: this process is the init of fresh user, PID, network and IPC namespaces. It
-  forks the worker and waits; when it exits, the kernel kills every process left in the
-  namespace. The worker drops every capability before it runs task code, so it can neither
-  signal nor trace this init (init ignores signals from inside its namespace that it has no
-  handler for) and sees no process outside the namespace.
+* ``namespace``: this process is the init of fresh user, PID, network, IPC and mount namespaces
+  (as root, started as ``nobody``, so the namespace's root is ``nobody`` outside). It makes every
+  mount read-only and puts fresh tmpfs over ``/tmp``, ``/var/tmp``, ``/dev/shm`` and the
+  terminals (:func:`_private_filesystem`), then forks the worker and waits; when it exits, the
+  kernel kills every process left in the namespace. The worker drops every capability before it
+  runs task code, so it can neither signal nor trace this init (init ignores signals from inside
+  its namespace that it has no handler for) and sees no process outside the namespace.
 * ``uid``: the worker is this process; it switches to ``UNPRIVILEGED_UID`` (the caller is root),
   where ``RLIMIT_NPROC = 0`` forbids new processes.
 * ``plain``: the worker is this process, with resource limits only.
@@ -84,6 +86,56 @@ def _drop_capabilities() -> None:
     with open("/proc/self/status") as status:
         if any(line.startswith("CapEff:") and int(line.split()[1], 16) for line in status):
             raise OSError("capabilities are still effective")
+
+
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT, _MS_BIND = 1, 2, 4, 8, 32, 4096
+_MS_NOATIME, _MS_NODIRATIME, _MS_RELATIME = 1024, 2048, 1 << 21
+_KEPT_FLAGS = ((os.ST_NOSUID, _MS_NOSUID), (os.ST_NODEV, _MS_NODEV), (os.ST_NOEXEC, _MS_NOEXEC),
+               (getattr(os, "ST_NOATIME", 1024), _MS_NOATIME), (getattr(os, "ST_NODIRATIME", 2048), _MS_NODIRATIME),
+               (getattr(os, "ST_RELATIME", 4096), _MS_RELATIME))
+SCRATCH = ("/tmp", "/var/tmp", "/dev/shm", "/dev/pts", "/dev/mqueue")  # fresh, empty tmpfs in namespace mode
+
+
+def _mount(libc, ctypes, source: str | None, target: str, fstype: str | None, flags: int, data: str | None) -> int:
+    def enc(text):
+        return None if text is None else text.encode()
+    if libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)) != 0:
+        return ctypes.get_errno()
+    return 0
+
+
+def _mount_points() -> list[str]:
+    with open("/proc/self/mountinfo") as info:
+        points = [line.split()[4] for line in info if len(line.split()) > 4]
+    return [p.encode().decode("unicode_escape") for p in points]  # "\040" is a space
+
+
+def _private_filesystem() -> None:
+    """Namespace init, in its own mount namespace: every mount read-only, fresh throw-away tmpfs over
+    the shared scratch places and the terminals (:data:`SCRATCH`). Raises OSError unless ``/`` went
+    read-only and every scratch place that exists got its tmpfs."""
+    ctypes, libc = _libc()
+    for point in _mount_points():
+        try:
+            flags = os.statvfs(point).f_flag
+        except OSError:
+            continue  # a mount point hidden under another mount
+        kept = sum(ms for st, ms in _KEPT_FLAGS if flags & st)
+        error = _mount(libc, ctypes, None, point, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | kept, None)
+        if error and point == "/":
+            raise OSError(error, "cannot make / read-only")
+    for point in SCRATCH:
+        if os.path.isdir(point):
+            flags = _MS_NOSUID | _MS_NODEV | (_MS_RDONLY if point.startswith("/dev/") and point != "/dev/shm" else 0)
+            error = _mount(libc, ctypes, "tmpfs", point, "tmpfs", flags, "size=16m,mode=1777")
+            if error:
+                raise OSError(error, f"cannot mount a private {point}")
+    probe = "/tmp/.bugfix_gym_probe"
+    with open(probe, "w"):  # the scratch space is writable ...
+        pass
+    os.unlink(probe)
+    if not os.statvfs("/").f_flag & os.ST_RDONLY:  # ... and / is not
+        raise OSError("/ is still writable")
 
 
 def _encode(outcome: execution.Outcome, budget: int) -> str:
@@ -149,6 +201,11 @@ def _init(mode: str, *limits) -> None:
     """Namespace init: fork the worker, wait for it, exit with its status (the kernel then empties the namespace)."""
     for sig in (signal.SIGINT, signal.SIGTERM):  # init gets no signal from inside its namespace without a handler
         signal.signal(sig, signal.SIG_DFL)
+    try:
+        _private_filesystem()
+        os.chdir("/tmp")
+    except Exception:  # noqa: BLE001 - no private filesystem, no task code
+        os._exit(SETUP_FAILED)
     worker = os.fork()
     if worker == 0:
         _work(mode, *limits)

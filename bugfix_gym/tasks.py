@@ -58,20 +58,11 @@ class Task:
 
 
 def task_to_data(task: Task) -> dict[str, Any]:
-    """A task as plain (JSON-able) data; test cases are kept as Python literals (``repr``)."""
+    """A task as plain (JSON-able) data; test cases are kept as Python literals (``repr``). Reading it back
+    is :func:`bugfix_gym.saved_state.restore_task`, which trusts no ``sandbox`` flag in the data."""
     return dict(name=task.name, statement=task.statement, source=task.source, defect=task.defect, fix_op=task.fix_op,
                 visible=repr(task.visible), hidden=repr(task.hidden), split=task.split, sandbox=task.sandbox,
                 uid=task.uid, template=task.template)
-
-
-def task_from_data(data: dict[str, Any]) -> Task:
-    """The task :func:`task_to_data` described (cases parsed with ``ast.literal_eval``: no code runs)."""
-    import ast
-
-    cases = {k: tuple(ast.literal_eval(data[k])) for k in ("visible", "hidden")}
-    return Task(name=data["name"], statement=data["statement"], source=data["source"], defect=data["defect"],
-                fix_op=data["fix_op"], split=data["split"], sandbox=bool(data["sandbox"]), uid=data["uid"],
-                template=str(data.get("template", "")), **cases)
 
 
 def task_from_correct(name: str, statement: str, correct: str, fix_op: str, inputs: Sequence[tuple],

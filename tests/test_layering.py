@@ -122,7 +122,8 @@ def test_owner_codes_live_in_tokens_and_every_old_import_path_still_gives_them()
 LAYERS = ("model", "decoding", "rollout", "files", "algorithms", "bugfix", "cli")
 #: what the layers below ``bugfix`` may take from bugfix_gym: the token contract (owner codes, the
 #: tokenizer class, the text spaces), never the env, the tasks or BugFix's own vocabulary
-TOKEN_CONTRACT = {"bugfix_gym.tokens", "bugfix_gym.tokenizer", "bugfix_gym.spaces"}
+TOKEN_CONTRACT = {"bugfix_gym.tokens", "bugfix_gym.tokenizer", "bugfix_gym.spaces",
+                  "bugfix_gym.text_safety"}  # a leaf that knows nothing of BugFix: text made safe to show
 BUGFIX_VOCABULARY = {"build_tokenizer", "fixed_tokenizer"}
 AGENTS = ROOT / "agents"
 

@@ -258,3 +258,16 @@ def test_address_joins_a_running_ray_session_from_another_process(ray):
     assert out.returncode == 0, out.stderr[-2000:]
     joined, first_line = out.stdout.strip().splitlines()[-1].split(" ", 1)
     assert joined == address and first_line.startswith("def ")  # the `read` output: the function's source
+
+
+def test_close_after_an_actor_died_closes_the_others_without_raising(ray):
+    from agents import RayVecEnv
+
+    vec = RayVecEnv([lambda: BugFixEnv(max_turns=3) for _ in range(3)])
+    vec.reset()
+    ray.kill(vec.actors[0])  # the actor dies (as after an out-of-memory kill)
+    others = vec.actors[1:]
+    vec.close()
+    for actor in others:
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(actor.spaces.remote())

@@ -29,6 +29,12 @@ CONTAINED = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def root_may_run_plain(monkeypatch):
+    """These tests run ``plain`` mode as root too (to check what it still promises); the refusal has its own test."""
+    monkeypatch.setattr(sandbox, "ALLOW_ROOT_PLAIN", True)
+
+
 @pytest.fixture
 def sigusr1():
     """The signals SIGUSR1 this process receives while the test runs (a stand-in for SIGKILL)."""
@@ -64,21 +70,39 @@ def test_pack_code_cannot_signal_the_env_process_during_validation(tmp_path, sig
     assert loaded.name == "signal_half" and sigusr1 == []
 
 
+def _processes_with(argv: bytes) -> list[int]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                if cmdline.read() == argv:
+                    found.append(int(pid))
+        except OSError:
+            continue
+    return found
+
+
 @pytest.mark.parametrize("mode", CONTAINED)
-def test_pack_code_leaves_no_process_behind(tmp_path, mode):
-    trace = tmp_path / "alive.txt"
+def test_pack_code_leaves_no_process_behind(mode):
+    # the sandbox has no writable place outside, so the left-behind process is found by its command line
+    token = f"61.{os.getpid()}{time.monotonic_ns() % 10**6}"
+    argv = b"sleep\0" + token.encode() + b"\0"
     src = (f"def f(x):\n    import os, time\n    if os.fork() == 0:\n        os.setsid()\n        if os.fork() == 0:\n"
            f"            os.closerange(3, 1024)\n"  # let go of the report pipe: nobody waits for this process
-           f"            for _ in range(40):\n                with open({str(trace)!r}, 'a') as out:\n"
-           f"                    out.write('.')\n                time.sleep(0.05)\n        os._exit(0)\n"
+           f"            os.execv('/bin/sleep', ['sleep', {token!r}])\n        os._exit(0)\n"
            f"    for _ in range(200):  # until the grandchild is running\n"
-           f"        if os.path.exists({str(trace)!r}):\n            break\n        time.sleep(0.01)\n"
-           f"    return x\n")
-    run_cases_sandboxed(src, "f", [((1,), 1)], isolation=mode)
-    size = trace.stat().st_size if trace.exists() else 0
-    assert size > 0 or mode == "uid"  # the grandchild ran (as nobody, the code cannot fork at all)
-    time.sleep(0.4)
-    assert (trace.stat().st_size if trace.exists() else 0) == size  # nothing writes any more
+           f"        for pid in filter(str.isdigit, os.listdir('/proc')):\n            try:\n"
+           f"                if open(f'/proc/{{pid}}/cmdline', 'rb').read() == {argv!r}:\n"
+           f"                    return x\n            except OSError:\n                pass\n"
+           f"        time.sleep(0.01)\n    return -1\n")
+    report = run_cases_sandboxed(src, "f", [((1,), 1)], isolation=mode)
+    # the grandchild ran, or fork was refused (RLIMIT_NPROC = 0 holds for every uid but root outside)
+    assert report.ok or "raised BlockingIOError" in str(report.first_failure), report.first_failure
+    time.sleep(0.2)
+    left = _processes_with(argv)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert left == []
 
 
 @pytest.mark.parametrize("mode", [*CONTAINED, "plain"])
@@ -178,5 +202,62 @@ def test_isolation_falls_back_cleanly_when_namespaces_do_not_work(monkeypatch):
         assert run_cases_sandboxed("def f(x):\n    return x\n", "f", [((1,), 1)]).ok  # runs in the fallback mode
         failed = run_cases_sandboxed("def f(x):\n    return x\n", "f", [((1,), 1)], isolation="namespace")
         assert not failed.ok and failed.first_failure.startswith("sandbox : ")
+    finally:
+        sandbox.available_isolation.cache_clear()
+
+
+HOSTILE_FILES = ("def f(x):\n    import os\n    done = []\n"
+                 "    for path, how in ((x + '/planted', 'w'), ('/etc/shadow', 'r'), (x + '/planted_tmp', 'w')):\n"
+                 "        try:\n            open(path, how).close()\n            done.append(path)\n"
+                 "        except OSError:\n            pass\n    return done\n")
+
+
+@pytest.mark.skipif(available_isolation() != "namespace", reason="needs user namespaces (unshare)")
+def test_namespace_mode_gives_pack_code_no_root_access_to_files(tmp_path):
+    # as root: a 0700 root folder must stay unwritten and /etc/shadow unread; for anyone: nothing outside
+    # the private scratch space is writable
+    private = tmp_path / "root_only"
+    private.mkdir(mode=0o700)
+    report = run_cases_sandboxed(HOSTILE_FILES, "f", [((str(private),), [])], isolation="namespace")
+    assert report.ok, report.first_failure
+    assert list(private.iterdir()) == []
+
+
+@pytest.mark.skipif(available_isolation() != "namespace", reason="needs user namespaces (unshare)")
+def test_namespace_mode_scratch_space_is_private_and_thrown_away():
+    plant = ("def f(x):\n    import os\n    seen = sorted(os.listdir('/tmp'))\n"
+             "    open('/tmp/left', 'w').write('x')\n    return [os.getcwd(), seen]\n")
+    for _ in range(2):  # the second run sees nothing of the first
+        report = run_cases_sandboxed(plant, "f", [((0,), ["/tmp", []])], isolation="namespace")
+        assert report.ok, report.first_failure
+
+
+@pytest.mark.skipif(not ROOT, reason="the refusal is for root")
+def test_plain_mode_as_root_is_refused_unless_allowed(monkeypatch, tmp_path):
+    monkeypatch.setattr(sandbox, "ALLOW_ROOT_PLAIN", False)
+    report = run_cases_sandboxed(HOSTILE_FILES, "f", [((str(tmp_path),), [])], isolation="plain")
+    assert not report.ok and "refusing to run pack code as root" in report.first_failure
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_failed_probe_is_retried_and_the_fall_back_warns(monkeypatch):
+    calls = []
+    real = sandbox.run_cases_sandboxed
+
+    def flaky(*args, **kwargs):
+        calls.append(kwargs.get("isolation"))
+        if len(calls) == 1:
+            return sandbox.TestReport(0, 1, "sandbox : Timeout after 5 s")  # a loaded machine, once
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sandbox, "run_cases_sandboxed", flaky)
+    sandbox.available_isolation.cache_clear()
+    try:
+        if available_isolation() != "namespace":  # this machine cannot do it: the fall back must warn
+            sandbox.available_isolation.cache_clear()
+            with pytest.warns(RuntimeWarning, match="weaker"):
+                sandbox.available_isolation()
+        else:
+            assert len(calls) == 2  # the first failure did not downgrade for good
     finally:
         sandbox.available_isolation.cache_clear()

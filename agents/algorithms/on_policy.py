@@ -46,6 +46,7 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback
 from stable_baselines3.common.vec_env import VecEnv
 from stable_baselines3.common.vec_env.patch_gym import _patch_env
 
+from bugfix_gym.text_safety import printable
 from bugfix_gym.tokenizer import Tokenizer
 
 from agents.files import checkpoint
@@ -431,8 +432,8 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         model_file = checkpoint.read(path)
         data, where = model_file.data, model_file.name
         if data["algorithm"] != cls.__name__:
-            raise checkpoint.ModelFileError(f"{where} holds a {str(data['algorithm'])[:40]} model; load it with "
-                                            f"{str(data['algorithm'])[:40]}.load")
+            saved = printable(data["algorithm"], 40)
+            raise checkpoint.ModelFileError(f"{where} holds a {saved!r} model; load it with {saved}.load")
         args = dict(cls.arguments_from_saved(dict(data["args"]), where), **kwargs)
         saved_spaces = [checkpoint.space_from_json(data["spaces"].get(key)) for key in ("observation", "action")]
         if env is not None:
@@ -447,9 +448,9 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
             model._set_up_from_file(model_file, saved_spaces, 1 if env is None else env.num_envs)
         except checkpoint.ModelFileError:
             raise
-        except (KeyError, TypeError, ValueError, RuntimeError) as e:
+        except (KeyError, TypeError, ValueError, RuntimeError, OverflowError, MemoryError) as e:
             raise checkpoint.ModelFileError(f"{where} does not fit {cls.__name__}: {type(e).__name__}: "
-                                            f"{str(e).splitlines()[0][:200] if str(e) else ''}") from None
+                                            f"{printable(str(e).splitlines()[0], 200) if str(e) else ''}") from None
         if env is not None:
             model.set_env(env)
         return model

@@ -8,9 +8,11 @@
     bugfix-gym eval runs/gen0/tokenppo.zip --pack examples/task_pack_example.json --episodes 8 --json
     bugfix-gym play --task clamp                      # type the calls yourself
 
-Bad arguments, a missing or unsafe model file: one line on stderr, exit status 2. Ctrl-C during
-training saves the last finished iteration (exit status 130); a diverged update stops with one
-line and keeps the last good iteration (exit status 1).
+Bad arguments, a missing or unsafe model file, a damaged run folder: one line on stderr, exit
+status 2. Ctrl-C, SIGTERM or SIGHUP during training saves the last finished iteration (exit status
+128 + the signal: 130, 143, 129; a second Ctrl-C while saving does nothing); a diverged update
+stops with one line and keeps the last good iteration (exit status 1). A run folder is locked
+while a command uses it: a second ``train --resume`` of it refuses in one line.
 
 The parts: ``flags`` (flags as data, one-line errors), ``parser`` (the train flags' table, the
 eval flags), ``settings`` (the recipe with the flags given), ``train`` (start or resume, train,

@@ -66,6 +66,10 @@ class Number:
 
 
 POSITIVE_INT = Number(int, 1, what="a positive integer")
+# size flags checked before any env or task is built (the memory estimate needs the model first)
+MAX_N_ENVS = 1024  # train --n-envs
+MAX_EVAL_TASKS = 100_000  # eval --n (generated tasks)
+MAX_EVAL_EPISODES = 10_000  # eval --episodes (per task)
 NON_NEGATIVE_INT = Number(int, 0, what="an integer >= 0")
 SEED = Number(int, 0, 2**32 - 1, what="a seed (0 to 2**32 - 1)")
 POSITIVE_FLOAT = Number(float, 0.0, strict_low=True, what="a positive number")

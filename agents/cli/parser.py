@@ -11,6 +11,7 @@ import functools
 from pathlib import Path
 from typing import Any, Callable
 
+from agents.cli.flags import MAX_EVAL_EPISODES, MAX_EVAL_TASKS, MAX_N_ENVS, Number  # the size flags' bounds
 from agents.cli.flags import (NON_NEGATIVE_FLOAT, NON_NEGATIVE_INT, POSITIVE_FLOAT, POSITIVE_INT, SEED, SHARE,
                               UNIT_FLOAT, UNSET, Flag, OneLineParser, add_flags, foresight_threshold)
 
@@ -104,7 +105,8 @@ _TRAIN_FLAGS_BEFORE_PPO: tuple[Flag, ...] = (
          help="environment steps to train for (SB3's count: every vector-env step is n_envs steps)"),
     Flag("iterations", type=POSITIVE_INT, part="run", group="budget",
          help="PPO iterations to train for (the book's count)"),
-    Flag("n_envs", type=POSITIVE_INT, part="run", help="environments stepped in lockstep"),
+    Flag("n_envs", type=Number(int, 1, MAX_N_ENVS, what="a positive integer"), part="run",
+         help="environments stepped in lockstep"),
 )
 _TRAIN_FLAGS_AFTER_PPO: tuple[Flag, ...] = (
     Flag("lr_schedule", choices=("constant", "linear"), part="run",
@@ -182,9 +184,11 @@ def _add_eval_command(sub: Any) -> None:
     where.add_argument("--pack", type=Path, metavar="FILE", help="a task pack (.json / .toml)")
     where.add_argument("--generated", choices=("train", "heldout", "test"), metavar="SPLIT",
                        help="generated tasks from the generator's train / heldout / test templates")
-    ev.add_argument("--n", type=POSITIVE_INT, default=200, help="with --generated: number of tasks (default: 200)")
+    ev.add_argument("--n", type=Number(int, 1, MAX_EVAL_TASKS, what="a positive integer"), default=200,
+                    help="with --generated: number of tasks (default: 200)")
     ev.add_argument("--gen-seed", type=SEED, default=0, help="with --generated: generator seed (default: 0)")
-    ev.add_argument("--episodes", type=POSITIVE_INT, default=None,
+    ev.add_argument("--episodes", type=Number(int, 1, MAX_EVAL_EPISODES, what="a positive integer"),
+                    default=None,
                     help="episodes per task (default: 8, or 1 with --generated)")
     ev.add_argument("--seed", type=SEED, default=0, help="sampling seed (default: 0)")
     ev.add_argument("--hide-outputs", action="store_true",

@@ -53,13 +53,19 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(1)  # a ~150k-parameter model: one thread beats two on a small, shared CPU
     started = time.perf_counter()
-    run = resume_run(args.resume) if args.resume is not None else start_run(args, started)
-    keep_best = _keep_best(run)
-    status = train(run, keep_best, progress=not args.no_progress)
-    if status is not None:  # interrupted or diverged: the last finished iteration is saved
-        return status
-    report(run, keep_best, started)
-    return 0
+    lock = lock_run(args.resume) if args.resume is not None else None  # one command per run folder at a time
+    try:
+        run = resume_run(args.resume) if args.resume is not None else start_run(args, started)
+        lock = lock or lock_run(run.out)
+        keep_best = _keep_best(run)
+        status = train(run, keep_best, progress=not args.no_progress)
+        if status is not None:  # interrupted or diverged: the last finished iteration is saved
+            return status
+        report(run, keep_best, started)
+        return 0
+    finally:
+        if lock is not None:
+            lock.release()
 
 
 # ---------------------------------------------------------------------- start / resume
@@ -122,21 +128,28 @@ def resume_run(out: Path) -> TrainingRun:
     :param out: the run's folder (``--resume``)
     """
     from agents.algorithms.presets import load_algorithm
-    from agents.files.runs import MODEL_FILE, RESUME_FILE, RUN_FILE, restore_training_state
+    from agents.files import runs
+    from bugfix_gym.text_safety import printable
 
     try:
-        settings = json.loads((out / RUN_FILE).read_text())
-        resume_state = json.loads((out / RESUME_FILE).read_text())
+        settings, resume_state = runs.read_run_file(out / runs.RUN_FILE), runs.read_run_file(out / runs.RESUME_FILE)
+        runs.check_run_settings(settings)
+        runs.check_resume_state(resume_state)
     except (OSError, ValueError) as e:
-        raise usage_error("train", f"{out} is not a run that can be resumed ({type(e).__name__}: it needs "
-                                   f"{RUN_FILE} and {RESUME_FILE})") from None
-    env = make_env(settings, settings["n_envs"], settings["seed"])
+        why = e.strerror if isinstance(e, OSError) and e.strerror else printable(str(e), 200)
+        raise usage_error("train", f"{out} is not a run that can be resumed ({why}: it needs {runs.RUN_FILE} and "
+                                   f"{runs.RESUME_FILE} as written by bugfix-gym train)") from None
     try:
-        model = load_algorithm(out / MODEL_FILE, env=env, tensorboard_log=str(out / "tb") if settings["tensorboard"]
-                               else None)
-    except (FileNotFoundError, ValueError) as e:
-        raise usage_error("train", str(e)) from None
-    restore_training_state(model, resume_state)
+        env = make_env(settings, settings["n_envs"], settings["seed"])
+        model = load_algorithm(out / runs.MODEL_FILE, env=env,
+                               tensorboard_log=str(out / "tb") if settings["tensorboard"] else None)
+        runs.restore_training_state(model, resume_state)
+    except FileNotFoundError as e:
+        raise usage_error("train", printable(str(e), 300)) from None
+    except (KeyError, TypeError, ValueError, IndexError, OverflowError, RuntimeError) as e:  # torch's generator
+        raise usage_error("train", f"{out} holds a damaged run ({type(e).__name__}: "
+                                   f"{printable(str(e).splitlines()[0] if str(e) else '', 200)}); start a new run"
+                          ) from None
     set_lr_schedule(model, settings)
     check_memory(settings, model.policy_kwargs["model_config"])
     print(f"resuming {out} at iteration {model.iteration} ({model.num_timesteps} env steps done)", flush=True)
@@ -155,6 +168,7 @@ def train(run: TrainingRun, keep_best: KeepBest | None, progress: bool) -> int |
     from agents.algorithms.callbacks import StopAfterIterations
     from agents.algorithms.ppo import DivergenceError
     from agents.files.runs import Snapshots
+    from agents.files.stops import StopRequested, exit_status, ignore_stop_signals, stop_signals_interrupt
 
     model, settings, out = run.model, run.settings, run.out
     snapshots = Snapshots()
@@ -171,13 +185,16 @@ def train(run: TrainingRun, keep_best: KeepBest | None, progress: bool) -> int |
     print(f"training {_name(model, settings)} for {remaining} {unit} ({settings['n_envs']} envs, at least "
           f"{model.n_episodes} episodes per iteration) ...", flush=True)
     try:
-        model.learn(total_timesteps, callback=callbacks, progress_bar=progress and unit == "env steps",
-                    reset_num_timesteps=not run.resumed)
-    except KeyboardInterrupt:
+        with stop_signals_interrupt():  # SIGTERM and SIGHUP save like Ctrl-C
+            model.learn(total_timesteps, callback=callbacks, progress_bar=progress and unit == "env steps",
+                        reset_num_timesteps=not run.resumed)
+    except KeyboardInterrupt as stop:
+        ignore_stop_signals()  # a second Ctrl-C must not cut the save short
         path = snapshots.save(out) if snapshots.last is not None else None
         saved = f"saved iteration {snapshots.iteration} to {path}" if path else "nothing to save yet"
-        print(f"\nbugfix-gym: interrupted; {saved}; continue with: bugfix-gym train --resume {out}", file=sys.stderr)
-        return 130
+        print(f"\nbugfix-gym: interrupted ({stop.args[0] if isinstance(stop, StopRequested) else 'Ctrl-C'}); "
+              f"{saved}; continue with: bugfix-gym train --resume {out}", file=sys.stderr)
+        return exit_status(stop)
     except DivergenceError as e:
         path = snapshots.save(out) if snapshots.last is not None else None
         print(f"bugfix-gym: {e}. Kept the last good iteration ({snapshots.iteration}) in {path}", file=sys.stderr)
@@ -213,13 +230,12 @@ def report(run: TrainingRun, keep_best: KeepBest | None, started: float) -> None
     :param keep_best: the validation callback, or None
     :param started: ``time.perf_counter()`` when the command started
     """
-    from agents.files.runs import MODEL_FILE, RESUME_FILE
+    from agents.files.runs import MODEL_FILE
 
     model, settings, out = run.model, run.settings, run.out
     validation = _report_validation(keep_best, settings)
     model_path = out / MODEL_FILE
-    model.save(model_path)
-    (out / RESUME_FILE).unlink(missing_ok=True)
+    save_final(model, out)
     after = _evaluate(model, settings)
     print(f"\n{model.iteration} iterations, {model.num_timesteps} env steps, {model.total_policy_tokens} policy "
           f"tokens in {run.train_s:.0f} s\n")
@@ -336,6 +352,46 @@ def check_memory(settings: dict[str, Any], model_config: dict[str, Any]) -> None
     if need > 0.5 * have:
         print(f"warning: this run needs about {need / 2**30:.1f} GiB of the {have / 2**30:.1f} GiB available",
               file=sys.stderr)
+
+
+def save_final(model: TokenPPO, out: Path) -> None:
+    """Write the trained model atomically and drop ``resume.json``, with stop signals held back: a failed
+    write (a full disk, a quota) keeps the last snapshot and is one line.
+
+    :param model: the trained model
+    :param out: the run's folder
+    """
+    from agents.files.checkpoint import atomic_write
+    from agents.files.runs import MODEL_FILE, RESUME_FILE
+    from agents.files.stops import signals_deferred
+
+    try:
+        with signals_deferred():
+            atomic_write(out / MODEL_FILE, model.save)
+            (out / RESUME_FILE).unlink(missing_ok=True)
+    except OSError as e:
+        raise usage_error("train", f"cannot write the trained model to {out / MODEL_FILE} "
+                                   f"({e.strerror or type(e).__name__}); the last snapshot is kept: free "
+                                   f"space and continue with --resume {out}") from None
+
+
+def lock_run(out: Path) -> Any:
+    """Hold the run folder's lock (:class:`agents.files.stops.RunLock`) for the rest of the command;
+    a second command on the same folder gets one line. A folder that is not there is left to the
+    command's own checks (None).
+
+    :param out: the run's folder
+    """
+    from agents.files.stops import RunLock
+
+    if not out.is_dir():
+        return None
+    try:
+        return RunLock(out)
+    except BlockingIOError:
+        raise usage_error("train", f"another bugfix-gym train is using {out}; wait until it ends") from None
+    except OSError as e:
+        raise usage_error("train", f"cannot lock {out} ({e.strerror or type(e).__name__})") from None
 
 
 def check_out(out: Path) -> None:

@@ -46,6 +46,7 @@ import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.utils import ConstantSchedule, FloatSchedule
 
+from bugfix_gym.text_safety import printable
 from bugfix_gym.spaces import BufferedText
 
 from agents.model.tinyagent import TinyAgent, TinyAgentConfig
@@ -63,6 +64,7 @@ ENTRY_LIMITS = {
     "_stable_baselines3_version": 1024,
     "system_info.txt": 64 * 1024,
 }
+DATA_FIELDS = {"algorithm": str, "args": dict, "policy_kwargs": dict, "spaces": dict, "counters": dict}
 PARAM_ENTRIES = {"policy.pth": "policy", "policy.optimizer.pth": "policy.optimizer", "ref_model.pth": "ref_model"}
 OPTIMIZERS = {name: getattr(th.optim, name) for name in ("Adam", "AdamW", "SGD", "RMSprop")}
 
@@ -216,6 +218,7 @@ def read(path: str | pathlib.Path | io.BufferedIOBase) -> ModelFile:
         if p.stat().st_size > MAX_FILE_BYTES:
             raise ModelFileError(f"{path} is larger than {MAX_FILE_BYTES // MiB} MiB; not a bugfix-gym model file")
         source = p
+    _check_entry_count(source, name)  # before zipfile reads every name of the central directory
     try:
         with zipfile.ZipFile(source) as archive:
             entries = {info.filename: info for info in archive.infolist()}
@@ -229,13 +232,44 @@ def read(path: str | pathlib.Path | io.BufferedIOBase) -> ModelFile:
     except (zipfile.BadZipFile, zlib.error) as e:
         raise ModelFileError(f"{name} is not a bugfix-gym model file: corrupt or not a zip archive ({e})") from None
     except (OSError, EOFError, zipfile.LargeZipFile, NotImplementedError, RuntimeError) as e:
-        raise ModelFileError(f"{name} cannot be read: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-                             ) from None
+        raise ModelFileError(f"{name} cannot be read: {type(e).__name__}: "
+                             f"{printable(str(e).splitlines()[0], 200) if str(e) else ''}") from None
     data = _parse_data(raw["data"], name)
+    _check_model_config(data, len(raw["policy.pth"]), name)  # before any tensor is built
     params = {key: _load_tensors(raw[entry], entry, name) for entry, key in PARAM_ENTRIES.items() if entry in raw}
     if "pytorch_variables.pth" in raw:  # unused here, but checked like the others: nothing unpickles
         _load_tensors(raw["pytorch_variables.pth"], "pytorch_variables.pth", name)
+    _check_params(params, name)
     return ModelFile(data, params, name)
+
+
+def _check_entry_count(source: Any, name: str) -> None:
+    """Refuse a zip whose end-of-central-directory record declares more entries (or a larger directory) than
+    a model file has, or a ZIP64 one, reading only the file's last 64 KiB."""
+    tail_size = 65536 + 22
+    try:
+        if isinstance(source, pathlib.Path):
+            with source.open("rb") as f:
+                f.seek(max(0, source.stat().st_size - tail_size))
+                tail = f.read()
+        elif hasattr(source, "seek") and source.seekable():
+            here = source.tell()
+            source.seek(0, io.SEEK_END)
+            source.seek(max(0, source.tell() - tail_size))
+            tail = source.read()
+            source.seek(here)
+        else:
+            return
+    except OSError:
+        return  # zipfile says what is wrong
+    at = tail.rfind(b"PK\x05\x06")
+    if at < 0 or len(tail) < at + 22:
+        return  # not a zip: zipfile says so
+    entries = int.from_bytes(tail[at + 10:at + 12], "little")
+    directory_bytes = int.from_bytes(tail[at + 12:at + 16], "little")
+    if entries > len(ENTRY_LIMITS) or directory_bytes > 64 * 1024:
+        raise ModelFileError(f"{name} is not a bugfix-gym model file: its zip declares {entries} entries in "
+                             f"{directory_bytes} bytes (a model file has at most {len(ENTRY_LIMITS)})")
 
 
 def _read_entry(archive: zipfile.ZipFile, info: zipfile.ZipInfo, name: str) -> bytes:
@@ -250,9 +284,13 @@ def _read_entry(archive: zipfile.ZipFile, info: zipfile.ZipInfo, name: str) -> b
     return blob
 
 
+def _no_constant(text: str) -> Any:
+    raise ValueError(f"{text} is not a JSON number")
+
+
 def _parse_data(blob: bytes, name: str) -> dict[str, Any]:
     try:
-        data = json.loads(blob.decode("utf-8"))
+        data = json.loads(blob.decode("utf-8"), parse_constant=_no_constant)  # Infinity, NaN: refused
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
         raise ModelFileError(f"{name}: its 'data' entry is not JSON ({type(e).__name__})") from None
     if not isinstance(data, dict):
@@ -263,10 +301,59 @@ def _parse_data(blob: bytes, name: str) -> dict[str, Any]:
     if data.get("format") != FORMAT:
         raise ModelFileError(f"{name} is not a bugfix-gym model file (format {str(data.get('format'))[:40]!r}, "
                              f"expected {FORMAT!r})")
-    for key in ("algorithm", "args", "policy_kwargs", "spaces", "counters"):
-        if key not in data:
-            raise ModelFileError(f"{name}: its 'data' entry has no {key!r}")
+    for key, kind in DATA_FIELDS.items():
+        if not isinstance(data.get(key), kind):
+            raise ModelFileError(f"{name}: its 'data' entry has no {key!r} {kind.__name__}")
+    if not isinstance(data.get("state", {}), (dict, type(None))):
+        raise ModelFileError(f"{name}: its 'data' entry's 'state' is not an object")
+    if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**63 for v in data["counters"].values()):
+        raise ModelFileError(f"{name}: its training counters are not whole numbers from 0 to 2**63")
     return data
+
+
+def estimated_parameters(config: dict[str, Any]) -> int:
+    """The parameter count a TinyAgent config asks for (embeddings, blocks, heads), from its sizes alone.
+
+    :param config: ``policy_kwargs["model_config"]`` of a model file
+    """
+    v, d, f, t, n = (int(config.get(k, getattr(TinyAgentConfig, k))) for k in
+                     ("vocab_size", "d_model", "d_ff", "max_len", "n_layer"))
+    return v * d + t * d + n * (4 * d * d + 2 * d * f + 4 * d) + d  # the output head shares the embedding
+
+
+def _check_model_config(data: dict[str, Any], policy_bytes: int, name: str) -> None:
+    """Refuse sizes that are not positive whole numbers, or that ask for more parameters than the
+    ``policy.pth`` entry (4 bytes a parameter) holds, before anything is allocated."""
+    config = data["policy_kwargs"].get("model_config")
+    if config is None:
+        return
+    if not isinstance(config, dict):
+        raise ModelFileError(f"{name}: its model_config is not an object")
+    for key in ("vocab_size", "d_model", "n_layer", "n_head", "d_ff", "max_len"):
+        value = config.get(key, getattr(TinyAgentConfig, key))
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= 2**20:
+            raise ModelFileError(f"{name}: its model_config {key} is {printable(repr(value), 40)}, not a whole "
+                                 f"number from 1 to {2**20}")
+    if config.get("d_model", TinyAgentConfig.d_model) % config.get("n_head", TinyAgentConfig.n_head):
+        raise ModelFileError(f"{name}: its model_config d_model is not divisible by n_head")
+    if estimated_parameters(config) * 4 > policy_bytes + MiB:
+        raise ModelFileError(f"{name}: its model_config asks for {estimated_parameters(config)} parameters, more "
+                             f"than its {policy_bytes}-byte policy.pth can hold")
+
+
+def _check_params(params: dict[str, dict[str, Any]], name: str) -> None:
+    """The weights' names are text and every floating-point tensor is finite."""
+    for key in ("policy", "ref_model"):
+        state = params.get(key, {})
+        if not all(isinstance(k, str) and isinstance(t, th.Tensor) for k, t in state.items()):
+            raise ModelFileError(f"{name}: its {key} weights are not a map from names to tensors")
+        for k, t in state.items():
+            if t.is_floating_point() and not bool(th.isfinite(t).all()):
+                raise ModelFileError(f"{name}: its {key} weight {printable(k, 60)!r} holds NaN or infinite values")
+    optimizer = params.get("policy.optimizer")
+    if optimizer is not None and not (isinstance(optimizer.get("state"), dict)
+                                      and isinstance(optimizer.get("param_groups"), list)):
+        raise ModelFileError(f"{name}: its optimizer state is not an optimizer state dict")
 
 
 def _has_serialized(obj: Any, depth: int = 0) -> bool:
@@ -283,7 +370,7 @@ def _load_tensors(blob: bytes, entry: str, name: str) -> dict[str, Any]:
     try:
         obj = th.load(io.BytesIO(blob), map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - the unpickler refuses anything but tensors and plain containers
-        first = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
+        first = printable(str(e).splitlines()[0], 160) if str(e) else type(e).__name__
         raise ModelFileError(f"{name}: entry {entry!r} is not a plain tensor file ({first})") from None
     if not isinstance(obj, dict):
         raise ModelFileError(f"{name}: entry {entry!r} is not a state dict")

@@ -23,6 +23,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.monitor import Monitor
 
 from agents.files.checkpoint import ParameterSnapshot, atomic_write
+from agents.files.stops import signals_deferred
 
 MODEL_FILE, RUN_FILE, RESUME_FILE = "tokenppo.zip", "run.json", "resume.json"
 
@@ -55,6 +56,67 @@ def new_run_dir(root: str | pathlib.Path = "runs", prefix: str = "tokenppo") -> 
         except FileExistsError:
             continue
     raise RuntimeError(f"could not create a new run folder under {root}")
+
+
+# ---------------------------------------------------------------------- reading a run folder (data, never orders)
+MAX_RUN_FILE_BYTES = 256 * 2**20  # run.json / resume.json
+_SETTINGS = {"n_envs": (int, 1, 1024), "seed": (int, 0, 2**32 - 1), "eval_episodes": (int, 1, 10_000)}
+_PPO = {"n_episodes": (int, 1, 10**7), "n_minibatches": (int, 1, 10**7)}
+
+
+def _no_constant(text: str) -> Any:
+    raise ValueError(f"{text} is not a JSON number")
+
+
+def read_run_file(path: pathlib.Path) -> dict[str, Any]:
+    """A run folder's JSON file (``run.json``, ``resume.json``) as an object: a regular file (a FIFO or a
+    device is refused before it is opened), at most :data:`MAX_RUN_FILE_BYTES`, plain JSON (no
+    ``Infinity`` / ``NaN``). Raises ``ValueError`` (one line) or ``OSError``.
+
+    :param path: the file
+    """
+    import os
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))  # a FIFO opens without blocking
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError(f"{path.name} is not a regular file")
+        if info.st_size > MAX_RUN_FILE_BYTES:
+            raise ValueError(f"{path.name} is larger than {MAX_RUN_FILE_BYTES // 2**20} MiB")
+        blob = f.read(MAX_RUN_FILE_BYTES + 1)
+    try:
+        data = json.loads(blob.decode("utf-8"), parse_constant=_no_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise ValueError(f"{path.name} is not JSON ({type(e).__name__})") from None
+    if type(data) is not dict:
+        raise ValueError(f"{path.name} is not a JSON object")
+    return data
+
+
+def check_run_settings(settings: dict[str, Any]) -> None:
+    """The entries of ``run.json`` that size the run, checked before anything is built (``ValueError``, one line)."""
+    for where, table in ((settings, _SETTINGS), (settings.get("ppo"), _PPO)):
+        if type(where) is not dict:
+            raise ValueError("run.json has no 'ppo' object")
+        for key, (kind, low, high) in table.items():
+            value = where.get(key)
+            if type(value) is not kind or not low <= value <= high:
+                raise ValueError(f"run.json's {key!r} is not a whole number from {low} to {high}")
+    for key, kinds in (("tensorboard", (bool,)), ("env", (dict,)), ("tasks", (str,)),
+                       ("validation", (dict, type(None)))):
+        if type(settings.get(key)) not in kinds:
+            raise ValueError(f"run.json's {key!r} is missing or of the wrong type")
+
+
+def check_resume_state(state: dict[str, Any]) -> None:
+    """The shape of ``resume.json`` (``ValueError``, one line); each env's own state is checked by its ``set_state``."""
+    kinds = {"envs": (list, type(None)), "sampler": (list, dict, type(None)), "sample_generator": (list,),
+             "shuffle_rng": (dict, type(None)), "monitor_rewards": (list, type(None))}
+    for key, allowed in kinds.items():
+        if type(state.get(key)) not in allowed:
+            raise ValueError(f"resume.json's {key!r} is missing or of the wrong type")
 
 
 # ---------------------------------------------------------------------- training state
@@ -126,8 +188,9 @@ class Snapshots(BaseCallback):
         algo.set_training_progress(snap["progress"])
         run_dir = pathlib.Path(run_dir)
         path = run_dir / MODEL_FILE
-        atomic_write(path, algo.save)
-        atomic_write(run_dir / RESUME_FILE, lambda f: f.write(json.dumps(snap["training"]).encode()))
+        with signals_deferred():  # a Ctrl-C or SIGTERM now arrives once both files are written
+            atomic_write(path, algo.save)
+            atomic_write(run_dir / RESUME_FILE, lambda f: f.write(json.dumps(snap["training"]).encode()))
         return path
 
 

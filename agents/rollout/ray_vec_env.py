@@ -207,11 +207,18 @@ class RayVecEnv(VecEnv):
         self.closed = True
         if not self._ray.is_initialized():  # Ray already shut down: its actors went with it
             return
-        if self.waiting:
-            self._ray.get(self._pending)
-        self._ray.get([actor.close.remote() for actor in self.actors])
-        for actor in self.actors:  # queued behind close(): every later call raises RayActorError
-            actor.__ray_terminate__.remote()
+        errors = self._ray.exceptions.RayError
+        try:
+            if self.waiting:
+                self._ray.get(self._pending)
+        except errors:  # a dead actor's step: the others are closed all the same
+            pass
+        for actor in self.actors:
+            try:
+                self._ray.get(actor.close.remote())
+            except errors:  # this actor died: nothing of it to close
+                pass
+            actor.__ray_terminate__.remote()  # queued behind close(): every later call raises RayActorError
 
     def get_images(self) -> Sequence[np.ndarray | None]:
         if self.render_mode != "rgb_array":

@@ -1,0 +1,116 @@
+"""Crafted model files: every kind the audit tried is refused in one line before it costs anything."""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+
+import gymnasium as gym
+import pytest
+import torch
+
+import bugfix_gym  # noqa: F401
+from agents.algorithms.ppo import TokenPPO
+from agents.cli import main
+from agents.files import checkpoint
+
+
+@pytest.fixture(scope="module")
+def saved_model(tmp_path_factory, shared_base_agent):
+    path = tmp_path_factory.mktemp("model") / "m.zip"
+    TokenPPO("TinyAgentPolicy", gym.make("BugFix-v0"), base_agent=shared_base_agent, n_episodes=4, seed=0).save(path)
+    return path
+
+
+def _crafted(saved, tmp_path, edit_data=None, edit_policy=None, raw_data=None):
+    entries = {}
+    with zipfile.ZipFile(saved) as archive:
+        for name in archive.namelist():
+            entries[name] = archive.read(name)
+    if edit_data is not None:
+        data = json.loads(entries["data"])
+        edit_data(data)
+        entries["data"] = json.dumps(data).encode()
+    if raw_data is not None:
+        entries["data"] = raw_data(entries["data"].decode()).encode()
+    if edit_policy is not None:
+        state = torch.load(io.BytesIO(entries["policy.pth"]), weights_only=True)
+        state = edit_policy(state)
+        buf = io.BytesIO()
+        torch.save(state, buf)
+        entries["policy.pth"] = buf.getvalue()
+    path = tmp_path / "crafted.zip"
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, blob in entries.items():
+            archive.writestr(name, blob)
+    return path
+
+
+def _config(data, **sizes):
+    data["policy_kwargs"]["model_config"].update(sizes)
+
+
+def _first_nan(state):
+    key = next(k for k, t in state.items() if t.is_floating_point())
+    state[key] = state[key].clone().fill_(float("nan"))
+    return state
+
+
+CRAFTED = {
+    "state as a list": dict(edit_data=lambda d: d.update(state=[])),
+    "spaces as a list": dict(edit_data=lambda d: d.update(spaces=[])),
+    "args as a list": dict(edit_data=lambda d: d.update(args=[])),
+    "policy_kwargs as a list": dict(edit_data=lambda d: d.update(policy_kwargs=[])),
+    "model_config as a list": dict(edit_data=lambda d: d["policy_kwargs"].update(model_config=[])),
+    "num_timesteps Infinity": dict(raw_data=lambda t: t.replace('"num_timesteps": 0', '"num_timesteps": Infinity')),
+    "n_head 0": dict(edit_data=lambda d: _config(d, n_head=0)),
+    "n_head negative": dict(edit_data=lambda d: _config(d, n_head=-4)),
+    "805M parameters": dict(edit_data=lambda d: _config(d, d_model=4096, n_layer=4, d_ff=16384, n_head=8)),
+    "integer state-dict keys": dict(edit_policy=lambda s: {i: t for i, t in enumerate(s.values())}),
+    "NaN weights": dict(edit_policy=_first_nan),
+    "n_episodes 1e30": dict(edit_data=lambda d: d["args"].update(n_episodes=1e30)),
+    "an escape sequence in the algorithm": dict(edit_data=lambda d: d.update(algorithm="\x1b]0;owned\x07")),
+}
+
+
+@pytest.mark.parametrize("kind", CRAFTED)
+def test_a_crafted_model_file_is_one_line(saved_model, tmp_path, capsys, kind):
+    path = _crafted(saved_model, tmp_path, **CRAFTED[kind])
+    with pytest.raises(ValueError) as caught:
+        TokenPPO.load(path)
+    assert "\n" not in str(caught.value) and "\x1b" not in str(caught.value) and "\x07" not in str(caught.value)
+    assert main(["eval", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err and "\x1b" not in err
+
+
+def test_a_large_model_config_is_refused_before_allocating(saved_model, tmp_path, monkeypatch):
+    def no_model(*args, **kwargs):
+        raise AssertionError("a model was built")
+
+    monkeypatch.setattr(checkpoint, "_load_tensors", no_model)  # refused before even the weights are unpickled
+    path = _crafted(saved_model, tmp_path, **CRAFTED["805M parameters"])
+    with pytest.raises(checkpoint.ModelFileError, match="asks for 8"):
+        checkpoint.read(path)
+
+
+def test_the_parameter_estimate_never_exceeds_a_real_model(saved_model):
+    model = TokenPPO.load(saved_model)
+    config = model.policy_kwargs["model_config"]
+    actual = sum(p.numel() for p in model.policy.model.parameters())
+    assert 0.9 * actual < checkpoint.estimated_parameters(config) <= actual
+
+
+def test_a_zip_with_many_entries_is_refused_before_its_names_are_read(tmp_path, monkeypatch):
+    path = tmp_path / "many.zip"
+    with zipfile.ZipFile(path, "w") as archive:
+        for i in range(5000):
+            archive.writestr(f"e{i}", b"")
+
+    def no_names(self, *args, **kwargs):
+        raise AssertionError("the central directory was read")
+
+    monkeypatch.setattr(zipfile.ZipFile, "_RealGetContents", no_names)
+    with pytest.raises(checkpoint.ModelFileError, match="declares 5000 entries"):
+        checkpoint.read(path)
