@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 import agents.cli.report
 from agents.algorithms.ppo import TokenPPO
@@ -140,3 +141,32 @@ def test_the_example_trains_a_preset_and_prints_before_and_after(tmp_path, monke
     assert set(result) == {"before", "after"} and all(0 <= v <= 1 for r in result.values() for v in r.values())
     assert load_algorithm(tmp_path / "runs/examples/algorithms-rloo.zip").preset == "rloo"
     sys.modules.pop("algorithms", None)
+
+
+@pytest.mark.parametrize("name", ["rebn", "grpo"])
+def test_a_stopped_run_of_a_named_algorithm_resumes_as_that_algorithm(name, tmp_path, small_eval, monkeypatch,
+                                                                      capsys):
+    """Ctrl-C during the second update of a Reinforce / critic-free preset; ``--resume`` rebuilds its class
+    (run.json of a Reinforce run has no PPO-only entries) and ends where an uninterrupted run ends."""
+    cls = get_preset(name).cls
+    argv = _train(tmp_path / "whole", "--algo", name, "--timesteps", "200", "--n-envs", "4")
+    assert main(argv) == 0
+    whole = load_algorithm(tmp_path / "whole" / "tokenppo.zip")
+    original, calls = cls.train, {"n": 0}
+
+    def interrupted(self):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return original(self)
+
+    monkeypatch.setattr(cls, "train", interrupted)
+    cut = tmp_path / "cut"
+    assert main([*argv[:argv.index("--out") + 1], str(cut), *argv[argv.index("--out") + 2:]]) == 130
+    monkeypatch.setattr(cls, "train", original)
+    capsys.readouterr()
+    assert main(["train", "--resume", str(cut), "--no-progress"]) == 0, capsys.readouterr().err
+    resumed = load_algorithm(cut / "tokenppo.zip")
+    assert type(resumed) is cls and resumed.preset == name and resumed.num_timesteps == whole.num_timesteps
+    for (k, v), (_, w) in zip(whole.policy.state_dict().items(), resumed.policy.state_dict().items()):
+        assert torch.equal(v, w), k

@@ -62,6 +62,7 @@ def new_run_dir(root: str | pathlib.Path = "runs", prefix: str = "tokenppo") -> 
 MAX_RUN_FILE_BYTES = 256 * 2**20  # run.json / resume.json
 _SETTINGS = {"n_envs": (int, 1, 1024), "seed": (int, 0, 2**32 - 1), "eval_episodes": (int, 1, 10_000)}
 _PPO = {"n_episodes": (int, 1, 10**7), "n_minibatches": (int, 1, 10**7)}
+_OPTIONAL = ("n_minibatches",)  # Reinforce's runs have none
 
 
 def _no_constant(text: str) -> Any:
@@ -101,6 +102,8 @@ def check_run_settings(settings: dict[str, Any]) -> None:
         if type(where) is not dict:
             raise ValueError("run.json has no 'ppo' object")
         for key, (kind, low, high) in table.items():
+            if key in _OPTIONAL and key not in where:
+                continue
             value = where.get(key)
             if type(value) is not kind or not low <= value <= high:
                 raise ValueError(f"run.json's {key!r} is not a whole number from {low} to {high}")
