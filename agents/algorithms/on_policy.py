@@ -52,6 +52,7 @@ from agents.files import checkpoint
 from agents.algorithms.buffers import TokenRolloutBuffer
 from agents.algorithms.config import OnPolicyConfig, settings_doc
 from agents.algorithms.registry import load_entry_point
+from agents.model.threads import ThreadSetting, check_thread_setting, use_threads
 from agents.model.tinyagent import TinyAgent, TinyAgentConfig
 from agents.algorithms.policies import TinyAgentPolicy
 from agents.rollout.sampler import EpisodeSampler
@@ -83,6 +84,10 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
     :param rollout_buffer_class: buffer class (default :class:`TokenRolloutBuffer`)
     :param rollout_buffer_kwargs: extra buffer arguments
     :param monitor_wrapper: wrap a plain env in SB3's ``Monitor``
+    :param torch_threads: torch threads the model's work (building it, ``learn``, sampling, ``predict``)
+        runs under, the caller's count put back afterwards: ``"auto"`` (one thread on a CPU, where it is
+        fastest for this tiny model, unless you chose a count with ``torch.set_num_threads`` or
+        ``OMP_NUM_THREADS``; :mod:`agents.model.threads`), a count, or None (leave torch's count alone)
     :param settings: the settings of :attr:`config_class` by name, below (each is kept as an attribute)
     """
 
@@ -109,7 +114,8 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
                  base_agent: str | TinyAgent | pathlib.Path | None = "auto",
                  rollout_buffer_class: type[TokenRolloutBuffer] | None = None,
                  rollout_buffer_kwargs: dict[str, Any] | None = None, monitor_wrapper: bool = True,
-                 **settings: Any):
+                 torch_threads: ThreadSetting = "auto", **settings: Any):
+        self.torch_threads = check_thread_setting(torch_threads)
         self.config = self.config_class.from_kwargs(type(self).__name__, settings)  # checks every setting
         self.__dict__.update(self.config.as_dict())
         if isinstance(env, str):
@@ -133,8 +139,9 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         self._iteration = 0
         self._last_rollout: dict[str, Any] | None = None
         if _init_setup_model:
-            self._prepare_policy_kwargs(base_agent)
-            self._setup_model()
+            with use_threads(self.torch_threads, self.device):  # the base agent may be trained here
+                self._prepare_policy_kwargs(base_agent)
+                self._setup_model()
             if self._base_model is not None:
                 self.policy.model.load_state_dict(self._base_model.state_dict())
                 self._after_initial_weights()
@@ -203,6 +210,7 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         self.rollout_buffer_kwargs = dict(self.rollout_buffer_kwargs)
         self.rollout_buffer_kwargs.setdefault("pad_id", int(self.policy_kwargs["tokenizer"]["words"].index("<pad>")))
         super()._setup_model()
+        self.policy.torch_threads = getattr(self, "torch_threads", "auto")  # predict() runs under it too
         # the sampler's own generator: seeded by `seed`, else drawn from torch's global RNG (no reseeding)
         seed = self.seed if self.seed is not None else int(th.randint(0, 2**62, (1,)))
         self.sample_generator = th.Generator().manual_seed(seed)
@@ -231,6 +239,16 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         """SB3's ``set_env``; the sampler then plays the new env (episodes in progress are dropped)."""
         super().set_env(env, force_reset=force_reset)
         self.sampler = self._make_sampler(self.env)
+
+    def learn(self: SelfTokenAlgorithm, total_timesteps: int, callback: MaybeCallback = None, log_interval: int = 1,
+              tb_log_name: str | None = None, reset_num_timesteps: bool = True,
+              progress_bar: bool = False) -> SelfTokenAlgorithm:
+        """SB3's ``learn``, run under :attr:`torch_threads`; TensorBoard runs are named after the
+        algorithm (``TokenPPO_1``) unless ``tb_log_name`` is given."""
+        with use_threads(self.torch_threads, self.device):
+            return super().learn(total_timesteps, callback=callback, log_interval=log_interval,
+                                 tb_log_name=tb_log_name or type(self).__name__,
+                                 reset_num_timesteps=reset_num_timesteps, progress_bar=progress_bar)
 
     def _setup_learn(self, total_timesteps: int, callback: MaybeCallback = None, reset_num_timesteps: bool = True,
                      tb_log_name: str = "run", progress_bar: bool = False) -> tuple[int, BaseCallback]:
@@ -328,8 +346,9 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         else:
             sampler = self._make_sampler(env)
             assert sampler is not None
-        return sampler.collect(self.policy.model, n or self.n_episodes, fresh=self.fresh_batches, generator=gen,
-                               temperature=temp, deterministic=deterministic)
+        with use_threads(self.torch_threads, self.device):
+            return sampler.collect(self.policy.model, n or self.n_episodes, fresh=self.fresh_batches,
+                                   generator=gen, temperature=temp, deterministic=deterministic)
 
     # ------------------------------------------------------------------ training progress
     @property
