@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agents.cli.flags import usage_error
+from agents.cli.flags import program, usage_error
 from agents.cli.report import before_after, eval_sets, jsonable, plot_learning_curve, table
 from agents.cli.settings import train_settings
 
@@ -171,7 +171,7 @@ def train(run: TrainingRun, keep_best: KeepBest | None, progress: bool) -> int |
     except KeyboardInterrupt:
         path = snapshots.save(out) if snapshots.last is not None else None
         saved = f"saved iteration {snapshots.iteration} to {path}" if path else "nothing to save yet"
-        print(f"\nbugfix-gym: interrupted; {saved}; continue with: bugfix-gym train --resume {out}", file=sys.stderr)
+        print(f"\nbugfix-gym: interrupted; {saved}; continue with: {program()} train --resume {out}", file=sys.stderr)
         return 130
     except DivergenceError as e:
         path = snapshots.save(out) if snapshots.last is not None else None
@@ -227,7 +227,7 @@ def report(run: TrainingRun, keep_best: KeepBest | None, started: float) -> None
                "settings": settings}
     (out / "results.json").write_text(json.dumps(jsonable(results), indent=1))
     print(f"\nsaved {model_path}, {png} and {out / 'results.json'}  (total {time.perf_counter() - started:.0f} s)")
-    print(f"evaluate again with: bugfix-gym eval {model_path} --generated test --n 200")
+    print(f"evaluate again with: {program()} eval {model_path} --generated test --n 200")
 
 
 def _report_validation(keep_best: KeepBest | None, settings: dict[str, Any]) -> dict[str, Any] | None:

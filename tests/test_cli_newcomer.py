@@ -1,0 +1,61 @@
+"""What a newcomer types first: --version, play --list, "did you mean", and printed commands that run as printed."""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+
+import pytest
+
+import bugfix_gym
+from agents.cli import flags, main
+from bugfix_gym.play import did_you_mean, main as play_main
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.strip() == f"bugfix-gym {bugfix_gym.__version__}"
+
+
+def test_play_list_prints_the_task_names_of_the_split():
+    out = io.StringIO()
+    assert play_main(["--list", "--split", "heldout"], stdin=io.StringIO(""), stdout=out) == 0
+    names = [t.name for t in bugfix_gym.make_tasks("heldout")]
+    assert out.getvalue().strip() == f"{len(names)} tasks (heldout): " + " ".join(names)
+
+
+def test_an_unknown_task_points_to_list(capsys):
+    with pytest.raises(SystemExit):
+        play_main(["--task", "nope"], stdin=io.StringIO(""), stdout=io.StringIO())
+    assert "--list --split all lists them" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("typed, hint", [("reed", "did you mean: read"), ("sumbit", "did you mean: submit"),
+                                         ("edit swap", "did you mean: edit swap_minmax ?"),
+                                         ("make it work", "not a call; help lists them")])
+def test_a_mistyped_call_gets_the_closest_calls(typed, hint):
+    assert did_you_mean(typed).startswith(hint)
+
+
+def test_play_shows_the_hint_after_the_invalid_call_it_played():
+    out = io.StringIO()
+    play_main(["--task", "clamp"], stdin=io.StringIO("sumbit\nquit\n"), stdout=out)
+    lines = out.getvalue().splitlines()
+    turn = next(i for i, line in enumerate(lines) if "'sumbit' is not a call" in line)
+    assert lines[turn + 1] == "did you mean: submit ?"
+
+
+def test_printed_commands_name_a_program_that_runs_from_here(tmp_path, monkeypatch):
+    script = tmp_path / ".venv" / "bin" / "bugfix-gym"
+    script.parent.mkdir(parents=True)
+    script.write_text("#!/bin/sh\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", [str(script), "train"])
+    monkeypatch.setattr(flags.shutil, "which", lambda name: None)  # not on PATH (venv not activated)
+    assert flags.program() == os.path.join(".venv", "bin", "bugfix-gym")
+    monkeypatch.setattr(flags.shutil, "which", lambda name: str(script))  # activated
+    assert flags.program() == "bugfix-gym"
+    monkeypatch.setattr(sys, "argv", ["-m"])  # python -m agents.cli
+    assert flags.program().endswith(" -m agents.cli")
