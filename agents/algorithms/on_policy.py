@@ -31,6 +31,7 @@ import dataclasses
 import inspect
 import pathlib
 import time
+import warnings
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import gymnasium as gym
@@ -64,6 +65,11 @@ SelfTokenAlgorithm = TypeVar("SelfTokenAlgorithm", bound="TokenOnPolicyAlgorithm
 #: (``num_timesteps`` and ``_n_updates`` are SB3's own)
 TRAINING_COUNTERS = {"num_timesteps": "num_timesteps", "n_updates": "_n_updates", "iteration": "_iteration",
                      "total_policy_tokens": "total_policy_tokens"}
+
+#: the warning for a plain env with gymnasium's shapeless Text spaces (trained in a TextDummyVecEnv)
+TEXT_SPACE_ADVICE = ("this env has gymnasium Text spaces, which SB3's DummyVecEnv cannot hold (TypeError: 'NoneType' "
+                     "object is not iterable): training wraps it in agents.TextDummyVecEnv; give evaluate_policy and "
+                     "EvalCallback agents.make_text_vec_env(make_env) (make_env: a function that returns a new env)")
 
 
 class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
@@ -170,6 +176,10 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
             self._base_model = base_agent
         elif base_agent == "auto":
             make = self._env_default("base_agent", required=False)
+            if make is not None and self._is_own_tokenizer(tok):
+                raise ValueError("base_agent='auto' is the env's own base agent, made for the env's own tokenizer; "
+                                 "with a tokenizer of your own pass base_agent=None (random init), a TinyAgent or "
+                                 "a .pt path")
             self._base_model = None if make is None else make(tok, verbose=self.verbose)
         elif isinstance(base_agent, (str, pathlib.Path)):
             self._base_model = checkpoint.load_state_dict_file(base_agent)
@@ -188,6 +198,11 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         if kw.get("call_grammar") is not None:
             kw["call_grammar"] = list(kw["call_grammar"])
         self.policy_kwargs = kw
+
+    def _is_own_tokenizer(self, tok: Tokenizer) -> bool:
+        """Whether ``tok`` is not the env's advertised default tokenizer (or the env advertises none)."""
+        make = self._env_default("tokenizer", required=False)
+        return make is None or make() != tok
 
     def _env_default(self, key: str, required: bool = True) -> Any:
         """What the env advertises as its agents' default ``key`` (``"tokenizer"``: a function of no
@@ -221,13 +236,16 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
             return None
         return EpisodeSampler(env, self.policy.tokenizer, asynchronous=self.async_envs, group_size=self.group_size,
                               drop_zero_variance_groups=self.drop_zero_variance_groups,
-                              max_resample_rounds=self.max_resample_rounds, **self.policy.sampler_kwargs())
+                              max_resample_rounds=self.max_resample_rounds,
+                              warn_unknown_words=self._env_default("tokenizer", required=False) is None,
+                              **self.policy.sampler_kwargs())
 
     @staticmethod
     def _wrap_env(env: GymEnv, verbose: int = 0, monitor_wrapper: bool = True) -> VecEnv:
         """SB3's wrapping; a text env whose ``Text`` space has no shape (gymnasium's own ``Text``)
         goes into a :class:`~agents.rollout.vec_env.TextDummyVecEnv`, which stores strings."""
         if not isinstance(env, VecEnv) and is_unshaped_text(env.observation_space):
+            warnings.warn(TEXT_SPACE_ADVICE, stacklevel=3)
             env = _patch_env(env)
             if monitor_wrapper and not _is_monitored(env):
                 env = Monitor(env)
