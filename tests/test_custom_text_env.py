@@ -1,4 +1,4 @@
-"""A user's own text env (gymnasium's shapeless Text spaces): SB3's tools, the tokenizer, the context, the base agent."""
+"""A user's own text env (gymnasium's shapeless Text spaces): SB3's tools, the tokenizer, the context, base_agent."""
 
 from __future__ import annotations
 
