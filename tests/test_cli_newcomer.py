@@ -59,3 +59,15 @@ def test_printed_commands_name_a_program_that_runs_from_here(tmp_path, monkeypat
     assert flags.program() == "bugfix-gym"
     monkeypatch.setattr(sys, "argv", ["-m"])  # python -m agents.cli
     assert flags.program().endswith(" -m agents.cli")
+
+
+def test_the_readme_use_it_block_fixes_the_task_it_draws():
+    import pathlib
+    import re
+
+    readme = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = re.search(r"```python\n(.*?)```", readme, flags=re.S).group(1)
+    env_part = block.split("from agents import")[0]  # the env steps, not the training
+    scope: dict = {}
+    exec(compile(env_part, "README.md", "exec"), scope)
+    assert scope["reward"] == 1.0 and scope["terminated"] and scope["info"]["hidden_pass"]
