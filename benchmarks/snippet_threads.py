@@ -36,13 +36,16 @@ def first_python_block(doc: pathlib.Path) -> str:
 
 
 def time_block(code: str, threads: str, timeout: float) -> float:
-    """Seconds one fresh process takes to run ``code`` under the thread setting ``threads``."""
+    """Seconds one fresh process takes to run ``code`` under the thread setting ``threads`` (inf: past ``timeout``)."""
     prefix = "" if threads == "default" else f"import torch\ntorch.set_num_threads({int(threads)})\n"
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-c", prefix + code], cwd=tmp, env=env, check=True, timeout=timeout,
-                       stdout=subprocess.DEVNULL)
+        try:
+            subprocess.run([sys.executable, "-c", prefix + code], cwd=tmp, env=env, check=True, timeout=timeout,
+                           stdout=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            return float("inf")
         return time.perf_counter() - start
 
 
@@ -64,9 +67,12 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds before a run is abandoned")
     args = parser.parse_args()
     code = first_python_block(ROOT / args.doc)
-    print(f"{args.doc}'s first python block; {cpu_model()}, {os.cpu_count()} logical CPUs")
+    print(f"{args.doc}'s first python block; {cpu_model()}, {os.cpu_count()} logical CPUs, "
+          f"load average {os.getloadavg()[0]:.1f}")
     for threads in args.threads:
-        print(f"  threads {threads:>7}: {time_block(code, threads, args.timeout):7.1f} s", flush=True)
+        seconds = time_block(code, threads, args.timeout)
+        shown = f"{seconds:7.1f} s" if seconds != float("inf") else f"> {args.timeout:.0f} s (stopped)"
+        print(f"  threads {threads:>7}: {shown}  (load average {os.getloadavg()[0]:.1f})", flush=True)
 
 
 if __name__ == "__main__":

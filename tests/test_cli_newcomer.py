@@ -71,3 +71,33 @@ def test_the_readme_use_it_block_fixes_the_task_it_draws():
     scope: dict = {}
     exec(compile(env_part, "README.md", "exec"), scope)
     assert scope["reward"] == 1.0 and scope["terminated"] and scope["info"]["hidden_pass"]
+
+
+def test_eval_pack_breaks_the_pass_rate_down_per_task(tmp_path, shared_base_agent, capsys):
+    import json
+
+    import gymnasium as gym
+
+    from agents.algorithms.ppo import TokenPPO
+
+    path = tmp_path / "m.zip"
+    TokenPPO("TinyAgentPolicy", gym.make("BugFix-v0"), base_agent=shared_base_agent, seed=0).save(path)
+    pack = "examples/task_pack_example.json"
+    assert main(["eval", str(path), "--pack", pack, "--episodes", "2", "--json"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    names = [t.name for t in bugfix_gym.load_task_pack(pack)]
+    assert list(stats["per_task"]) == names and all(row["episodes"] == 2 for row in stats["per_task"].values())
+    mean = sum(row["pass_rate"] for row in stats["per_task"].values()) / len(names)
+    assert abs(mean - stats["pass_rate"]) < 1e-9  # equal episodes per task: the mean of the tasks' rates
+    assert main(["eval", str(path), "--pack", pack, "--episodes", "2"]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in names) and "pass rate" in out.split("task")[-1]
+
+
+def test_the_scripted_evaluator_takes_a_list_of_tasks():
+    oracle = bugfix_gym.scripted_policy("oracle")
+    tasks = bugfix_gym.make_tasks("heldout")[:2]
+    assert bugfix_gym.evaluate(oracle, tasks, n_per_task=2)["pass_rate"] == 1.0
+    assert bugfix_gym.evaluate(oracle, [t.name for t in tasks], n_per_task=2)["pass_rate"] == 1.0
+    with pytest.raises(ValueError, match="split must be one of train, heldout, all or a list of tasks"):
+        bugfix_gym.evaluate(oracle, "test")

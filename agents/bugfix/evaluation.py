@@ -80,7 +80,8 @@ def sample_episodes(agent: Agent, tasks: Sequence[Any], n_per_task: int = 1, see
     return sampler.play_tasks(model, batch, generator=torch.Generator().manual_seed(seed), **play)
 
 
-def evaluate(agent: Agent, tasks: Sequence[Any], n_per_task: int = 1, seed: int = 0, **kwargs: Any) -> dict[str, float]:
+def evaluate(agent: Agent, tasks: Sequence[Any], n_per_task: int = 1, seed: int = 0, *, per_task: bool = False,
+             **kwargs: Any) -> dict[str, Any]:
     """The evaluator: :func:`sample_episodes` of the tasks, summarised by :func:`bugfix_gym.episode_stats`
     (pass rate, valid calls, behaviour, and ``first_edit_right`` from each task's answer) and the
     policy tokens per episode.
@@ -90,6 +91,7 @@ def evaluate(agent: Agent, tasks: Sequence[Any], n_per_task: int = 1, seed: int 
     :param tasks: Task objects (or names of registered tasks)
     :param n_per_task: episodes per task
     :param seed: seeds the sampling
+    :param per_task: also ``"per_task"``: each task's name -> its pass rate and episodes, in task order
     :param kwargs: more :func:`sample_episodes` arguments (``tokenizer``, ``env_kwargs``, ``grammar``,
         ``temperature``, ...)
     """
@@ -98,4 +100,18 @@ def evaluate(agent: Agent, tasks: Sequence[Any], n_per_task: int = 1, seed: int 
     tasks = [get_task(t) for t in tasks]
     trajs = sample_episodes(agent, tasks, n_per_task, seed, **kwargs)
     fix_ops = [t.fix_op for t in tasks for _ in range(n_per_task)]
-    return rollout_stats(trajs, summarise=lambda infos, rewards: episode_stats(infos, rewards, fix_ops))
+    stats: dict[str, Any] = rollout_stats(trajs, summarise=lambda infos, rewards: episode_stats(infos, rewards,
+                                                                                                fix_ops))
+    if per_task:
+        stats["per_task"] = _per_task(tasks, trajs, n_per_task)
+    return stats
+
+
+def _per_task(tasks: Sequence[Any], trajs: Sequence[Trajectory], n_per_task: int) -> dict[str, dict[str, float]]:
+    """Each task's pass rate (hidden tests passed) over its episodes; ``trajs`` are in task order."""
+    out = {}
+    for i, task in enumerate(tasks):
+        own = trajs[i * n_per_task: (i + 1) * n_per_task]
+        passed = [bool(t.info.get("hidden_pass")) for t in own]
+        out[task.name] = {"pass_rate": sum(passed) / len(passed) if passed else float("nan"), "episodes": len(own)}
+    return out

@@ -27,6 +27,18 @@ def table(rows: dict[str, dict[str, float]]) -> str:
     return "\n".join(lines)
 
 
+def per_task_table(per_task: dict[str, dict[str, float]]) -> str:
+    """Each task's pass rate and episodes (``evaluate(..., per_task=True)``) -> a plain-text table.
+
+    :param per_task: task name -> ``{"pass_rate": ..., "episodes": ...}``
+    """
+    width = max([len(name) for name in per_task] + [4]) + 2
+    lines = ["", "task".ljust(width) + "pass rate".rjust(10) + "episodes".rjust(10)]
+    lines += [name.ljust(width) + f"{row['pass_rate']:.3f}".rjust(10) + f"{row['episodes']}".rjust(10)
+              for name, row in per_task.items()]
+    return "\n".join(lines)
+
+
 def jsonable(obj: Any) -> Any:
     """NaN (a rate over no episodes) -> null, so the output is strict JSON.
 
