@@ -76,11 +76,12 @@ def evaluate(policy: Callable[[str, dict], str], split: str | Sequence[Task | st
         split, tasks = "custom", split
     if tasks is None and split not in SPLITS:
         raise ValueError(f"split must be one of {', '.join(SPLITS)} or a list of tasks, got {str(split)[:40]!r}")
-    tasks = [get_task(t) if isinstance(t, str) else t for t in tasks] if tasks is not None else make_tasks(split)
-    env = BugFixEnv(tasks=tasks, **env_kwargs)
+    chosen: list[Task] = [get_task(t) if isinstance(t, str) else t for t in tasks] if tasks is not None \
+        else make_tasks(str(split))
+    env = BugFixEnv(tasks=chosen, **env_kwargs)
     infos, returns, fix_ops = [], [], []
     k = 0
-    for task in tasks:
+    for task in chosen:
         for _ in range(n_per_task):
             obs, info = env.reset(seed=seed + k, options={"task": task})
             k += 1
