@@ -101,3 +101,34 @@ def test_the_scripted_evaluator_takes_a_list_of_tasks():
     assert bugfix_gym.evaluate(oracle, [t.name for t in tasks], n_per_task=2)["pass_rate"] == 1.0
     with pytest.raises(ValueError, match="split must be one of train, heldout, all or a list of tasks"):
         bugfix_gym.evaluate(oracle, "test")
+
+
+def test_the_curve_before_a_resume_is_kept_and_extended(tmp_path):
+    from agents.cli.report import load_earlier_curve, save_earlier_curve
+
+    rows = [{"iteration": i, "rollout": {"pass_rate": i / 10}, "epochs": [{}]} for i in (1, 2, 3)]
+    save_earlier_curve(tmp_path, rows, upto=2)  # iteration 3 was cut by Ctrl-C: not in the snapshot
+    assert [r["iteration"] for r in load_earlier_curve(tmp_path)] == [1, 2]
+    save_earlier_curve(tmp_path, [{"iteration": 3, "rollout": {"pass_rate": 0.3}}], upto=3)  # a second stop
+    assert [r["iteration"] for r in load_earlier_curve(tmp_path)] == [1, 2, 3]
+    assert load_earlier_curve(tmp_path / "nothing") == []
+
+
+def test_the_learning_curve_has_labels_integer_ticks_a_base_line_and_the_kept_iteration(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+
+    from agents.cli.report import CURVE_LINES, plot_learning_curve
+
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    rows = [{"iteration": i, "rollout": {"pass_rate": 1.0, "valid_calls": 1.0, "read_rate": 1.0, "test_rate": 1.0}}
+            for i in (1, 2, 3)]
+    plot_learning_curve(rows, tmp_path / "c.png", "t", validation=[(2, 0.9)], base_pass_rate=0.2, kept=2)
+    assert (tmp_path / "c.png").stat().st_size > 0
+    ax = figures[0].axes[0]
+    assert ax.get_ylabel() and ax.get_xlabel() == "PPO iteration" and ax.get_ylim()[1] > 1.0
+    assert all(float(t).is_integer() for t in ax.get_xticks())
+    styles = {(line.get_linestyle(), line.get_marker()) for line in ax.get_lines()[:len(CURVE_LINES)]}
+    assert len(styles) == len(CURVE_LINES)  # four lines at 1.0, each still told apart
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "base agent pass rate (0.20)" in labels and "kept weights" in labels

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agents.cli.flags import program, usage_error
-from agents.cli.report import before_after, eval_sets, jsonable, plot_learning_curve, table
+from agents.cli.report import (before_after, eval_sets, jsonable, load_earlier_curve, plot_learning_curve,
+                               save_earlier_curve, table)
 from agents.cli.settings import train_settings
 
 if TYPE_CHECKING:
@@ -170,6 +171,8 @@ def train(run: TrainingRun, keep_best: KeepBest | None, progress: bool) -> int |
                     reset_num_timesteps=not run.resumed)
     except KeyboardInterrupt:
         path = snapshots.save(out) if snapshots.last is not None else None
+        if path:  # the model file keeps no curve: a resumed run's plot joins this one
+            save_earlier_curve(out, model.diagnostics, snapshots.iteration)
         saved = f"saved iteration {snapshots.iteration} to {path}" if path else "nothing to save yet"
         print(f"\nbugfix-gym: interrupted; {saved}; continue with: {program()} train --resume {out}", file=sys.stderr)
         return 130
@@ -220,14 +223,23 @@ def report(run: TrainingRun, keep_best: KeepBest | None, started: float) -> None
           f"tokens in {run.train_s:.0f} s\n")
     print(table(before_after(run.before, after)))
     png = out / "learning_curve.png"
-    plot_learning_curve(model.diagnostics, png,
+    plot_learning_curve(load_earlier_curve(out) + model.diagnostics, png,
                         f"TokenPPO on BugFix-v0 ({settings['tasks']} tasks, seed {settings['seed']})",
-                        validation=keep_best.history if keep_best is not None else None)
+                        validation=keep_best.history if keep_best is not None else None,
+                        base_pass_rate=next(iter(run.before.values()))["pass_rate"] if run.before else None,
+                        kept=_kept_iterations(keep_best))
     results = {"before": run.before, "after": after, "train_s": run.train_s, "validation": validation,
                "settings": settings}
     (out / "results.json").write_text(json.dumps(jsonable(results), indent=1))
     print(f"\nsaved {model_path}, {png} and {out / 'results.json'}  (total {time.perf_counter() - started:.0f} s)")
     print(f"evaluate again with: {program()} eval {model_path} --generated test --n 200")
+
+
+def _kept_iterations(keep_best: KeepBest | None) -> int | list[int] | None:
+    """The iteration whose weights validation kept, or the iterations it averaged (None: no validation)."""
+    if keep_best is None:
+        return None
+    return keep_best.averaged_iterations or keep_best.best_iteration
 
 
 def _report_validation(keep_best: KeepBest | None, settings: dict[str, Any]) -> dict[str, Any] | None:
