@@ -9,7 +9,8 @@ their working directory) that executes the document's first ```` ```python ```` 
 settings: ``default`` runs the block untouched (what a reader gets), ``1`` / ``2`` put
 ``torch.set_num_threads(n)`` before it (a count the reader chose, which the algorithms keep).
 The base agent comes from its cache (``BUGFIX_GYM_CACHE``); run the block once before timing it
-so that the first setting does not pay for the behaviour cloning. Printed: seconds per setting.
+so that the first setting does not pay for the behaviour cloning. Printed: wall and CPU seconds
+per setting, and the load average (on a shared machine the wall time moves with the load).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import os
 import pathlib
 import platform
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -35,18 +37,25 @@ def first_python_block(doc: pathlib.Path) -> str:
     return match.group(1)
 
 
-def time_block(code: str, threads: str, timeout: float) -> float:
-    """Seconds one fresh process takes to run ``code`` under the thread setting ``threads`` (inf: past ``timeout``)."""
+def time_block(code: str, threads: str, timeout: float) -> tuple[float, float]:
+    """(wall, CPU) seconds one fresh process takes to run ``code`` under the thread setting ``threads``
+    (wall inf: stopped at ``timeout``). CPU time counts every thread's work, spinning included."""
     prefix = "" if threads == "default" else f"import torch\ntorch.set_num_threads({int(threads)})\n"
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     with tempfile.TemporaryDirectory() as tmp:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), _children_cpu()
         try:
             subprocess.run([sys.executable, "-c", prefix + code], cwd=tmp, env=env, check=True, timeout=timeout,
                            stdout=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
-            return float("inf")
-        return time.perf_counter() - start
+            return float("inf"), float("nan")
+        return time.perf_counter() - start, _children_cpu() - cpu
+
+
+def _children_cpu() -> float:
+    """User + system seconds of this process's finished children."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def cpu_model() -> str:
@@ -70,8 +79,9 @@ def main() -> None:
     print(f"{args.doc}'s first python block; {cpu_model()}, {os.cpu_count()} logical CPUs, "
           f"load average {os.getloadavg()[0]:.1f}")
     for threads in args.threads:
-        seconds = time_block(code, threads, args.timeout)
-        shown = f"{seconds:7.1f} s" if seconds != float("inf") else f"> {args.timeout:.0f} s (stopped)"
+        seconds, cpu = time_block(code, threads, args.timeout)
+        shown = f"{seconds:7.1f} s wall, {cpu:6.1f} s CPU" if seconds != float("inf") else \
+            f"> {args.timeout:.0f} s (stopped)"
         print(f"  threads {threads:>7}: {shown}  (load average {os.getloadavg()[0]:.1f})", flush=True)
 
 
