@@ -44,3 +44,12 @@ def test_env_throughput_runs():
 def test_sandbox_overhead_runs():
     out = _load("sandbox_overhead").main(["--rounds", "1"])
     assert out and all(math.isfinite(v) and v > 0 for v in out.values())
+
+
+def test_snippet_threads_times_the_documents_first_block():
+    bench = _load("snippet_threads")
+    readme = bench.first_python_block(bench.ROOT / "README.md")
+    assert readme.startswith("import gymnasium as gym") and "TokenPPO" in readme
+    wall, cpu = bench.time_block("x = 1", "default", timeout=120)
+    assert 0 < wall < 120 and cpu >= 0
+    assert bench.time_block("import time; time.sleep(5)", "default", timeout=0.5)[0] == math.inf
