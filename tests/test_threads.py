@@ -7,7 +7,7 @@ import torch
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
 
-import bugfix_gym  # noqa: F401  (registers BugFix-v0)
+import bugfix_gym
 from agents.algorithms.ppo import TokenPPO
 from agents.algorithms.reinforce import Reinforce
 from agents.model import threads
@@ -101,3 +101,17 @@ def test_tensorboard_runs_are_named_after_the_algorithm(tmp_path, shared_base_ag
                       n_episodes=2, seed=0, tensorboard_log=str(tmp_path))
     model.learn(4)
     assert [p.name for p in tmp_path.iterdir()] == ["Reinforce_1"]
+
+
+def test_the_bugfix_evaluator_plays_under_the_agents_setting(untouched_two_threads, shared_base_agent, monkeypatch):
+    from agents.bugfix import evaluation
+    from agents.rollout.sampler import EpisodeSampler
+
+    counts = []
+    play = EpisodeSampler.play_tasks
+    monkeypatch.setattr(EpisodeSampler, "play_tasks",
+                        lambda self, *a, **k: counts.append(torch.get_num_threads()) or play(self, *a, **k))
+    evaluation.evaluate(shared_base_agent, ["clamp"], tokenizer=bugfix_gym.build_tokenizer())
+    model = Reinforce("TinyAgentPolicy", "BugFix-v0", base_agent=shared_base_agent, torch_threads=None)
+    evaluation.evaluate(model, ["clamp"])
+    assert counts == [1, 2] and torch.get_num_threads() == 2

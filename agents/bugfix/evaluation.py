@@ -15,6 +15,7 @@ from bugfix_gym.text_wrappers import make_bugfix_env
 from agents.algorithms.policies import TinyAgentPolicy
 from agents.model.tinyagent import TinyAgent
 from agents.rollout.sampler import EpisodeSampler
+from agents.model.threads import use_threads
 from agents.rollout.trajectory import Trajectory, rollout_stats
 
 #: what plays the tasks: an algorithm (``TokenPPO``, ``Reinforce``), its policy, or a bare model
@@ -56,7 +57,8 @@ def playing_settings(agent: Agent, tokenizer: Tokenizer | None = None) -> tuple[
 def sample_episodes(agent: Agent, tasks: Sequence[Any], n_per_task: int = 1, seed: int = 0, *,
                     tokenizer: Tokenizer | None = None, env_kwargs: dict | None = None, max_envs: int = 64,
                     **sampler_kwargs: Any) -> list[Trajectory]:
-    """``n_per_task`` episodes of each task (names or Task objects) on BugFix-v0, seeded, in task order.
+    """``n_per_task`` episodes of each task (names or Task objects) on BugFix-v0, seeded, in task order,
+    under the agent's torch thread setting (``torch_threads``; a bare TinyAgent: ``"auto"``).
 
     :param agent: what plays (see :func:`playing_settings`)
     :param tasks: the tasks to play
@@ -77,7 +79,9 @@ def sample_episodes(agent: Agent, tasks: Sequence[Any], n_per_task: int = 1, see
         return []
     play = {k: settings.pop(k) for k in ("temperature", "deterministic") if k in settings}
     sampler = EpisodeSampler(task_vec_env(min(max_envs, len(batch)), **(env_kwargs or {})), tok, **settings)
-    return sampler.play_tasks(model, batch, generator=torch.Generator().manual_seed(seed), **play)
+    device = next(model.parameters()).device
+    with use_threads(getattr(agent, "torch_threads", "auto"), device):  # an algorithm's setting, else "auto"
+        return sampler.play_tasks(model, batch, generator=torch.Generator().manual_seed(seed), **play)
 
 
 def evaluate(agent: Agent, tasks: Sequence[Any], n_per_task: int = 1, seed: int = 0, *, per_task: bool = False,
