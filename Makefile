@@ -47,6 +47,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/reinforce_step.py
 	$(PY) benchmarks/sandbox_overhead.py
 	$(PY) benchmarks/scale_out.py
+	$(PY) benchmarks/snippet_threads.py
 
 # every library example once, with its default settings (docs/interop.md has the figures)
 interop-examples: $(STAMP)

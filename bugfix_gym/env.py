@@ -109,8 +109,9 @@ class BugFixEnv(gym.Env):
     :param no_change_cost: subtracted from the reward of every ``edit`` whose op does not apply to
         the current source (the tool answers ``no change``; finite, >= 0), so trying ops blindly is
         no longer free: what the agent read tells it which ops apply
-    :param render_mode: ``"ansi"`` returns the transcript as text, ``"human"`` prints it; a mode the
-        env does not have (SB3's default ``"rgb_array"``) warns and falls back to ``None``
+    :param render_mode: ``"ansi"`` returns the transcript as text, ``"human"`` prints it;
+        ``"rgb_array"`` (what SB3's ``make_vec_env`` asks every env for) falls back to ``None``
+        silently, and any other mode the env does not have warns and falls back to ``None``
     :param generated: a generator split (``"train"``, ``"heldout"`` or ``"test"``): every
         ``reset`` draws a fresh task from that split's templates (new identifiers and inputs,
         a defect kind drawn uniformly) with ``self.np_random`` only, so ``reset(seed=s)``
@@ -144,9 +145,11 @@ class BugFixEnv(gym.Env):
                  no_change_cost: float = 0.0, **wrapper_options: Any):
         _no_wrapper_options(wrapper_options)
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            # gymnasium only warns here too; SB3's make_vec_env asks for "rgb_array" by default
-            gym.logger.warn(f"BugFix-v0 renders as text only ({self.metadata['render_modes']}); "
-                            f"render_mode={render_mode!r} falls back to None")
+            # gymnasium only warns here too; SB3's make_vec_env asks for "rgb_array" whatever the user wants,
+            # so that one is not worth a warning in every make_vec_env snippet
+            if render_mode != "rgb_array":
+                gym.logger.warn(f"BugFix-v0 renders as text only ({self.metadata['render_modes']}); "
+                                f"render_mode={render_mode!r} falls back to None")
             render_mode = None
         self.max_turns = _turn_budget(max_turns)
         if isinstance(tasks, (str, Task)):

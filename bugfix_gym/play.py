@@ -5,10 +5,12 @@
     python -m bugfix_gym.play --split heldout --seed 3
     python -m bugfix_gym.play --pack examples/task_pack_example.json
     python -m bugfix_gym.play --generated test   # a fresh task from the generator's test templates
+    python -m bugfix_gym.play --list             # the task names of the split (or of --pack)
 
 Each line you type is one tool call (``read``, ``test``, ``edit <fix_op>``, ``revert``,
 ``submit``), played exactly as an agent's action text would be. ``help`` shows the calls
-and ``quit`` leaves; neither costs a turn. End of input (Ctrl-D) or Ctrl-C exits cleanly.
+and ``quit`` leaves; neither costs a turn. A line that is not a call costs its turn, as an
+agent's would, and gets a "did you mean" with the closest calls. End of input (Ctrl-D) or Ctrl-C exits cleanly.
 Everything shown is printable text: escape sequences in a task's statement or source are
 shown as ``?``, never sent to the terminal.
 """
@@ -16,14 +18,15 @@ shown as ``?``, never sent to the terminal.
 from __future__ import annotations
 
 import argparse
+import difflib
 import functools
 import sys
 from typing import Sequence, TextIO
 
 from .env import BugFixEnv
 from .generator import GENERATED_SPLITS
-from .tasks import SPLITS, Task, get_task
-from .tools import CALLS
+from .tasks import SPLITS, Task, get_task, make_tasks
+from .tools import CALLS, parse_call
 
 
 MAX_EPISODES = 100_000  # --episodes: more than anyone types, few enough to check before anything is built
@@ -39,6 +42,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--generated", choices=GENERATED_SPLITS,
                         help="play a freshly generated task from these generator templates instead")
     parser.add_argument("--episodes", type=int, default=1, help="episodes to play (default: 1)")
+    parser.add_argument("--list", action="store_true", help="print the task names of --split (or --pack) and exit")
     return parser
 
 
@@ -64,6 +68,11 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout:
     if args.generated and args.pack:
         parser.error("use either --pack or --generated, not both")
     tasks, task = _chosen_tasks(parser, args)
+    if args.list:
+        listed = tasks if tasks is not None else make_tasks(args.split)
+        _show(stdout, f"{len(listed)} tasks ({'--pack ' + args.pack if tasks is not None else args.split}): "
+                      + " ".join(t.name for t in listed))
+        return 0
     env = BugFixEnv(split=args.split, tasks=tasks, render_mode="ansi", generated=args.generated)
     try:
         for episode in range(args.episodes):
@@ -93,8 +102,8 @@ def _chosen_tasks(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
         try:
             task = next(t for t in tasks if t.name == args.task) if tasks else get_task(args.task)
         except (KeyError, StopIteration):
-            parser.error(f"no task named {args.task!r}; `python -c \"import bugfix_gym as b; "
-                         f"print([t.name for t in b.make_tasks('all')])\"` lists them")
+            parser.error(f"no task named {args.task!r}; --list {'with that --pack ' if tasks else '--split all '}"
+                         "lists them")
     return tasks, task
 
 
@@ -119,12 +128,22 @@ def _play_episode(env: BugFixEnv, stdin: TextIO, stdout: TextIO) -> bool:
             continue
         obs, reward, terminated, truncated, info = env.step(line)
         show(f"[turn {info['turn']}/{env.max_turns}] {obs}")
+        if parse_call(line) is None and not (terminated or truncated):
+            show(did_you_mean(line))
         if terminated or truncated:
             show(env.render())
             answer = env.task.fix_op if env.task is not None else "?"
             show(f"reward {reward:.1f} . stop : {info['stop']} . "
                  f"{'fixed' if info['hidden_pass'] else 'not fixed'} (the defect was {answer})")
             return True
+
+
+def did_you_mean(line: str) -> str:
+    """A hint for a line that is not a call: the closest calls of ``CALLS``, else the list."""
+    close = difflib.get_close_matches(" ".join(line.split()).lower(), CALLS, n=3, cutoff=0.5)
+    if close:
+        return "did you mean: " + " | ".join(close) + " ?"
+    return "not a call; help lists them"
 
 
 def _show(stdout: TextIO, text: str) -> None:

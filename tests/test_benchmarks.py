@@ -61,3 +61,12 @@ def test_algorithm_table_statistics_by_hand():
     text = table.table_markdown(records, "book")
     assert "| base agent | 2 | 0.200 ± 0.000 | - | - | - |" in text
     assert "| `ppo` | 2 | 0.900 ± 1.271 | 0.700 ± 1.271 | 15 | 200 (1/2) |" in text
+
+
+def test_snippet_threads_times_the_documents_first_block():
+    bench = _load("snippet_threads")
+    readme = bench.first_python_block(bench.ROOT / "README.md")
+    assert readme.startswith("import gymnasium as gym") and "TokenPPO" in readme
+    wall, cpu = bench.time_block("x = 1", "default", timeout=120)
+    assert 0 < wall < 120 and cpu >= 0
+    assert bench.time_block("import time; time.sleep(5)", "default", timeout=0.5)[0] == math.inf

@@ -245,8 +245,11 @@ def test_render_ansi_shows_the_transcript_and_an_unsupported_render_mode_falls_b
     env.step("read")
     text = env.render()
     assert "[turn 1/6]" in text and ">>> read" in text and "def clamp" in text
-    with pytest.warns(UserWarning, match="render_mode='rgb_array' falls back to None"):
-        assert BugFixEnv(render_mode="rgb_array").render_mode is None  # SB3's make_vec_env default
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # SB3's make_vec_env default falls back silently
+        assert BugFixEnv(render_mode="rgb_array").render_mode is None
+    with pytest.warns(UserWarning, match="render_mode='rgb' falls back to None"):
+        assert BugFixEnv(render_mode="rgb").render_mode is None
     with pytest.raises(ValueError, match="max_turns"):
         BugFixEnv(max_turns=0)
 

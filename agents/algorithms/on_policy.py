@@ -31,6 +31,7 @@ import dataclasses
 import inspect
 import pathlib
 import time
+import warnings
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import gymnasium as gym
@@ -53,6 +54,7 @@ from agents.files import checkpoint
 from agents.algorithms.buffers import TokenRolloutBuffer
 from agents.algorithms.config import OnPolicyConfig, settings_doc
 from agents.algorithms.registry import load_entry_point
+from agents.model.threads import ThreadSetting, check_thread_setting, use_threads
 from agents.model.tinyagent import TinyAgent, TinyAgentConfig
 from agents.algorithms.policies import TinyAgentPolicy
 from agents.rollout.sampler import EpisodeSampler
@@ -64,6 +66,11 @@ SelfTokenAlgorithm = TypeVar("SelfTokenAlgorithm", bound="TokenOnPolicyAlgorithm
 #: (``num_timesteps`` and ``_n_updates`` are SB3's own)
 TRAINING_COUNTERS = {"num_timesteps": "num_timesteps", "n_updates": "_n_updates", "iteration": "_iteration",
                      "total_policy_tokens": "total_policy_tokens"}
+
+#: the warning for a plain env with gymnasium's shapeless Text spaces (trained in a TextDummyVecEnv)
+TEXT_SPACE_ADVICE = ("this env has gymnasium Text spaces, which SB3's DummyVecEnv cannot hold (TypeError: 'NoneType' "
+                     "object is not iterable): training wraps it in agents.TextDummyVecEnv; give evaluate_policy and "
+                     "EvalCallback agents.make_text_vec_env(make_env) (make_env: a function that returns a new env)")
 
 
 class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
@@ -84,6 +91,10 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
     :param rollout_buffer_class: buffer class (default :class:`TokenRolloutBuffer`)
     :param rollout_buffer_kwargs: extra buffer arguments
     :param monitor_wrapper: wrap a plain env in SB3's ``Monitor``
+    :param torch_threads: torch threads the model's work (building it, ``learn``, sampling, ``predict``)
+        runs under, the caller's count put back afterwards: ``"auto"`` (one thread on a CPU, where it is
+        fastest for this tiny model, unless you chose a count with ``torch.set_num_threads`` or
+        ``OMP_NUM_THREADS``; :mod:`agents.model.threads`), a count, or None (leave torch's count alone)
     :param settings: the settings of :attr:`config_class` by name, below (each is kept as an attribute)
     """
 
@@ -110,7 +121,8 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
                  base_agent: str | TinyAgent | pathlib.Path | None = "auto",
                  rollout_buffer_class: type[TokenRolloutBuffer] | None = None,
                  rollout_buffer_kwargs: dict[str, Any] | None = None, monitor_wrapper: bool = True,
-                 **settings: Any):
+                 torch_threads: ThreadSetting = "auto", **settings: Any):
+        self.torch_threads = check_thread_setting(torch_threads)
         self.config = self.config_class.from_kwargs(type(self).__name__, settings)  # checks every setting
         self.__dict__.update(self.config.as_dict())
         if isinstance(env, str):
@@ -134,8 +146,9 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         self._iteration = 0
         self._last_rollout: dict[str, Any] | None = None
         if _init_setup_model:
-            self._prepare_policy_kwargs(base_agent)
-            self._setup_model()
+            with use_threads(self.torch_threads, self.device):  # the base agent may be trained here
+                self._prepare_policy_kwargs(base_agent)
+                self._setup_model()
             if self._base_model is not None:
                 self.policy.model.load_state_dict(self._base_model.state_dict())
                 self._after_initial_weights()
@@ -164,6 +177,10 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
             self._base_model = base_agent
         elif base_agent == "auto":
             make = self._env_default("base_agent", required=False)
+            if make is not None and self._is_own_tokenizer(tok):
+                raise ValueError("base_agent='auto' is the env's own base agent, made for the env's own tokenizer; "
+                                 "with a tokenizer of your own pass base_agent=None (random init), a TinyAgent or "
+                                 "a .pt path")
             self._base_model = None if make is None else make(tok, verbose=self.verbose)
         elif isinstance(base_agent, (str, pathlib.Path)):
             self._base_model = checkpoint.load_state_dict_file(base_agent)
@@ -182,6 +199,11 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         if kw.get("call_grammar") is not None:
             kw["call_grammar"] = list(kw["call_grammar"])
         self.policy_kwargs = kw
+
+    def _is_own_tokenizer(self, tok: Tokenizer) -> bool:
+        """Whether ``tok`` is not the env's advertised default tokenizer (or the env advertises none)."""
+        make = self._env_default("tokenizer", required=False)
+        return make is None or make() != tok
 
     def _env_default(self, key: str, required: bool = True) -> Any:
         """What the env advertises as its agents' default ``key`` (``"tokenizer"``: a function of no
@@ -206,6 +228,7 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         for name in ("scale_rewards", "turn_gamma", "step_advantage_weight", "mask_truncated_completions"):
             self.rollout_buffer_kwargs.setdefault(name, getattr(self, name))
         super()._setup_model()
+        self.policy.torch_threads = getattr(self, "torch_threads", "auto")  # predict() runs under it too
         # the sampler's own generator: seeded by `seed`, else drawn from torch's global RNG (no reseeding)
         seed = self.seed if self.seed is not None else int(th.randint(0, 2**62, (1,)))
         self.sample_generator = th.Generator().manual_seed(seed)
@@ -216,13 +239,16 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
             return None
         return EpisodeSampler(env, self.policy.tokenizer, asynchronous=self.async_envs, group_size=self.group_size,
                               drop_zero_variance_groups=self.drop_zero_variance_groups,
-                              max_resample_rounds=self.max_resample_rounds, **self.policy.sampler_kwargs())
+                              max_resample_rounds=self.max_resample_rounds,
+                              warn_unknown_words=self._env_default("tokenizer", required=False) is None,
+                              **self.policy.sampler_kwargs())
 
     @staticmethod
     def _wrap_env(env: GymEnv, verbose: int = 0, monitor_wrapper: bool = True) -> VecEnv:
         """SB3's wrapping; a text env whose ``Text`` space has no shape (gymnasium's own ``Text``)
         goes into a :class:`~agents.rollout.vec_env.TextDummyVecEnv`, which stores strings."""
         if not isinstance(env, VecEnv) and is_unshaped_text(env.observation_space):
+            warnings.warn(TEXT_SPACE_ADVICE, stacklevel=3)
             env = _patch_env(env)
             if monitor_wrapper and not _is_monitored(env):
                 env = Monitor(env)
@@ -234,6 +260,16 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         """SB3's ``set_env``; the sampler then plays the new env (episodes in progress are dropped)."""
         super().set_env(env, force_reset=force_reset)
         self.sampler = self._make_sampler(self.env)
+
+    def learn(self: SelfTokenAlgorithm, total_timesteps: int, callback: MaybeCallback = None, log_interval: int = 1,
+              tb_log_name: str | None = None, reset_num_timesteps: bool = True,
+              progress_bar: bool = False) -> SelfTokenAlgorithm:
+        """SB3's ``learn``, run under :attr:`torch_threads`; TensorBoard runs are named after the
+        algorithm (``TokenPPO_1``) unless ``tb_log_name`` is given."""
+        with use_threads(self.torch_threads, self.device):
+            return super().learn(total_timesteps, callback=callback, log_interval=log_interval,
+                                 tb_log_name=tb_log_name or type(self).__name__,
+                                 reset_num_timesteps=reset_num_timesteps, progress_bar=progress_bar)
 
     def _setup_learn(self, total_timesteps: int, callback: MaybeCallback = None, reset_num_timesteps: bool = True,
                      tb_log_name: str = "run", progress_bar: bool = False) -> tuple[int, BaseCallback]:
@@ -331,8 +367,9 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         else:
             sampler = self._make_sampler(env)
             assert sampler is not None
-        return sampler.collect(self.policy.model, n or self.n_episodes, fresh=self.fresh_batches, generator=gen,
-                               temperature=temp, deterministic=deterministic)
+        with use_threads(self.torch_threads, self.device):
+            return sampler.collect(self.policy.model, n or self.n_episodes, fresh=self.fresh_batches,
+                                   generator=gen, temperature=temp, deterministic=deterministic)
 
     # ------------------------------------------------------------------ training progress
     @property

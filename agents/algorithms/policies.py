@@ -24,6 +24,7 @@ from bugfix_gym.tokenizer import Tokenizer
 from bugfix_gym.tokens import OWNER_PAD, OWNER_PROMPT, OWNER_TOOL, encode_segment
 
 from agents.decoding.grammar import CallGrammar
+from agents.model.threads import ThreadSetting, use_threads
 from agents.model.tinyagent import TinyAgent, TinyAgentConfig
 from agents.decoding.foresight import Foresight
 from agents.decoding.decoder import write_calls
@@ -59,6 +60,9 @@ class TinyAgentPolicy(BasePolicy):
         ``eps=1e-5`` as SB3's PPO, and ``foreach=True``: the same update, computed over all parameters at once)
     :param use_sde: accepted for SB3's constructor call; must be False
     """
+
+    #: torch threads ``predict`` runs under (:mod:`agents.model.threads`; the algorithms set their own)
+    torch_threads: ThreadSetting = "auto"
 
     def __init__(
         self,
@@ -204,6 +208,12 @@ class TinyAgentPolicy(BasePolicy):
             unbatched observation; token view: token ids), and the new state
         """
         self.set_training_mode(False)
+        with use_threads(self.torch_threads, self.device):
+            return self._predict_calls(observation, state, episode_start, deterministic)
+
+    def _predict_calls(self, observation: Any, state: tuple[np.ndarray, ...] | None, episode_start: np.ndarray | None,
+                       deterministic: bool) -> tuple[np.ndarray | str, tuple[np.ndarray, ...] | None]:
+        """:meth:`predict`'s work (under the policy's thread setting)."""
         if isinstance(observation, tuple) and len(observation) == 2 and isinstance(observation[1], dict):
             raise ValueError("predict() got an (obs, info) tuple; pass only the observation "
                              "(`obs, info = env.reset()` then `model.predict(obs)`)")

@@ -13,6 +13,7 @@ from bugfix_gym.text_wrappers import make_bugfix_env
 from agents.algorithms.policies import TinyAgentPolicy
 from agents.model.tinyagent import TinyAgent
 from agents.rollout.sampler import EpisodeSampler
+from agents.model.threads import use_threads
 from agents.rollout.trajectory import Trajectory, rollout_stats
 from agents.rollout.vec_env import FreshInfoDummyVecEnv
 
@@ -56,7 +57,8 @@ def playing_settings(agent: Agent, tokenizer: Tokenizer | None = None) -> tuple[
 def sample_episodes(agent: Agent, tasks: Sequence[Any], n_per_task: int = 1, seed: int = 0, *,
                     tokenizer: Tokenizer | None = None, env_kwargs: dict | None = None, max_envs: int = 64,
                     **sampler_kwargs: Any) -> list[Trajectory]:
-    """``n_per_task`` episodes of each task (names or Task objects) on BugFix-v0, seeded, in task order.
+    """``n_per_task`` episodes of each task (names or Task objects) on BugFix-v0, seeded, in task order,
+    under the agent's torch thread setting (``torch_threads``; a bare TinyAgent: ``"auto"``).
 
     :param agent: what plays (see :func:`playing_settings`)
     :param tasks: the tasks to play
@@ -77,10 +79,13 @@ def sample_episodes(agent: Agent, tasks: Sequence[Any], n_per_task: int = 1, see
         return []
     play = {k: settings.pop(k) for k in ("temperature", "deterministic") if k in settings}
     sampler = EpisodeSampler(task_vec_env(min(max_envs, len(batch)), **(env_kwargs or {})), tok, **settings)
-    return sampler.play_tasks(model, batch, generator=torch.Generator().manual_seed(seed), **play)
+    device = next(model.parameters()).device
+    with use_threads(getattr(agent, "torch_threads", "auto"), device):  # an algorithm's setting, else "auto"
+        return sampler.play_tasks(model, batch, generator=torch.Generator().manual_seed(seed), **play)
 
 
-def evaluate(agent: Agent, tasks: Sequence[Any], n_per_task: int = 1, seed: int = 0, **kwargs: Any) -> dict[str, float]:
+def evaluate(agent: Agent, tasks: Sequence[Any], n_per_task: int = 1, seed: int = 0, *, per_task: bool = False,
+             **kwargs: Any) -> dict[str, Any]:
     """The evaluator: :func:`sample_episodes` of the tasks, summarised by :func:`bugfix_gym.episode_stats`
     (pass rate, valid calls, behaviour, and ``first_edit_right`` from each task's answer) and the
     policy tokens per episode.
@@ -90,6 +95,7 @@ def evaluate(agent: Agent, tasks: Sequence[Any], n_per_task: int = 1, seed: int 
     :param tasks: Task objects (or names of registered tasks)
     :param n_per_task: episodes per task
     :param seed: seeds the sampling
+    :param per_task: also ``"per_task"``: each task's name -> its pass rate and episodes, in task order
     :param kwargs: more :func:`sample_episodes` arguments (``tokenizer``, ``env_kwargs``, ``grammar``,
         ``temperature``, ...)
     """
@@ -98,4 +104,18 @@ def evaluate(agent: Agent, tasks: Sequence[Any], n_per_task: int = 1, seed: int 
     tasks = [get_task(t) for t in tasks]
     trajs = sample_episodes(agent, tasks, n_per_task, seed, **kwargs)
     fix_ops = [t.fix_op for t in tasks for _ in range(n_per_task)]
-    return rollout_stats(trajs, summarise=lambda infos, rewards: episode_stats(infos, rewards, fix_ops))
+    stats: dict[str, Any] = rollout_stats(trajs, summarise=lambda infos, rewards: episode_stats(infos, rewards,
+                                                                                                fix_ops))
+    if per_task:
+        stats["per_task"] = _per_task(tasks, trajs, n_per_task)
+    return stats
+
+
+def _per_task(tasks: Sequence[Any], trajs: Sequence[Trajectory], n_per_task: int) -> dict[str, dict[str, float]]:
+    """Each task's pass rate (hidden tests passed) over its episodes; ``trajs`` are in task order."""
+    out = {}
+    for i, task in enumerate(tasks):
+        own = trajs[i * n_per_task: (i + 1) * n_per_task]
+        passed = [bool(t.info.get("hidden_pass")) for t in own]
+        out[task.name] = {"pass_rate": sum(passed) / len(passed) if passed else float("nan"), "episodes": len(own)}
+    return out

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agents.cli.flags import UNSET, usage_error
-from agents.cli.report import jsonable, table
+from agents.cli.report import jsonable, per_task_table, table
 
 if TYPE_CHECKING:
     from agents.algorithms.on_policy import TokenOnPolicyAlgorithm
@@ -31,7 +31,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     tasks, what, episodes = _tasks(args)
     _override_decoding(model, args)
     env_kwargs = dict(hide_outputs=list(HIDEABLE)) if args.hide_outputs else None
-    stats = evaluate(model, tasks, episodes, seed=args.seed, env_kwargs=env_kwargs)
+    stats = evaluate(model, tasks, episodes, seed=args.seed, env_kwargs=env_kwargs, per_task=args.pack is not None)
     if args.json:
         print(json.dumps(jsonable(dict(stats, model=str(args.model), tasks=what, episodes_per_task=episodes,
                                        call_mask=model.policy.call_mask_key,
@@ -39,6 +39,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
                                        else model.policy.foresight.threshold))))
     else:
         print(table({f"{args.model.name} on {what}": stats}))
+        if "per_task" in stats:
+            print(per_task_table(stats["per_task"]))
     return 0
 
 

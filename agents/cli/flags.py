@@ -11,7 +11,32 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import os
+import shutil
+import sys
+from pathlib import Path
 from typing import Any, Callable, NoReturn
+
+
+def program() -> str:
+    """How to run this ``bugfix-gym`` again from the working directory, for the commands it prints:
+    ``bugfix-gym`` where that name on ``PATH`` is this program, else the path it was started by
+    (``.venv/bin/bugfix-gym`` after ``make demo``), else ``python -m agents.cli`` with this Python."""
+    script = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    if script is None or script.name != "bugfix-gym":
+        return f"{_from_here(Path(sys.executable))} -m agents.cli"
+    found = shutil.which("bugfix-gym")
+    if found is not None and Path(found).resolve() == script.resolve():
+        return "bugfix-gym"
+    return _from_here(script)
+
+
+def _from_here(path: Path) -> str:
+    """``path`` as typed from the working directory: relative below it (``./`` for a bare name), else absolute."""
+    relative = os.path.relpath(path.absolute())
+    if relative.startswith(".."):
+        return str(path.absolute())
+    return relative if os.sep in relative else f".{os.sep}{relative}"
 
 
 class UsageError(Exception):

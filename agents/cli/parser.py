@@ -148,7 +148,10 @@ RESUME_FLAGS = ("--resume", "--no-progress")
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``bugfix-gym`` parser: ``train``, ``eval`` and ``play`` (whose own parser is bugfix_gym.play's)."""
+    from bugfix_gym import __version__
+
     parser = OneLineParser(prog="bugfix-gym", description="Train and evaluate token-level agents on BugFix-v0.")
+    parser.add_argument("--version", action="version", version=f"bugfix-gym {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="{train,eval,play}", parser_class=OneLineParser)
     _add_train_command(sub)
     _add_eval_command(sub)

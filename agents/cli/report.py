@@ -3,6 +3,7 @@ and the task sets of the before/after table."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,18 @@ def table(rows: dict[str, dict[str, float]]) -> str:
     for key, label in EVAL_KEYS:
         if all(key in rows[c] for c in cols):
             lines.append(label.ljust(18) + "".join(f"{rows[c][key]:.3f}".rjust(width) for c in cols))
+    return "\n".join(lines)
+
+
+def per_task_table(per_task: dict[str, dict[str, float]]) -> str:
+    """Each task's pass rate and episodes (``evaluate(..., per_task=True)``) -> a plain-text table.
+
+    :param per_task: task name -> ``{"pass_rate": ..., "episodes": ...}``
+    """
+    width = max([len(name) for name in per_task] + [4]) + 2
+    lines = ["", "task".ljust(width) + "pass rate".rjust(10) + "episodes".rjust(10)]
+    lines += [name.ljust(width) + f"{row['pass_rate']:.3f}".rjust(10) + f"{row['episodes']}".rjust(10)
+              for name, row in per_task.items()]
     return "\n".join(lines)
 
 
@@ -72,32 +85,81 @@ def before_after(before: dict[str, dict[str, float]] | None,
     return columns
 
 
+#: the rollout rates the learning curve draws: key, label, line style, marker (distinct, so lines at 1.0 stay visible)
+CURVE_LINES = (("pass_rate", "pass rate (rollouts)", "-", "o"), ("valid_calls", "valid calls", "--", "s"),
+               ("read_rate", "read rate", ":", "^"), ("test_rate", "test rate", "-.", "v"))
+#: a run folder's curve of the iterations before a ``--resume`` (the model file keeps no diagnostics)
+EARLIER_CURVE_FILE = "curve_before_resume.json"
+
+
+def save_earlier_curve(out: Path, diagnostics: list[dict[str, Any]], upto: int) -> None:
+    """Keep the curve so far (:data:`EARLIER_CURVE_FILE`, extended) up to iteration ``upto``, for a resumed run.
+
+    :param out: the run folder
+    :param diagnostics: the model's per-iteration diagnostics since it was built or loaded
+    :param upto: the last iteration the run's snapshot holds
+    """
+    rows = load_earlier_curve(out) + [{"iteration": d["iteration"], "num_timesteps": d.get("num_timesteps"),
+                                       "rollout": d["rollout"]}
+                                      for d in diagnostics if "rollout" in d and d["iteration"] <= upto]
+    (out / EARLIER_CURVE_FILE).write_text(json.dumps({"iterations": jsonable(rows)}))
+
+
+def load_earlier_curve(out: Path) -> list[dict[str, Any]]:
+    """The curve :func:`save_earlier_curve` kept in ``out`` (empty if none)."""
+    from agents.files.runs import read_run_file
+
+    path = out / EARLIER_CURVE_FILE
+    if not path.exists():
+        return []
+    try:  # a run folder is data: a damaged curve costs the plot its early part, not the run
+        rows = read_run_file(path).get("iterations")
+    except (OSError, ValueError):
+        return []
+    ok = isinstance(rows, list) and all(isinstance(r, dict) and isinstance(r.get("iteration"), int)
+                                        and isinstance(r.get("rollout"), dict) for r in rows)
+    return list(rows) if ok and isinstance(rows, list) else []
+
+
 def plot_learning_curve(diagnostics: list[dict[str, Any]], path: Path, title: str,
-                        validation: list[tuple[int, float]] | None = None) -> None:
+                        validation: list[tuple[int, float]] | None = None, base_pass_rate: float | None = None,
+                        kept: int | list[int] | None = None) -> None:
     """The rollout rates per PPO iteration (and the validation pass rates) as a PNG.
 
-    :param diagnostics: the model's per-iteration diagnostics (``model.diagnostics``)
+    :param diagnostics: the model's per-iteration diagnostics (``model.diagnostics``; after a resume, the
+        earlier iterations' first: :func:`load_earlier_curve`)
     :param path: the PNG to write
     :param title: the plot's title
     :param validation: (iteration, pass rate) of each validation evaluation, if any
+    :param base_pass_rate: the base agent's pass rate on the training tasks: a reference line
+    :param kept: the iteration whose weights were kept (or the iterations averaged): marked
     """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     rows = [d for d in diagnostics if "rollout" in d]
     it = [d["iteration"] for d in rows]
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    for key, label in (("pass_rate", "pass rate"), ("valid_calls", "valid calls"), ("read_rate", "read rate"),
-                       ("test_rate", "test rate")):
-        ax.plot(it, [d["rollout"].get(key, float("nan")) for d in rows], label=label)
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    every = max(1, len(it) // 15)
+    for k, (key, label, style, marker) in enumerate(CURVE_LINES):  # markers offset: equal lines stay told apart
+        ax.plot(it, [d["rollout"].get(key, float("nan")) for d in rows], linestyle=style, marker=marker,
+                markersize=3, markevery=(k % every, every), label=label, alpha=0.85)
     if validation:
-        ax.plot(*zip(*validation), "k.--", label="validation pass rate")
+        ax.plot(*zip(*validation), "kD", markersize=4, linestyle="none", label="validation pass rate")
+    if base_pass_rate is not None:
+        ax.axhline(base_pass_rate, color="grey", linewidth=1, linestyle=(0, (4, 2)),
+                   label=f"base agent pass rate ({base_pass_rate:.2f})")
+    for i, iteration in enumerate([kept] if isinstance(kept, int) else list(kept or [])):
+        ax.axvline(iteration, color="tab:red", linewidth=0.8, alpha=0.6, label="kept weights" if i == 0 else None)
     ax.set_xlabel("PPO iteration")
-    ax.set_ylim(0, 1.02)
-    ax.set_title(title)
-    ax.legend(loc="lower right", fontsize=8)
+    ax.set_ylabel("share of episodes / calls")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylim(-0.02, 1.1)
+    ax.set_title(title, fontsize=10)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.17), fontsize=7, ncol=3, frameon=False)  # hides no line
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -15,8 +15,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agents.cli.flags import usage_error
-from agents.cli.report import before_after, eval_sets, jsonable, plot_learning_curve, table
+from agents.cli.flags import program, usage_error
+from agents.cli.report import (before_after, eval_sets, jsonable, load_earlier_curve, plot_learning_curve,
+                               save_earlier_curve, table)
 from agents.cli.settings import train_settings
 
 if TYPE_CHECKING:
@@ -191,9 +192,11 @@ def train(run: TrainingRun, keep_best: KeepBest | None, progress: bool) -> int |
     except KeyboardInterrupt as stop:
         ignore_stop_signals()  # a second Ctrl-C must not cut the save short
         path = snapshots.save(out) if snapshots.last is not None else None
+        if path:  # the model file keeps no curve: a resumed run's plot joins this one
+            save_earlier_curve(out, model.diagnostics, snapshots.iteration)
         saved = f"saved iteration {snapshots.iteration} to {path}" if path else "nothing to save yet"
         print(f"\nbugfix-gym: interrupted ({stop.args[0] if isinstance(stop, StopRequested) else 'Ctrl-C'}); "
-              f"{saved}; continue with: bugfix-gym train --resume {out}", file=sys.stderr)
+              f"{saved}; continue with: {program()} train --resume {out}", file=sys.stderr)
         return exit_status(stop)
     except DivergenceError as e:
         path = snapshots.save(out) if snapshots.last is not None else None
@@ -241,14 +244,24 @@ def report(run: TrainingRun, keep_best: KeepBest | None, started: float) -> None
           f"tokens in {run.train_s:.0f} s\n")
     print(table(before_after(run.before, after)))
     png = out / "learning_curve.png"
-    plot_learning_curve(model.diagnostics, png,
+    diagnostics = load_earlier_curve(out) + model.diagnostics
+    plot_learning_curve(diagnostics, png,
                         f"{_name(model, settings)} on BugFix-v0 ({settings['tasks']} tasks, seed {settings['seed']})",
-                        validation=keep_best.history if keep_best is not None else None)
+                        validation=keep_best.history if keep_best is not None else None,
+                        base_pass_rate=next(iter(run.before.values()))["pass_rate"] if run.before else None,
+                        kept=_kept_iterations(keep_best))
     results = {"algo": settings.get("algo", "ppo"), "before": run.before, "after": after, "train_s": run.train_s,
-               "validation": validation, "curve": learning_curve(model.diagnostics), "settings": settings}
+               "validation": validation, "curve": learning_curve(diagnostics), "settings": settings}
     (out / "results.json").write_text(json.dumps(jsonable(results), indent=1))
     print(f"\nsaved {model_path}, {png} and {out / 'results.json'}  (total {time.perf_counter() - started:.0f} s)")
-    print(f"evaluate again with: bugfix-gym eval {model_path} --generated test --n 200")
+    print(f"evaluate again with: {program()} eval {model_path} --generated test --n 200")
+
+
+def _kept_iterations(keep_best: KeepBest | None) -> int | list[int] | None:
+    """The iteration whose weights validation kept, or the iterations it averaged (None: no validation)."""
+    if keep_best is None:
+        return None
+    return keep_best.averaged_iterations or keep_best.best_iteration
 
 
 def _name(model: TokenOnPolicyAlgorithm, settings: dict[str, Any]) -> str:
@@ -260,7 +273,7 @@ def _name(model: TokenOnPolicyAlgorithm, settings: dict[str, Any]) -> str:
 def learning_curve(diagnostics: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One entry per iteration of ``model.diagnostics``: ``iteration``, ``num_timesteps`` and the batch's
     ``pass_rate`` and ``valid_calls`` (None where the rollout did not say)."""
-    return [dict(iteration=entry["iteration"], num_timesteps=entry["num_timesteps"],
+    return [dict(iteration=entry["iteration"], num_timesteps=entry.get("num_timesteps"),
                  pass_rate=entry.get("rollout", {}).get("pass_rate"),
                  valid_calls=entry.get("rollout", {}).get("valid_calls")) for entry in diagnostics]
 
@@ -354,7 +367,7 @@ def check_memory(settings: dict[str, Any], model_config: dict[str, Any]) -> None
               file=sys.stderr)
 
 
-def save_final(model: TokenPPO, out: Path) -> None:
+def save_final(model: TokenOnPolicyAlgorithm, out: Path) -> None:
     """Write the trained model atomically and drop ``resume.json``, with stop signals held back: a failed
     write (a full disk, a quota) keeps the last snapshot and is one line.
 

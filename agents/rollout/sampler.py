@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from stable_baselines3.common.vec_env import VecEnv
 
-from bugfix_gym.tokenizer import Tokenizer
+from bugfix_gym.tokenizer import Tokenizer, split_words
 from bugfix_gym.tokens import OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL, encode_segment
 
 from agents.decoding.decoder import write_calls
@@ -63,12 +63,20 @@ class EpisodeSampler:
         and play more groups until the batch is full (:meth:`_collect_groups`)
     :param max_resample_rounds: with dynamic sampling, the most extra plays of groups per batch; a
         batch still short after them is returned as it is, with a warning
+    :param warn_unknown_words: warn (once) the first time an observation holds words outside the
+        tokenizer's vocabulary, which become ``<unk>`` (the algorithms turn it on for an env that
+        advertises no tokenizer of its own; BugFix-v0's ``fixed_tokenizer`` makes ``<unk>`` of
+        names on purpose)
+
+    A prompt (reset observation) that leaves no room for one call in the model's context is a
+    one-line ``ValueError`` naming the ``max_len`` it needs.
     """
 
     def __init__(self, venv: VecEnv, tokenizer: Tokenizer, max_call_tokens: int = 8,
                  grammar: CallGrammar | None = None, filler: str = "", asynchronous: bool = False,
                  call_mask_key: str | None = None, foresight: Foresight | None = None, group_size: int = 1,
-                 drop_zero_variance_groups: bool = False, max_resample_rounds: int = 4):
+                 drop_zero_variance_groups: bool = False, max_resample_rounds: int = 4,
+                 warn_unknown_words: bool = False):
         if asynchronous and not (hasattr(venv, "send") and hasattr(venv, "receive")):
             raise ValueError(f"asynchronous stepping needs a vector env with send() / receive() (e.g. "
                              f"agents.RayVecEnv); {type(venv).__name__} steps all envs in lockstep only")
@@ -90,6 +98,7 @@ class EpisodeSampler:
         self.episodes: list[EpisodeRecord] | None = None
         self._cache: KVCache | None = None
         self._cache_model_type: type | None = None  # the model class that made the cache
+        self.warn_unknown_words = bool(warn_unknown_words)  # set to False once it has warned
 
     def restart(self, observations: Sequence[Any] | None = None) -> None:
         """Start every sub-environment's episode from ``observations`` (default: ``venv.reset()``)."""
@@ -145,8 +154,27 @@ class EpisodeSampler:
         cache.lengths.zero_()
         return cache
 
+    def _encode(self, owner: int, text: str) -> list[int]:
+        """``encode_segment`` of an observation; the first one with unknown words warns (if asked to)."""
+        ids = encode_segment(self.tok, owner, text)
+        if self.warn_unknown_words and self.tok.unk_id in ids:
+            self.warn_unknown_words = False
+            unknown = sorted({w for w in split_words(text) if w not in self.tok.ids})
+            warnings.warn(f"an observation has {len(unknown)} word(s) the tokenizer does not know, e.g. "
+                          f"{unknown[:5]}: they become <unk>, which the policy can neither read nor write; build "
+                          f"the Tokenizer from the env's words (warned once)", stacklevel=2)
+        return ids
+
+    def check_prompt_fits(self, ep: EpisodeRecord, max_len: int) -> None:
+        """A one-line ``ValueError`` when the prompt of ``ep`` leaves no room for a call in ``max_len`` positions."""
+        need = len(ep.ids) + self.max_call_tokens
+        if need > max_len:
+            raise ValueError(f"a prompt of {len(ep.ids)} tokens and one call of up to {self.max_call_tokens} "
+                             f"need {need} positions, more than the model's max_len={max_len}: build it with a "
+                             f"model_config max_len that holds a whole episode (prompt, calls and tool outputs)")
+
     def _new_episode(self, prompt: Any, info: dict) -> EpisodeRecord:
-        ep = EpisodeRecord(encode_segment(self.tok, OWNER_PROMPT, str(prompt)))
+        ep = EpisodeRecord(self._encode(OWNER_PROMPT, str(prompt)))
         ep.call_start = self.call_start(info)
         return ep
 
@@ -303,7 +331,7 @@ class EpisodeSampler:
     def _tool_ids(self, ep: EpisodeRecord, text: str, max_len: int) -> list[int]:
         """The tool output's tokens, cut so that the next call still fits in the context
         (its last token, the turn marker, is kept); marks the episode cut when nothing fits."""
-        out = encode_segment(self.tok, OWNER_TOOL, str(text))
+        out = self._encode(OWNER_TOOL, str(text))
         room = max_len - len(ep.ids) - self.max_call_tokens
         if len(out) > room:
             out = out[: max(room - 1, 0)] + out[-1:] if room > 0 else []
@@ -359,6 +387,8 @@ class _Collection:
         self.tails: dict[int, EpisodeRecord] = {}  # row -> a finished episode with tokens still to feed
         self.feed: list[list[int]] = []
         for b, ep in enumerate(sampler.episodes):  # a new cache: re-read the episodes in progress
+            if self.records(b) and not ep.cut:
+                sampler.check_prompt_fits(ep, model.config.max_len)
             ep.values = []  # with the current weights
             self.feed.append(list(ep.ids) if self.records(b) and not ep.cut else [])
 
@@ -454,6 +484,8 @@ class _Collection:
             if self._tail(ep):
                 self.tails[b] = ep  # the row keeps its keys until the tail is fed
         eps[b] = new = self.sampler._new_episode(str(obs), self.sampler._reset_info(b))
+        if self.records(b):
+            self.sampler.check_prompt_fits(new, max_len)
         if b not in self.tails:
             self.cache.lengths[b] = 0  # the row starts over; stale keys are never read
         self.feed[b] = list(new.ids) if self.records(b) else []
