@@ -90,7 +90,7 @@ def run_one(protocol: str, algo: str, seed: int, timesteps: int) -> dict[str, An
 
     :raises RuntimeError: the training or an evaluation exited non-zero (its last output lines)
     """
-    out = run_dir(protocol, algo, seed)
+    out = run_dir(protocol, algo, seed).resolve()
     record_file = out / "record.json"
     if record_file.exists():
         return json.loads(record_file.read_text())
@@ -117,7 +117,7 @@ def _run(cmd: list[str], log: Path) -> str:
     """Run ``cmd`` with one torch thread, its output to ``log``; its stdout, or a RuntimeError with the log's tail."""
     log.parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    proc = subprocess.run(cmd, cwd=Path.cwd(), env=env, capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)  # `-m` runs ROOT's code
     log.write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:
         tail = " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-3:])
