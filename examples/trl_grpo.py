@@ -33,6 +33,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--num-generations", type=int, default=8, help="G, the rollouts of one task")
     p.add_argument("--batch", type=int, default=16, help="rollouts per GRPO step (a multiple of G)")
     p.add_argument("--lr", type=float, default=3e-4, help="GRPO learning rate")
+    p.add_argument("--max-completion-length", type=int, default=640, help="model and tool tokens of one rollout")
     p.add_argument("--eval-episodes", type=int, default=5, help="sampled episodes per train task, for the pass rate")
     p.add_argument("--rollout-func", action="store_true", help="GRPO through rollout_func (env_mask) instead of "
                    "environment_factory")
@@ -72,14 +73,16 @@ def train_pass(model, tokenizer, episodes: int, seed: int) -> float:
 def grpo_trainer(model, tokenizer, args):
     """TRL's GRPOTrainer on BugFix rows: environment_factory=BugFixToolEnv, or our rollout_func."""
     from datasets import Dataset
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOConfig
 
     from bugfix_gym.integrations.trl import BugFixToolEnv, dataset_rows
     from bugfix_gym.integrations.trl_rollout import env_reward, make_rollout_func, rollout_rows
 
-    rows = dataset_rows("train", n=args.grpo_steps * args.batch // args.num_generations + 20, seed=args.seed + 2)
+    n_rows = args.grpo_steps * args.batch // args.num_generations + 20
+    rows = dataset_rows("train", n=n_rows, seed=args.seed + 2)
     config = GRPOConfig(output_dir=f"{args.out}/grpo", per_device_train_batch_size=args.batch,
-                        num_generations=args.num_generations, max_completion_length=640, max_steps=args.grpo_steps,
+                        num_generations=args.num_generations, max_completion_length=args.max_completion_length,
+                        max_steps=args.grpo_steps,
                         learning_rate=args.lr, beta=0.0, temperature=1.0, top_k=0, logging_steps=5,
                         max_tool_calling_iterations=7, save_strategy="no", report_to="none", use_cpu=True,
                         seed=args.seed, log_completions=False)

@@ -1,4 +1,4 @@
-"""A tiny randomly initialised Hugging Face causal LM for a :func:`~bugfix_gym.integrations.hf_tokenizer.chat_tokenizer`.
+"""A tiny randomly initialised Hugging Face causal LM for a :func:`~.hf_tokenizer.chat_tokenizer`.
 
 A ``LlamaForCausalLM`` of a few hundred thousand parameters: no download, trains on a CPU, and no
 dropout anywhere (``attention_dropout=0``; Llama has no other dropout), so a trainer's first-update

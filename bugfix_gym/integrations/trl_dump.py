@@ -65,6 +65,7 @@ def batch_episodes(trainer: Any, inputs: list[dict[str, Any]], output: dict[str,
     old = _eval_logps(trainer, output) if old is None else old
     sampled = output.get("sampling_per_token_logps")
     tool_mask = output.get("tool_mask")
+    eos = trainer.processing_class.eos_token_id
     episodes = []
     for i, row in enumerate(inputs):
         keep = output["completion_mask"][i]
@@ -76,11 +77,12 @@ def batch_episodes(trainer: Any, inputs: list[dict[str, Any]], output: dict[str,
             "old_logprobs": [float(x) for x in old[i][keep.bool()].tolist()],
             "new_logprobs": [float(x) for x in new[i][keep.bool()].tolist()],
             "loss_weights": [float(x) for x in weights[i][keep.bool()].tolist()],
-            **({"logprobs": [float(x) for x in sampled[i][keep.bool()].tolist()]} if sampled is not None else {}),
+            **({"logprobs": [float(x) for x in sampled[i][keep.bool()].tolist()]} if sampled is not None
+               else {}),
             "response_length": int(sum(mask)),  # what TRL counts (completions/mean_length): the tool_mask's sum
             "group": i // trainer.num_generations,
             "reset_key": reset_key(row),
             "advantages": float(output["advantages"][i]),
-            "truncated": bool(_unpad(output["completion_ids"][i], keep)[-1:] != [trainer.processing_class.eos_token_id]),
+            "truncated": bool(_unpad(output["completion_ids"][i], keep)[-1:] != [eos]),
         })
     return episodes
