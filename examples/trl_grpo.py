@@ -29,6 +29,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--sft-episodes", type=int, default=400, help="scripted episodes to imitate")
     p.add_argument("--sft-epochs", type=float, default=3.0)
+    p.add_argument("--teacher", default="blind", choices=("blind", "careful"),
+                   help="the scripted policy imitated (both pick edit ops at random)")
     p.add_argument("--grpo-steps", type=int, default=60)
     p.add_argument("--num-generations", type=int, default=8, help="G, the rollouts of one task")
     p.add_argument("--batch", type=int, default=16, help="rollouts per GRPO step (a multiple of G)")
@@ -52,7 +54,7 @@ def sft(model, tokenizer, args) -> None:
     from bugfix_gym.integrations.trl_rollout import scripted_sft_rows
 
     rows = scripted_sft_rows(tokenizer, dataset_rows("train", n=args.sft_episodes, seed=args.seed + 1),
-                             seed=args.seed)
+                             seed=args.seed, teacher=args.teacher)
     config = SFTConfig(output_dir=f"{args.out}/sft", num_train_epochs=args.sft_epochs, per_device_train_batch_size=16,
                        learning_rate=3e-3, lr_scheduler_type="cosine", logging_steps=20, save_strategy="no",
                        report_to="none", use_cpu=True, seed=args.seed, max_length=None, dataloader_num_workers=0)
@@ -136,6 +138,8 @@ def main(argv=None) -> None:
     sft(model, tokenizer, args)
     before = train_pass(model, tokenizer, args.eval_episodes, seed=args.seed + 10)
     print(f"after SFT: train pass {before:.3f} ({time.time() - start:.0f} s)", flush=True)
+    if args.grpo_steps == 0:
+        return
     trainer = grpo_trainer(model, tokenizer, args)
     trainer.train()
     after = train_pass(model, tokenizer, args.eval_episodes, seed=args.seed + 10)

@@ -37,7 +37,7 @@ _PIECES = (r"<call>|</call>| ?[A-Za-z_][A-Za-z_0-9]*| ?\d+| ?(?:==|!=|<=|>=|\+=|
            r"| ?[^\sA-Za-z_0-9]|\n| |\s")
 _TRAP = "(?:" + "|".join(CALL_WORDS) + ")</call>|"
 # words the adapters say that the task library does not (BugFixToolEnv's messages, the call syntax)
-EXTRA_WORDS = ("op", "=", "episode", "has", "ended", "over", "error", "{", "}", "'", '"')
+EXTRA_WORDS = ("op", "ops", "=", "episode", "has", "ended", "over", "error", "{", "}", "'", '"')
 
 CHAT_TEMPLATE = (
     "{%- for m in messages -%}"

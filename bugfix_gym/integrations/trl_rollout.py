@@ -148,18 +148,24 @@ def env_reward(prompts: list, completions: list, env_reward: list[float], **kwar
     return [float(r) for r in env_reward]
 
 
-def scripted_sft_rows(tokenizer: Any, rows: Sequence[dict[str, Any]], seed: int = 0) -> list[dict[str, list[int]]]:
-    """Pre-tokenised SFT rows (``input_ids``, ``assistant_masks``) from the ``careful`` scripted policy's play.
+def scripted_sft_rows(tokenizer: Any, rows: Sequence[dict[str, Any]], seed: int = 0, teacher: str = "careful"
+                      ) -> list[dict[str, list[int]]]:
+    """Pre-tokenised SFT rows (``input_ids``, ``assistant_masks``) from a scripted policy's play.
 
-    The policy never sees the answer: it chooses its edit ops blindly (see :func:`bugfix_gym.scripted.careful_policy`).
+    The teacher never sees the answer: ``careful`` (read or test, edit, test, revert on failure, edit again,
+    submit) and ``blind`` (one edit, then submit) both choose their edit ops at random
+    (:func:`bugfix_gym.scripted.scripted_policy`); the oracles are refused.
     Each episode is laid out exactly as :func:`play_episode` and TRL's tool loop lay one out (the model's call
     ids, the env's tool-suffix ids, a final EOS after the last tool answer), and only the model's ids count.
 
     :param tokenizer: a :func:`~bugfix_gym.integrations.hf_tokenizer.chat_tokenizer`
     :param rows: the dataset rows to play
     :param seed: the policy's seed
+    :param teacher: ``"careful"``, ``"blind"`` or ``"random"`` (uniform over the legal calls)
     """
-    policy = scripted_policy("careful", seed=seed)
+    if teacher not in ("careful", "blind", "random"):
+        raise ValueError(f"teacher must be careful, blind or random (a teacher never sees the answer), got {teacher!r}")
+    policy = scripted_policy(teacher, seed=seed)
     env, out = BugFixToolEnv(), []
     for row in rows:
         chat, text = ChatIds(tokenizer, env.reset(**row)), ""
