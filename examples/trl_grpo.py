@@ -3,10 +3,11 @@
 Everything is local: the chat tokenizer is built from BugFix's vocabulary and the model is a random-init
 ``LlamaForCausalLM`` of ~150k parameters (``bugfix_gym.integrations``). Steps:
 
-1. SFT (``trl.SFTTrainer``) on the ``careful`` scripted policy's play, pre-tokenised the way TRL's tool loop
-   lays out an episode (the policy picks its edit ops blindly: it never sees the answer);
+1. SFT (``trl.SFTTrainer``) on a scripted policy's play (``--teacher blind``: one edit op drawn at random, then
+   submit; ``careful``), pre-tokenised the way TRL's tool loop lays out an episode (teachers never see the answer);
 2. GRPO (``trl.GRPOTrainer``) with ``environment_factory=BugFixToolEnv`` (the default), or with
-   ``--rollout-func``, TRL's other path: our token-in, token-out loop returning ``env_mask``;
+   ``--rollout-func``, TRL's other path: our token-in, token-out loop returning ``env_mask``; ``submit``
+   answers ``submitted`` (``BugFixToolEnv(show_verdict=False)``, whose docstring says why);
 3. the train pass rate (sampled play of every train task, ``--eval-episodes`` each) before and after GRPO.
 
 ``--dump FILE`` writes the first GRPO batch as a conformance dump (rollout-func path: with ``turns``) and
@@ -19,6 +20,7 @@ import argparse
 import json
 import os
 import time
+from functools import partial
 
 import torch
 
@@ -28,12 +30,12 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--sft-episodes", type=int, default=400, help="scripted episodes to imitate")
-    p.add_argument("--sft-epochs", type=float, default=3.0)
+    p.add_argument("--sft-epochs", type=float, default=6.0)
     p.add_argument("--teacher", default="blind", choices=("blind", "careful"),
                    help="the scripted policy imitated (both pick edit ops at random)")
-    p.add_argument("--grpo-steps", type=int, default=60)
+    p.add_argument("--grpo-steps", type=int, default=50)
     p.add_argument("--num-generations", type=int, default=8, help="G, the rollouts of one task")
-    p.add_argument("--batch", type=int, default=16, help="rollouts per GRPO step (a multiple of G)")
+    p.add_argument("--batch", type=int, default=32, help="rollouts per GRPO step (a multiple of G)")
     p.add_argument("--lr", type=float, default=3e-4, help="GRPO learning rate")
     p.add_argument("--max-completion-length", type=int, default=640, help="model and tool tokens of one rollout")
     p.add_argument("--eval-episodes", type=int, default=5, help="sampled episodes per train task, for the pass rate")
@@ -54,7 +56,7 @@ def sft(model, tokenizer, args) -> None:
     from bugfix_gym.integrations.trl_rollout import scripted_sft_rows
 
     rows = scripted_sft_rows(tokenizer, dataset_rows("train", n=args.sft_episodes, seed=args.seed + 1),
-                             seed=args.seed, teacher=args.teacher)
+                             seed=args.seed, teacher=args.teacher, show_verdict=False)
     config = SFTConfig(output_dir=f"{args.out}/sft", num_train_epochs=args.sft_epochs, per_device_train_batch_size=16,
                        learning_rate=3e-3, lr_scheduler_type="cosine", logging_steps=20, save_strategy="no",
                        report_to="none", use_cpu=True, seed=args.seed, max_length=None, dataloader_num_workers=0)
@@ -63,13 +65,14 @@ def sft(model, tokenizer, args) -> None:
 
 def train_pass(model, tokenizer, episodes: int, seed: int) -> float:
     """The share of sampled episodes that pass, over every train task ``episodes`` times."""
-    from bugfix_gym.integrations.trl import dataset_rows
+    from bugfix_gym.integrations.trl import BugFixToolEnv, dataset_rows
     from bugfix_gym.integrations.trl_rollout import play_episode
 
     torch.manual_seed(seed)
     rows = dataset_rows("train", n=20 * episodes, seed=seed)
     model.eval()
-    return sum(play_episode(model, tokenizer, row)["reward"] for row in rows) / len(rows)
+    env = BugFixToolEnv(show_verdict=False)
+    return sum(play_episode(model, tokenizer, row, env=env)["reward"] for row in rows) / len(rows)
 
 
 def grpo_trainer(model, tokenizer, args):
@@ -94,7 +97,8 @@ def grpo_trainer(model, tokenizer, args):
                                   processing_class=tokenizer, reward_funcs=env_reward,
                                   rollout_func=make_rollout_func(rows, tokenizer), dump=args.dump)
     return DumpingGRPOTrainer(model=model, args=config, train_dataset=Dataset.from_list(rows),
-                              processing_class=tokenizer, environment_factory=BugFixToolEnv, dump=args.dump)
+                              processing_class=tokenizer, dump=args.dump,
+                              environment_factory=partial(BugFixToolEnv, show_verdict=False))
 
 
 def _dumping_trainer_class():

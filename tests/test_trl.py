@@ -17,7 +17,7 @@ from bugfix_gym import FIX_OPS, CALLS, get_task  # noqa: E402
 from bugfix_gym.integrations.conformance import run_checks  # noqa: E402
 from bugfix_gym.integrations.hf_model import tiny_causal_lm  # noqa: E402
 from bugfix_gym.integrations.hf_tokenizer import call_ids, chat_tokenizer  # noqa: E402
-from bugfix_gym.integrations.trl import ENDED, BugFixToolEnv, dataset_rows, make_dataset  # noqa: E402
+from bugfix_gym.integrations.trl import ENDED, SUBMITTED, BugFixToolEnv, dataset_rows, make_dataset  # noqa: E402
 from bugfix_gym.integrations.trl_rollout import (make_rollout_func, play_episode, reset_key,  # noqa: E402
                                                  rollout_rows, scripted_sft_rows)
 
@@ -136,6 +136,11 @@ def test_get_reward_is_the_hidden_tests_verdict_and_calls_after_the_end_change_n
     assert env.get_reward() == 0.0
     env.reset(**row)
     assert env.edit("not_an_op").startswith("invalid call") and env.info["n_invalid"] == 1
+    quiet = BugFixToolEnv(show_verdict=False)
+    for op, reward in ((right, 1.0), ([op for op in FIX_OPS if op != right][0], 0.0)):
+        quiet.reset(**row)
+        quiet.edit(op)
+        assert quiet.submit() == SUBMITTED and quiet.get_reward() == reward and quiet.submit() == ENDED
 
 
 def test_bad_rows_are_one_clear_error():

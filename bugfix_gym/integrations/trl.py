@@ -36,6 +36,7 @@ from ..tasks import make_tasks
 
 SOURCES = ("book", "generated", "pack")
 ENDED = "the episode has ended : no more calls"
+SUBMITTED = "submitted"
 
 
 class BugFixToolEnv:
@@ -43,10 +44,16 @@ class BugFixToolEnv:
 
     :param max_turns: the env's turn budget; a call after the episode ended (``submit`` or the budget)
         answers :data:`ENDED` and changes nothing
+    :param show_verdict: ``submit`` answers the hidden tests' verdict, as ``BugFix-v0`` does; with False it
+        answers :data:`SUBMITTED` whatever the verdict (the reward still comes from :meth:`get_reward`). TRL's
+        loop samples one more model turn after every tool answer, so after a shown verdict the model's
+        final EOS sits in a context that differs between passing and failing episodes, and GRPO pushes it
+        down after every failure until the model stops stopping; after ``SUBMITTED`` the two cancel.
     """
 
-    def __init__(self, max_turns: int = 6):
+    def __init__(self, max_turns: int = 6, show_verdict: bool = True):
         self.max_turns = max_turns
+        self.show_verdict = show_verdict
         self._envs: dict[tuple[str, str], BugFixEnv] = {}
         self.env: BugFixEnv | None = None
         self.info: dict[str, Any] = {}
@@ -139,7 +146,8 @@ class BugFixToolEnv:
         Returns:
             Whether every hidden test passed.
         """
-        return self._call("submit")
+        verdict = self._call("submit")
+        return verdict if self.show_verdict or verdict == ENDED else SUBMITTED
 
     def get_reward(self) -> float:
         """The hidden tests' verdict: 1.0 if the episode submitted a source that passes them all, else 0.0."""

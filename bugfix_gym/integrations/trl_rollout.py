@@ -123,6 +123,7 @@ def make_rollout_func(rows: Sequence[dict[str, Any]], tokenizer: Any, **play_kwa
         "env_reward"}``; pass ``reward_funcs=env_reward`` to train on the hidden tests' verdict
     """
     by_prompt = {row["prompt"][-1]["content"]: row for row in rows}
+    env = BugFixToolEnv(show_verdict=False)
 
     def rollout_func(prompts: list, trainer: Any) -> dict[str, list]:
         out: dict[str, list] = {"prompt_ids": [], "completion_ids": [], "logprobs": [], "env_mask": [],
@@ -132,7 +133,7 @@ def make_rollout_func(rows: Sequence[dict[str, Any]], tokenizer: Any, **play_kwa
             if text not in by_prompt:
                 raise ValueError("rollout_func got a prompt that is not one of its rows; build the dataset and "
                                  "the rollout_func from the same rollout_rows(...)")
-            episode = play_episode(trainer.model, tokenizer, by_prompt[text], **play_kwargs)
+            episode = play_episode(trainer.model, tokenizer, by_prompt[text], env=env, **play_kwargs)
             out["prompt_ids"].append(episode["prompt_ids"])
             out["completion_ids"].append(episode["completion_ids"])
             out["logprobs"].append(episode["logprobs"])
@@ -148,8 +149,8 @@ def env_reward(prompts: list, completions: list, env_reward: list[float], **kwar
     return [float(r) for r in env_reward]
 
 
-def scripted_sft_rows(tokenizer: Any, rows: Sequence[dict[str, Any]], seed: int = 0, teacher: str = "careful"
-                      ) -> list[dict[str, list[int]]]:
+def scripted_sft_rows(tokenizer: Any, rows: Sequence[dict[str, Any]], seed: int = 0, teacher: str = "careful",
+                      show_verdict: bool = True) -> list[dict[str, list[int]]]:
     """Pre-tokenised SFT rows (``input_ids``, ``assistant_masks``) from a scripted policy's play.
 
     The teacher never sees the answer: ``careful`` (read or test, edit, test, revert on failure, edit again,
@@ -162,11 +163,12 @@ def scripted_sft_rows(tokenizer: Any, rows: Sequence[dict[str, Any]], seed: int 
     :param rows: the dataset rows to play
     :param seed: the policy's seed
     :param teacher: ``"careful"``, ``"blind"`` or ``"random"`` (uniform over the legal calls)
+    :param show_verdict: what ``submit`` answers (:class:`~bugfix_gym.integrations.trl.BugFixToolEnv`'s argument)
     """
     if teacher not in ("careful", "blind", "random"):
         raise ValueError(f"teacher must be careful, blind or random (a teacher never sees the answer), got {teacher!r}")
     policy = scripted_policy(teacher, seed=seed)
-    env, out = BugFixToolEnv(), []
+    env, out = BugFixToolEnv(show_verdict=show_verdict), []
     for row in rows:
         chat, text = ChatIds(tokenizer, env.reset(**row)), ""
         while env.info["stop"] is None:
