@@ -171,3 +171,16 @@ def test_the_command_reads_a_dump_and_exits_1_on_a_failed_check(tmp_path, capsys
     (tmp_path / "junk.jsonl").write_text("{not json\n")
     assert conformance.main([str(tmp_path / "junk.jsonl")]) == 2
     assert "junk.jsonl:1 is not JSON" in capsys.readouterr().err
+
+
+def test_importing_bugfix_gym_and_its_integrations_imports_no_trainer_library():
+    import subprocess
+    import sys
+
+    probe = ("import sys, bugfix_gym, bugfix_gym.integrations.conformance, bugfix_gym.integrations.trl, "
+             "bugfix_gym.integrations.trl_rollout, bugfix_gym.integrations.trl_dump, "
+             "bugfix_gym.integrations.hf_tokenizer, bugfix_gym.integrations.hf_model; "
+             "print(sorted(m for m in ('trl', 'transformers', 'datasets', 'tokenizers', 'accelerate') "
+             "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
