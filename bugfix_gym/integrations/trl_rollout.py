@@ -42,7 +42,7 @@ def _sample_turn(model: Any, tokenizer: Any, ids: list[int], max_new_tokens: int
 def _tool_call(tokenizer: Any, prompt_ids: list[int], sampled: list[int]) -> tuple[str, dict] | None:
     """The first tool call in the sampled ids, as ``(name, arguments)``, or None (the model stopped calling)."""
     try:
-        parsed = tokenizer.parse_response(sampled, prefix=tokenizer.decode(prompt_ids))
+        parsed = tokenizer.parse_response(sampled, prefix=prompt_ids)
     except Exception:  # malformed text: TRL's parse_response falls back to plain content the same way
         return None
     calls = parsed.get("tool_calls") or []
