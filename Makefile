@@ -7,8 +7,12 @@ STAMP := $(VENV)/.installed
 RLLIB_VENV := .venv-rllib
 RLLIB_PY := $(RLLIB_VENV)/bin/python
 RLLIB_STAMP := $(RLLIB_VENV)/.installed
+# TRL, transformers, tokenizers and datasets: a venv of their own too (constraints-trl.txt says why)
+TRL_VENV := .venv-trl
+TRL_PY := $(TRL_VENV)/bin/python
+TRL_STAMP := $(TRL_VENV)/.installed
 
-.PHONY: test test-all lint demo demo-generalise venv bench clean interop-examples rllib rllib-venv test-rllib
+.PHONY: test test-all lint demo demo-generalise venv bench clean interop-examples rllib rllib-venv test-rllib trl trl-venv test-trl
 
 venv: $(STAMP)
 
@@ -74,5 +78,21 @@ rllib: $(RLLIB_STAMP)
 test-rllib: $(RLLIB_STAMP)
 	$(RLLIB_PY) -m pytest tests/test_interop_rllib.py
 
+trl-venv: $(TRL_STAMP)
+
+$(TRL_STAMP): pyproject.toml constraints-trl.txt
+	test -x $(TRL_PY) || $(PYTHON) -m venv $(TRL_VENV)
+	$(TRL_PY) -m pip install -q --upgrade pip
+	$(TRL_PY) -m pip install -q -c constraints-trl.txt -e ".[trl]" pytest
+	touch $(TRL_STAMP)
+
+# SFT on scripted play, then TRL's GRPO with environment_factory=BugFixToolEnv (examples/trl_grpo.py), in .venv-trl
+trl: $(TRL_STAMP)
+	$(TRL_PY) examples/trl_grpo.py --dump runs/trl_grpo/first_batch.jsonl
+
+# the tests that need trl / transformers / tokenizers (they skip in .venv), in .venv-trl
+test-trl: $(TRL_STAMP)
+	$(TRL_PY) -m pytest tests/test_trl.py tests/test_conformance.py
+
 clean:
-	rm -rf $(VENV) $(RLLIB_VENV) build *.egg-info
+	rm -rf $(VENV) $(RLLIB_VENV) $(TRL_VENV) build *.egg-info

@@ -1,0 +1,159 @@
+"""TRL plays BugFix: a tiny SFT on scripted play, then GRPO with TRL's own trainers, on CPU.
+
+Everything is local: the chat tokenizer is built from BugFix's vocabulary and the model is a random-init
+``LlamaForCausalLM`` of ~150k parameters (``bugfix_gym.integrations``). Steps:
+
+1. SFT (``trl.SFTTrainer``) on a scripted policy's play (``--teacher blind``: one edit op drawn at random, then
+   submit; ``careful``), pre-tokenised the way TRL's tool loop lays out an episode (teachers never see the answer);
+2. GRPO (``trl.GRPOTrainer``) with ``environment_factory=BugFixToolEnv`` (the default), or with
+   ``--rollout-func``, TRL's other path: our token-in, token-out loop returning ``env_mask``; ``submit``
+   answers ``submitted`` (``BugFixToolEnv(show_verdict=False)``, whose docstring says why);
+3. the train pass rate (sampled play of every train task, ``--eval-episodes`` each) before and after GRPO.
+
+``--dump FILE`` writes the first GRPO batch as a conformance dump (rollout-func path: with ``turns``) and
+runs the conformance checks on it. Run in .venv-trl: ``make trl`` (docs/llm_trainers.md has its figures).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from functools import partial
+
+import torch
+
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--sft-episodes", type=int, default=400, help="scripted episodes to imitate")
+    p.add_argument("--sft-epochs", type=float, default=6.0)
+    p.add_argument("--teacher", default="blind", choices=("blind", "careful"),
+                   help="the scripted policy imitated (both pick edit ops at random)")
+    p.add_argument("--grpo-steps", type=int, default=50)
+    p.add_argument("--num-generations", type=int, default=8, help="G, the rollouts of one task")
+    p.add_argument("--batch", type=int, default=32, help="rollouts per GRPO step (a multiple of G)")
+    p.add_argument("--lr", type=float, default=3e-4, help="GRPO learning rate")
+    p.add_argument("--max-completion-length", type=int, default=640, help="model and tool tokens of one rollout")
+    p.add_argument("--eval-episodes", type=int, default=5, help="sampled episodes per train task, for the pass rate")
+    p.add_argument("--rollout-func", action="store_true", help="GRPO through rollout_func (env_mask) instead of "
+                   "environment_factory")
+    p.add_argument("--dump", default="", help="write the first GRPO batch here (JSON lines) and check it")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="runs/trl_grpo")
+    return p.parse_args(argv)
+
+
+def sft(model, tokenizer, args) -> None:
+    """Imitate the careful scripted policy (blind ops) with TRL's SFTTrainer on pre-tokenised episodes."""
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    from bugfix_gym.integrations.trl import dataset_rows
+    from bugfix_gym.integrations.trl_rollout import scripted_sft_rows
+
+    rows = scripted_sft_rows(tokenizer, dataset_rows("train", n=args.sft_episodes, seed=args.seed + 1),
+                             seed=args.seed, teacher=args.teacher, show_verdict=False)
+    config = SFTConfig(output_dir=f"{args.out}/sft", num_train_epochs=args.sft_epochs, per_device_train_batch_size=16,
+                       learning_rate=3e-3, lr_scheduler_type="cosine", logging_steps=20, save_strategy="no",
+                       report_to="none", use_cpu=True, seed=args.seed, max_length=None, dataloader_num_workers=0)
+    SFTTrainer(model=model, args=config, train_dataset=Dataset.from_list(rows), processing_class=tokenizer).train()
+
+
+def train_pass(model, tokenizer, episodes: int, seed: int) -> float:
+    """The share of sampled episodes that pass, over every train task ``episodes`` times."""
+    from bugfix_gym.integrations.trl import BugFixToolEnv, dataset_rows
+    from bugfix_gym.integrations.trl_rollout import play_episode
+
+    torch.manual_seed(seed)
+    rows = dataset_rows("train", n=20 * episodes, seed=seed)
+    model.eval()
+    env = BugFixToolEnv(show_verdict=False)
+    return sum(play_episode(model, tokenizer, row, env=env)["reward"] for row in rows) / len(rows)
+
+
+def grpo_trainer(model, tokenizer, args):
+    """TRL's GRPOTrainer on BugFix rows: environment_factory=BugFixToolEnv, or our rollout_func."""
+    from datasets import Dataset
+    from trl import GRPOConfig
+
+    from bugfix_gym.integrations.trl import BugFixToolEnv, dataset_rows
+    from bugfix_gym.integrations.trl_rollout import env_reward, make_rollout_func, rollout_rows
+
+    n_rows = args.grpo_steps * args.batch // args.num_generations + 20
+    rows = dataset_rows("train", n=n_rows, seed=args.seed + 2)
+    config = GRPOConfig(output_dir=f"{args.out}/grpo", per_device_train_batch_size=args.batch,
+                        num_generations=args.num_generations, max_completion_length=args.max_completion_length,
+                        max_steps=args.grpo_steps,
+                        learning_rate=args.lr, beta=0.0, temperature=1.0, top_k=0, logging_steps=5,
+                        max_tool_calling_iterations=7, save_strategy="no", report_to="none", use_cpu=True,
+                        seed=args.seed, log_completions=False)
+    if args.rollout_func:
+        rows = rollout_rows(rows)
+        return DumpingGRPOTrainer(model=model, args=config, train_dataset=Dataset.from_list(rows),
+                                  processing_class=tokenizer, reward_funcs=env_reward,
+                                  rollout_func=make_rollout_func(rows, tokenizer), dump=args.dump)
+    return DumpingGRPOTrainer(model=model, args=config, train_dataset=Dataset.from_list(rows),
+                              processing_class=tokenizer, dump=args.dump,
+                              environment_factory=partial(BugFixToolEnv, show_verdict=False))
+
+
+def _dumping_trainer_class():
+    from trl import GRPOTrainer
+
+    from bugfix_gym.integrations.trl_dump import batch_episodes
+
+    class Dumping(GRPOTrainer):
+        """GRPOTrainer that writes its first generated batch as a conformance dump."""
+
+        def __init__(self, *a, dump: str = "", **kw):
+            super().__init__(*a, **kw)
+            self.dump, self.dumped = dump, False
+
+        def _generate_and_score_completions(self, inputs):
+            output = super()._generate_and_score_completions(inputs)
+            if self.dump and not self.dumped:
+                self.dumped = True
+                episodes = batch_episodes(self, inputs, output)
+                with open(self.dump, "w") as f:
+                    f.writelines(json.dumps(e) + "\n" for e in episodes)
+            return output
+
+    return Dumping
+
+
+def DumpingGRPOTrainer(*a, **kw):
+    return _dumping_trainer_class()(*a, **kw)
+
+
+def main(argv=None) -> None:
+    torch.set_num_threads(1)
+    args = parse_args(argv)
+    from bugfix_gym.integrations.hf_model import tiny_causal_lm
+    from bugfix_gym.integrations.hf_tokenizer import chat_tokenizer
+
+    os.makedirs(args.out, exist_ok=True)
+    tokenizer = chat_tokenizer()
+    model = tiny_causal_lm(tokenizer, seed=args.seed)
+    start = time.time()
+    sft(model, tokenizer, args)
+    before = train_pass(model, tokenizer, args.eval_episodes, seed=args.seed + 10)
+    print(f"after SFT: train pass {before:.3f} ({time.time() - start:.0f} s)", flush=True)
+    if args.grpo_steps == 0:
+        return
+    trainer = grpo_trainer(model, tokenizer, args)
+    trainer.train()
+    after = train_pass(model, tokenizer, args.eval_episodes, seed=args.seed + 10)
+    print(f"after GRPO ({args.grpo_steps} steps): train pass {after:.3f} (SFT start {before:.3f}, "
+          f"{after - before:+.3f}; {time.time() - start:.0f} s in all)", flush=True)
+    if args.dump:
+        from bugfix_gym.integrations.conformance import format_report, load_dump, run_checks
+
+        print(format_report(run_checks(load_dump(args.dump), tokenizer=tokenizer, end_ids=[tokenizer.eos_token_id])))
+
+
+if __name__ == "__main__":
+    main()
