@@ -22,6 +22,29 @@ def test_same_call_same_weights_and_seed_matters(tok):
     assert any(not torch.equal(sa[k], sc[k]) for k in sa)
 
 
+def test_progress_sees_every_step_and_changes_no_weight(tok):
+    """The progress hook (the CLI's bars) is handed each loop's step count and cannot change the weights."""
+    seen = []
+
+    def progress(n, what):
+        seen.append((n, what))
+        return range(n)
+
+    kw = dict(episodes_per_task=1, steps=3, batch_size=4, tool_coef=1.0, practice=8, practice_steps=2)
+    quiet, shown = make_base_agent(tok, seed=7, **kw), make_base_agent(tok, seed=7, progress=progress, **kw)
+    assert seen == [(2, "edit practice"), (3, "behaviour cloning")]
+    assert all(torch.equal(a, b) for a, b in zip(quiet.state_dict().values(), shown.state_dict().values()))
+
+
+def test_the_cache_key_follows_the_recipe_not_the_rest_of_the_module(tok, monkeypatch):
+    """Editing the cache or progress code keeps cached agents; editing a recipe function retrains."""
+    key = base_agent_module._base_agent_key(tok, dict(seed=0))
+    monkeypatch.setattr(base_agent_module, "progress_bar", lambda n, what: range(n))
+    assert base_agent_module._base_agent_key(tok, dict(seed=0)) == key
+    monkeypatch.setattr(base_agent_module, "_adam_step", lambda opt, loss: None)
+    assert base_agent_module._base_agent_key(tok, dict(seed=0)) != key
+
+
 def test_tool_coef_also_teaches_the_tool_outputs(tok):
     """With ``tool_coef`` the agent learns to predict what the tools answer; at 0 it does not learn them."""
     from agents.model.tinyagent import sequence_log_probs

@@ -14,7 +14,7 @@ import os
 import sys
 import warnings
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
@@ -35,7 +35,7 @@ def make_base_agent(tok: Tokenizer, seed: int = 0, kinds: Sequence[str] = ("rand
                     env_kwargs: dict[str, Any] | None = None, tool_coef: float = 0.0,
                     tool_calls: Sequence[str] | None = None, practice: int = 0,
                     practice_tasks: str = "generated", practice_steps: int = 0, practice_batch_size: int = 64,
-                    practice_lr: float = 1e-3) -> TinyAgent:
+                    practice_lr: float = 1e-3, progress: Progress | None = None) -> TinyAgent:
     """TinyAgent behaviour-cloned on scripted play over the train tasks (book §6.2).
 
     Collects ``episodes_per_task`` demonstrations per train task from each scripted policy in
@@ -65,12 +65,15 @@ def make_base_agent(tok: Tokenizer, seed: int = 0, kinds: Sequence[str] = ("rand
     :param practice_steps: Adam steps on the practice transcripts' answers alone, before behaviour cloning
     :param practice_batch_size: practice transcripts per step of those
     :param practice_lr: learning rate of those steps (their own optimizer)
+    :param progress: ``progress(n, what)`` -> the iterable of the ``n`` steps of ``what`` (e.g. a progress
+        bar, :func:`progress_bar`); None: a plain ``range``. It cannot change the weights.
     """
     if bool(practice) != bool(practice_steps):
         raise ValueError(f"edit practice needs both practice (transcripts) and practice_steps, got {practice} and "
                          f"{practice_steps}")
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
+    steps_of = progress or _quiet
     tasks = make_tasks("train") if tasks is None else list(tasks)
     data = _demonstrations(tok, tasks, kinds, episodes_per_task, seed, teacher_kwargs, env_kwargs)
     if tool_coef:
@@ -79,9 +82,10 @@ def make_base_agent(tok: Tokenizer, seed: int = 0, kinds: Sequence[str] = ("rand
     model = TinyAgent(config or TinyAgentConfig(vocab_size=tok.vocab_size))
     edit_practice = EditPractice(tok, practice, seed=seed, tasks=practice_tasks) if practice else None
     if edit_practice is not None:  # what the edit ops do, learned before how to play
-        _practise_edits(model, edit_practice, practice_steps, practice_batch_size, practice_lr)
+        _practise_edits(model, edit_practice, steps_of(practice_steps, "edit practice"), practice_batch_size,
+                        practice_lr)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    for _ in range(steps):
+    for _ in steps_of(steps, "behaviour cloning"):
         idx = torch.randint(len(data["ids"]), (batch_size,), generator=gen)  # [b]
         loss = _cloning_loss(model, data, idx, tool_coef)
         if edit_practice is not None:
@@ -117,10 +121,12 @@ def _cloning_loss(model: TinyAgent, data: dict[str, torch.Tensor], idx: torch.Te
     return loss
 
 
-def _practise_edits(model: TinyAgent, edit_practice: EditPractice, steps: int, batch_size: int, lr: float) -> None:
-    """``steps`` Adam steps (an optimizer of their own) on the answers of ``batch_size`` practice transcripts."""
+def _practise_edits(model: TinyAgent, edit_practice: EditPractice, steps: Iterable[int], batch_size: int,
+                    lr: float) -> None:
+    """An Adam step (an optimizer of their own) per item of ``steps`` on the answers of ``batch_size`` practice
+    transcripts."""
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    for _ in range(steps):
+    for _ in steps:
         _adam_step(opt, edit_practice.loss(model, batch_size))
 
 
@@ -128,6 +134,27 @@ def _adam_step(opt: torch.optim.Optimizer, loss: torch.Tensor) -> None:
     opt.zero_grad()
     loss.backward()
     opt.step()
+
+
+#: ``progress(n, what)`` -> an iterable of ``n`` steps (e.g. a progress bar over ``range(n)``)
+Progress = Callable[[int, str], Iterable[int]]
+
+
+def _quiet(n: int, what: str) -> Iterable[int]:
+    return range(n)
+
+
+def progress_bar(n: int, what: str) -> Iterable[int]:
+    """A tqdm bar on stderr over ``range(n)``, named ``what`` (steps per second and time left shown); a plain
+    ``range`` where stderr is not a terminal."""
+    from tqdm.auto import tqdm
+
+    return tqdm(range(n), desc=f"  base agent: {what}", unit="step", leave=False, mininterval=1.0,
+                disable=None)  # None: no bar where stderr is not a terminal (logs, CI)
+
+
+#: what the base agent's weights depend on besides the arguments: the behaviour-cloning recipe
+_RECIPE_FUNCTIONS = ("make_base_agent", "_demonstrations", "_cloning_loss", "_practise_edits", "_adam_step")
 
 
 _BASE_FORMAT = "bugfix_gym.base_agent/1"
@@ -143,13 +170,16 @@ def cache_dir() -> Path:
 
 def _base_agent_key(tok: Tokenizer, kwargs: dict[str, Any]) -> str:
     """Hash of what the base agent's weights depend on: tokenizer, arguments, model sizes and the
-    behaviour-cloning recipe (this module's source). Refactors of the model or rollout code
-    keep the cache; an architecture change makes the cached weights fail to load, which retrains."""
+    behaviour-cloning recipe (the source of :data:`_RECIPE_FUNCTIONS`). Refactors of the model or rollout
+    code, and of this module's caching and progress display, keep the cache; an architecture change makes
+    the cached weights fail to load, which retrains."""
     h = hashlib.sha256()
     config = dataclasses.asdict(TinyAgentConfig(vocab_size=tok.vocab_size))
     h.update(json.dumps({"format": _BASE_FORMAT, "words": tok.words, "kwargs": kwargs, "config": config},
                         sort_keys=True, default=str).encode())
-    h.update(inspect.getsource(sys.modules[__name__]).encode())
+    module = sys.modules[__name__]
+    for name in _RECIPE_FUNCTIONS:
+        h.update(inspect.getsource(getattr(module, name)).encode())
     return h.hexdigest()[:16]
 
 
@@ -165,7 +195,7 @@ def cached_base_agent(tok: Tokenizer, seed: int = 0, use_cache: bool = True, ver
     :param tok: the tokenizer
     :param seed: the base agent's seed
     :param use_cache: read and write the cache (False: always train)
-    :param verbose: 1 prints where the agent came from
+    :param verbose: 1 prints where the agent came from and shows progress bars while it trains
     :param kwargs: more ``make_base_agent`` arguments (``steps``, ``episodes_per_task``, ...)
     """
     path = cache_dir() / f"base_agent-{_base_agent_key(tok, dict(seed=seed, **kwargs))}.pt"
@@ -178,9 +208,9 @@ def cached_base_agent(tok: Tokenizer, seed: int = 0, use_cache: bool = True, ver
         except Exception as e:  # noqa: BLE001 - corrupt / truncated / stale: retrain below
             warnings.warn(f"ignoring unreadable base-agent cache {path} ({type(e).__name__}: {e}); retraining")
     if verbose:
-        print("training the base agent (behaviour cloning on scripted play; cached afterwards) ...")
+        print("training the base agent (scripted play, then behaviour cloning; cached afterwards) ...", flush=True)
     rng_state = torch.get_rng_state()
-    agent = make_base_agent(tok, seed=seed, **kwargs)
+    agent = make_base_agent(tok, seed=seed, progress=progress_bar if verbose else None, **kwargs)
     torch.set_rng_state(rng_state)  # make_base_agent seeds the global RNG; leave it as it was
     if use_cache:
         _write_cache(path, agent)

@@ -112,7 +112,7 @@ def _new_model(settings: dict[str, Any], env: Any) -> TokenOnPolicyAlgorithm:
         policy_kwargs["call_mask_key"] = settings.get("call_mask")
         policy_kwargs["foresight"] = settings.get("foresight")
     check_memory(settings, dataclasses.asdict(TinyAgentConfig(vocab_size=tok.vocab_size)))  # before any work
-    base_agent = recipes.base_agent(settings, tok, settings["seed"])
+    base_agent = recipes.base_agent(settings, tok, settings["seed"], verbose=1)
     algo = settings.get("algo", "ppo")
     ppo = settings["ppo"]
     kwargs = recipes.ppo_kwargs(ppo) if get_preset(algo).cls is TokenPPO else dict(ppo)
