@@ -70,6 +70,26 @@ ABLATIONS: dict[str, dict[str, Any]] = {
 }
 
 
+# RL does the work (``bugfix-gym train --tasks generated --rl-only``): the generalisation recipe whose
+# model decodes under the legal-call grammar only (no foresight, no useful-call mask). Training rolls
+# out with the agent's own foresight as a teacher (``rollout_foresight``: it closes ops for sampling,
+# the ops are scored without it) and distils its choices into the policy (``ppo.distill``), so the
+# saved model, its validation and its evaluations decode with the grammar alone
+RL_ONLY: dict[str, Any] = dict(call_mask="call_mask", foresight=None, rollout_foresight=0.5,
+                               ppo=dict(distill=1.0))
+
+
+def with_rl_only(recipe: dict[str, Any]) -> dict[str, Any]:
+    """The recipe with :data:`RL_ONLY` applied: a new dict (``ppo`` entries replace single settings)."""
+    import copy
+
+    change = copy.deepcopy(RL_ONLY)
+    out = copy.deepcopy(recipe)
+    out["ppo"] = dict(out["ppo"], **change.pop("ppo"))
+    out.update(change, rl_only=True)
+    return out
+
+
 def ppo_kwargs(ppo: dict[str, Any]) -> dict[str, Any]:
     """TokenPPO's keyword arguments of a recipe's ``ppo`` part: its auxiliary-loss settings become
     ``aux_losses`` (:func:`agents.bugfix.aux_losses.aux_losses_from_settings`)."""

@@ -63,6 +63,10 @@ _TRAIN_FLAGS_BEFORE_PPO: tuple[Flag, ...] = (
     Flag("ablation", choices=("book-tasks", "blind-tools"),
          help="with --tasks generated: the recipe on the 20 book train tasks only (book-tasks), or "
               "with the outputs of read and test blanked (blind-tools)"),
+    Flag("rl_only", switch=True,
+         help="with --tasks generated: the recipe whose model decodes under the legal-call grammar only "
+              "(no foresight, no useful-call mask); training rolls out with the agent's own foresight "
+              "and distils it into the policy"),
     Flag("call_mask", choices=CALL_MASKS, part="run", off_word="none",
          help="which env call mask the grammar follows when it decodes a call: none, the legal calls "
               "(call_mask), or the legal calls without those the episode has shown to be useless "
