@@ -107,12 +107,25 @@ def small_rl_only(tmp_path, monkeypatch):
         ppo=dict(recipe["ppo"], practice=20)))
 
 
-def test_rl_only_trains_and_saves_a_model_whose_eval_json_says_grammar_only(tmp_path, small_rl_only, capsys):
+def test_rl_only_trains_and_saves_a_model_whose_eval_json_says_grammar_only(
+        tmp_path, small_rl_only, capsys, monkeypatch):
+    import agents.bugfix.evaluation
+
+    decoded_with = []  # the foresight each evaluation decodes with: validation and the before/after table
+    original = agents.bugfix.evaluation.evaluate
+
+    def spy_evaluate(model, tasks, episodes_per_task=1, seed=0, **kwargs):
+        decoded_with.append((kwargs.get("foresight", model.policy.foresight), model.policy.foresight is not None))
+        return original(model, tasks, episodes_per_task, seed, **kwargs)
+
+    monkeypatch.setattr(agents.bugfix.evaluation, "evaluate", spy_evaluate)
     out = tmp_path / "rl"
     assert main(["train", "--tasks", "generated", "--rl-only", "--seed", "3", "--iterations", "2", "--n-envs", "4",
                  "--n-episodes", "8", "--n-minibatches", "2", "--eval-episodes", "1", "--out", str(out),
                  "--no-progress"]) == 0
     capsys.readouterr()
+    assert decoded_with and all(foresight is None for foresight, _ in decoded_with)
+    assert decoded_with[0][1] and not decoded_with[-1][1]  # foresight teaches in training, is gone when saved
     assert sorted(p.name for p in out.glob("*.zip")) == ["tokenppo.zip"]
     model = TokenPPO.load(out / "tokenppo.zip")
     assert model.policy.foresight is None and model.policy.call_mask_key == "call_mask"
