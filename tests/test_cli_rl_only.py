@@ -24,20 +24,24 @@ def _settings(*flags: str) -> dict:
     return train_settings(build_parser().parse_args(["train", "--tasks", "generated", *flags]))
 
 
-def test_rl_only_decodes_with_the_grammar_alone_and_distils_foresight_in_training():
+def test_rl_only_decodes_with_the_grammar_alone_and_can_distil_foresight_in_training():
     plain, rl_only = _settings(), _settings("--rl-only")
     assert plain["call_mask"] == "useful_calls" and plain["foresight"] == 0.5 and "rollout_foresight" not in plain
     assert rl_only["call_mask"] == "call_mask" and rl_only["foresight"] is None and rl_only["rl_only"] is True
-    assert rl_only["rollout_foresight"] == 0.5 and rl_only["ppo"]["distill"] > 0
+    assert rl_only["rollout_foresight"] is None and "distill" not in rl_only["ppo"]
+    taught = _settings("--rl-only", "--rollout-foresight", "0.5")
+    assert taught["foresight"] is None and taught["rollout_foresight"] == 0.5 and taught["ppo"]["distill"] > 0
     names = [aux.name for aux in aux_losses_from_settings(tool_coef=1.0, practice=4, distill=0.5)]
-    assert names == ["tool", "practice", "distill"] and aux_losses_from_settings(tool_coef=1.0) != []
-    without_tool_loss = _settings("--rl-only", "--tool-coef", "0")  # no model of the edits: nothing to distil
-    assert without_tool_loss["rollout_foresight"] is None and "distill" not in without_tool_loss["ppo"]
+    assert names == ["tool", "practice", "distill"]
+    assert [aux.name for aux in aux_losses_from_settings(tool_coef=1.0)] == ["tool"]
 
 
 @pytest.mark.parametrize("flags, says", [
     (["--rl-only", "--foresight", "0.5"], "drop --foresight"),
     (["--rl-only", "--call-mask", "useful_calls"], "drop --foresight"),
+    (["--rollout-foresight", "0.5"], "add --rl-only"),
+    (["--rl-only", "--rollout-foresight", "0.5", "--tool-coef", "0"], "needs a --tool-coef above 0"),
+    (["--rl-only", "--rollout-foresight", "0"], "must be > 0.0"),
 ])
 def test_rl_only_refuses_hand_rule_decoding_in_one_line(flags, says, capsys):
     assert main(["train", "--tasks", "generated", *flags, "--out", "unused"]) == 2
@@ -107,8 +111,9 @@ def small_rl_only(tmp_path, monkeypatch):
         ppo=dict(recipe["ppo"], practice=20)))
 
 
+@pytest.mark.parametrize("teacher", [[], ["--rollout-foresight", "0.5"]])
 def test_rl_only_trains_and_saves_a_model_whose_eval_json_says_grammar_only(
-        tmp_path, small_rl_only, capsys, monkeypatch):
+        teacher, tmp_path, small_rl_only, capsys, monkeypatch):
     import agents.bugfix.evaluation
 
     decoded_with = []  # the foresight each evaluation decodes with: validation and the before/after table
@@ -120,18 +125,20 @@ def test_rl_only_trains_and_saves_a_model_whose_eval_json_says_grammar_only(
 
     monkeypatch.setattr(agents.bugfix.evaluation, "evaluate", spy_evaluate)
     out = tmp_path / "rl"
-    assert main(["train", "--tasks", "generated", "--rl-only", "--seed", "3", "--iterations", "2", "--n-envs", "4",
-                 "--n-episodes", "8", "--n-minibatches", "2", "--eval-episodes", "1", "--out", str(out),
-                 "--no-progress"]) == 0
+    assert main(["train", "--tasks", "generated", "--rl-only", *teacher, "--seed", "3", "--iterations", "2",
+                 "--n-envs", "4", "--n-episodes", "8", "--n-minibatches", "2", "--eval-episodes", "1",
+                 "--out", str(out), "--no-progress"]) == 0
     capsys.readouterr()
     assert decoded_with and all(foresight is None for foresight, _ in decoded_with)
-    assert decoded_with[0][1] and not decoded_with[-1][1]  # foresight teaches in training, is gone when saved
+    # a teacher's foresight is in the policy in training (validation decodes without it), gone when saved
+    assert decoded_with[0][1] == bool(teacher) and not decoded_with[-1][1]
     assert sorted(p.name for p in out.glob("*.zip")) == ["tokenppo.zip"]
     model = TokenPPO.load(out / "tokenppo.zip")
     assert model.policy.foresight is None and model.policy.call_mask_key == "call_mask"
-    assert [aux.name for aux in model.aux_losses] == ["tool", "practice", "distill"]
+    assert [aux.name for aux in model.aux_losses] == ["tool", "practice"] + ["distill"] * bool(teacher)
     results = json.loads((out / "results.json").read_text())
-    assert results["settings"]["rollout_foresight"] == 0.5 and results["settings"]["foresight"] is None
+    assert results["settings"]["rollout_foresight"] == (0.5 if teacher else None)
+    assert results["settings"]["foresight"] is None and results["settings"]["call_mask"] == "call_mask"
     for where in (["--generated", "test", "--n", "3", "--gen-seed", "5"],
                   ["--pack", "examples/task_pack_example.json", "--episodes", "1"]):
         assert main(["eval", str(out / "tokenppo.zip"), *where, "--json"]) == 0

@@ -17,7 +17,7 @@ def train_settings(args: argparse.Namespace) -> dict[str, Any]:
     :param args: ``bugfix-gym train``'s parsed command line
     :return: the settings of the run (what ``run.json`` holds)
     """
-    recipe = _recipe(args.tasks, args.ablation, args.rl_only)
+    recipe = _recipe(args.tasks, args.ablation, args.rl_only, args.rollout_foresight)
     set_given(recipe["ppo"], args, train_flags(), "ppo")
     if recipe["ppo"].get("target_kl") == 0:  # 0 turns the KL early stop off
         recipe["ppo"]["target_kl"] = None
@@ -34,22 +34,26 @@ def train_settings(args: argparse.Namespace) -> dict[str, Any]:
                 tensorboard=args.tensorboard, save_evaluated=args.save_evaluated)
 
 
-def _recipe(tasks: str, ablation: str | None, rl_only: bool = False) -> dict[str, Any]:
+def _recipe(tasks: str, ablation: str | None, rl_only: bool = False,
+            rollout_foresight: float | None = None) -> dict[str, Any]:
     """A copy of the recipe of ``--tasks``, with ``--ablation`` and ``--rl-only`` applied.
 
     :param tasks: ``book`` or ``generated`` (a key of ``RECIPES``)
     :param ablation: an ablation of the generated recipe, or None
     :param rl_only: the generated recipe's model decodes under the call grammar alone
+    :param rollout_foresight: with ``rl_only``, foresight teaches the rollouts at this threshold
     """
     from agents.bugfix.recipes import RECIPES, with_ablation, with_rl_only
 
+    if rollout_foresight is not None and not rl_only:
+        raise usage_error("train", "--rollout-foresight is a teacher of --rl-only training; add --rl-only")
     recipe = copy.deepcopy(RECIPES[tasks])
     if (ablation is not None or rl_only) and tasks != "generated":
         raise usage_error("train", f"{'--ablation' if ablation else '--rl-only'} is a variant of --tasks generated; "
                                    "add it")
     if ablation is not None:
         recipe = with_ablation(recipe, ablation)
-    return with_rl_only(recipe) if rl_only else recipe
+    return with_rl_only(recipe, rollout_foresight) if rl_only else recipe
 
 
 def _check_rl_only(recipe: dict[str, Any], args: argparse.Namespace) -> None:
@@ -63,9 +67,9 @@ def _check_rl_only(recipe: dict[str, Any], args: argparse.Namespace) -> None:
     if recipe.get("foresight") is not None or recipe.get("call_mask") == "useful_calls":
         raise usage_error("train", "--rl-only decodes with the call grammar alone; drop --foresight and "
                                    "--call-mask useful_calls")
-    if not recipe["ppo"].get("tool_coef"):
-        recipe["rollout_foresight"] = None  # no model of the edits' answers: nothing to distil
-        recipe["ppo"].pop("distill", None)
+    if recipe.get("rollout_foresight") is not None and not recipe["ppo"].get("tool_coef"):
+        raise usage_error("train", "--rollout-foresight reads the model's predictions of the edits' answers; it "
+                                   "needs a --tool-coef above 0")
 
 
 def _check_schedule_and_validation(recipe: dict[str, Any], args: argparse.Namespace) -> None:
