@@ -55,6 +55,9 @@ class TinyAgentPolicy(BasePolicy):
     :param foresight: with ``call_grammar``, a threshold in (0, 1]: before the policy picks an edit's op,
         the ops its own model gives a probability above it of answering ``no change`` are closed
         (:class:`agents.decoding.foresight.Foresight`); None: off
+    :param foresight_teach: with ``foresight``, it closes the ops for sampling only and the tokens are
+        scored under the grammar (and call mask) alone (``Foresight(teach=True)``): training rolls out
+        with foresight and a loss teaches the policy its choices, so the model can decode without it
     :param optimizer_class: optimizer class (``Adam``)
     :param optimizer_kwargs: extra optimizer arguments, not the learning rate (default for Adam:
         ``eps=1e-5`` as SB3's PPO, and ``foreach=True``: the same update, computed over all parameters at once)
@@ -75,6 +78,7 @@ class TinyAgentPolicy(BasePolicy):
         call_grammar: Sequence[str] | None = None,
         call_mask_key: str | None = None,
         foresight: float | None = None,
+        foresight_teach: bool = False,
         optimizer_class: type[th.optim.Optimizer] = th.optim.Adam,
         optimizer_kwargs: dict[str, Any] | None = None,
         use_sde: bool = False,
@@ -112,7 +116,8 @@ class TinyAgentPolicy(BasePolicy):
         self.call_mask_key = call_mask_key
         if foresight is not None and self.grammar is None:
             raise ValueError("foresight needs a call grammar (call_grammar=...): it closes edit ops of the grammar")
-        self.foresight = None if foresight is None else Foresight(self.grammar, self.tokenizer, foresight)
+        self.foresight = None if foresight is None else Foresight(self.grammar, self.tokenizer, foresight,
+                                                                  teach=foresight_teach)
         self.model = TinyAgent(model_config)
         self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1),  # type: ignore[call-arg]
                                               **self.optimizer_kwargs)
@@ -123,6 +128,7 @@ class TinyAgentPolicy(BasePolicy):
                     max_call_tokens=self.max_call_tokens, call_grammar=self.call_grammar,
                     call_mask_key=self.call_mask_key,
                     foresight=None if self.foresight is None else self.foresight.threshold,
+                    foresight_teach=self.foresight is not None and self.foresight.teach,
                     optimizer_class=self.optimizer_class,
                     optimizer_kwargs=self.optimizer_kwargs, lr_schedule=self._dummy_schedule)
         return data

@@ -5,10 +5,12 @@
   changed), scored in the minibatch's one forward pass.
 * :class:`EditPracticeLoss`: the model also learns the edits' answers on edit-practice
   transcripts (:class:`agents.bugfix.practice.EditPractice`), one minibatch of them per PPO minibatch.
+* :class:`ForesightDistillLoss`: the policy learns the ops foresight let it choose, scored without
+  foresight, so a model trained with foresight can decode without it.
 
 :func:`aux_losses_from_settings` builds them from the recipes' settings (``tool_coef``,
-``tool_calls``, ``practice``, ``practice_tasks``), which are also the arguments of TokenPPO files
-saved before auxiliary losses were plug-ins.
+``tool_calls``, ``practice``, ``practice_tasks``, ``distill``), the first four of which are also the
+arguments of TokenPPO files saved before auxiliary losses were plug-ins.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any, Optional, Sequence
 import torch
 
 from bugfix_gym.tokenizer import Tokenizer
+from bugfix_gym.tokens import OWNER_POLICY
 from bugfix_gym.tools import CALLS
 
 from agents.algorithms.auxiliary import register_aux_loss
@@ -27,7 +30,7 @@ from agents.bugfix.practice import EditPractice, check_practice_tasks
 from agents.model.tinyagent import TinyAgent
 
 #: the settings :func:`aux_losses_from_settings` reads (a recipe's, and old TokenPPO files' arguments)
-AUX_SETTINGS = ("tool_coef", "tool_calls", "practice", "practice_tasks")
+AUX_SETTINGS = ("tool_coef", "tool_calls", "practice", "practice_tasks", "distill")
 #: the first words of BugFix's calls (``read``, ``edit``, ...)
 CALL_WORDS = tuple(sorted({call.split()[0] for call in CALLS}))
 
@@ -125,11 +128,56 @@ class EditPracticeLoss:
                 "kwargs": {"weight": self.weight, "n": self.n, "tasks": self.tasks}}
 
 
+def edit_op_mask(ids: torch.Tensor, owner: torch.Tensor, edit_id: int) -> torch.Tensor:
+    """Float 0/1 mask ``[B, T-1]``: 1 where the target ``ids[t+1]`` is the op the policy wrote after ``edit``.
+
+    :param ids: token ids ``[B, T]``
+    :param owner: owner codes ``[B, T]``
+    :param edit_id: the id of ``edit``
+    """
+    policy = owner == OWNER_POLICY  # [B, T]
+    return (policy[:, :-1] & policy[:, 1:] & (ids[:, :-1] == edit_id)).float()
+
+
+@register_aux_loss
+class ForesightDistillLoss:
+    """Foresight distilled into the policy: the cross-entropy of the ops the policy wrote after ``edit``,
+    in episodes sampled with foresight that only teaches (``TinyAgentPolicy(foresight_teach=True)``),
+    so the op is scored under the grammar alone. Its minimum over the policy is the distribution
+    foresight sampled from: the policy's own, without the ops its own model expects to answer
+    ``no change``. It learns from nothing but the agent's own model and samples.
+
+    :param weight: its coefficient in the loss (> 0)
+    """
+
+    name = "distill"
+
+    def __init__(self, weight: float):
+        _check_weight("the distillation weight", weight)
+        self.weight = weight
+        self._edit_id = -1
+
+    def setup(self, tokenizer: Tokenizer, seed: int) -> None:
+        self._edit_id = tokenizer.ids["edit"]
+
+    def target_mask(self, ids: torch.Tensor, owner: torch.Tensor) -> Optional[torch.Tensor]:
+        return edit_op_mask(ids, owner, self._edit_id)  # [b, T-1] policy positions already scored
+
+    def loss(self, model: TinyAgent, logp: torch.Tensor, target: Optional[torch.Tensor], batch_size: int
+             ) -> torch.Tensor:
+        assert target is not None
+        return -masked_mean(logp, target)  # the ops' log-probs under the grammar alone
+
+    def spec(self) -> dict[str, Any]:
+        return {"entry_point": f"{__name__}:ForesightDistillLoss", "kwargs": {"weight": self.weight}}
+
+
 @register_aux_loss
 def aux_losses_from_settings(tool_coef: float = 0.0, tool_calls: Optional[Sequence[str]] = None, practice: int = 0,
-                             practice_tasks: str = "generated") -> list:
+                             practice_tasks: str = "generated", distill: float = 0.0) -> list:
     """The auxiliary losses of these settings: the tool-output loss with weight ``tool_coef`` (0 = off),
-    and ``practice`` edit-practice transcripts (0 = off) with the same weight.
+    ``practice`` edit-practice transcripts (0 = off) with the same weight, and foresight's
+    distillation with weight ``distill`` (0 = off).
 
     :raises ValueError: practice without ``tool_coef``, or a bad setting (one line)
     """
@@ -143,4 +191,6 @@ def aux_losses_from_settings(tool_coef: float = 0.0, tool_calls: Optional[Sequen
     losses: list = [ToolOutputLoss(tool_coef, tool_calls)] if tool_coef else []
     if practice:
         losses.append(EditPracticeLoss(tool_coef, practice, practice_tasks))
+    if distill != 0:
+        losses.append(ForesightDistillLoss(distill))
     return losses

@@ -70,6 +70,32 @@ ABLATIONS: dict[str, dict[str, Any]] = {
 }
 
 
+# RL does the work (``bugfix-gym train --tasks generated --rl-only``): the generalisation recipe whose
+# model decodes under the legal-call grammar only (no foresight, no useful-call mask), in training, in
+# validation and when saved. ``--rollout-foresight P`` instead rolls out with the agent's own foresight
+# as a teacher (it closes ops for sampling only, the ops are scored without it) and distils its choices
+# into the policy (:data:`DISTIL_FORESIGHT`); the saved model still decodes with the grammar alone.
+# docs/generalisation.md, "RL-only decoding", has the runs of both
+RL_ONLY: dict[str, Any] = dict(call_mask="call_mask", foresight=None)
+DISTIL_FORESIGHT: dict[str, Any] = dict(distill=1.0)  # the ppo settings --rollout-foresight adds
+
+
+def with_rl_only(recipe: dict[str, Any], rollout_foresight: float | None = None) -> dict[str, Any]:
+    """The recipe with :data:`RL_ONLY` applied: a new dict.
+
+    :param recipe: the generalisation recipe
+    :param rollout_foresight: roll out with foresight at this threshold as a teacher and distil it
+        (:data:`DISTIL_FORESIGHT`); None: rollouts decode as the saved model does
+    """
+    import copy
+
+    out = copy.deepcopy(recipe)
+    out.update(copy.deepcopy(RL_ONLY), rl_only=True, rollout_foresight=rollout_foresight)
+    if rollout_foresight is not None:
+        out["ppo"] = dict(out["ppo"], **DISTIL_FORESIGHT)
+    return out
+
+
 def ppo_kwargs(ppo: dict[str, Any]) -> dict[str, Any]:
     """TokenPPO's keyword arguments of a recipe's ``ppo`` part: its auxiliary-loss settings become
     ``aux_losses`` (:func:`agents.bugfix.aux_losses.aux_losses_from_settings`)."""

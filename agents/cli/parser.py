@@ -97,6 +97,12 @@ _TRAIN_FLAGS_BEFORE_PPO: tuple[Flag, ...] = (
     Flag("ablation", choices=("book-tasks", "blind-tools"),
          help="with --tasks generated: the recipe on the 20 book train tasks only (book-tasks), or "
               "with the outputs of read and test blanked (blind-tools)"),
+    Flag("rl_only", switch=True,
+         help="with --tasks generated: the recipe whose model decodes under the legal-call grammar only "
+              "(no foresight, no useful-call mask), in training, validation and the saved file"),
+    Flag("rollout_foresight", type=SHARE, metavar="P",
+         help="with --rl-only: roll out with the agent's own foresight at threshold P as a teacher and "
+              "distil its op choices into the policy (the saved model still decodes without it)"),
     Flag("call_mask", choices=CALL_MASKS, part="run", off_word="none",
          help="which env call mask the grammar follows when it decodes a call: none, the legal calls "
               "(call_mask), or the legal calls without those the episode has shown to be useless "

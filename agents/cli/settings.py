@@ -20,7 +20,7 @@ def train_settings(args: argparse.Namespace) -> dict[str, Any]:
     :param args: ``bugfix-gym train``'s parsed command line
     :return: the settings of the run (what ``run.json`` holds)
     """
-    recipe = _recipe(args.tasks, args.ablation)
+    recipe = _recipe(args.tasks, args.ablation, args.rl_only, args.rollout_foresight)
     set_given(recipe["ppo"], args, train_flags(), "ppo")
     if recipe["ppo"].get("target_kl") == 0:  # 0 turns the KL early stop off
         recipe["ppo"]["target_kl"] = None
@@ -32,6 +32,7 @@ def train_settings(args: argparse.Namespace) -> dict[str, Any]:
         set_given(recipe["validation"], args, train_flags(), "validation")
     set_given(recipe["env"], args, train_flags(), "env")
     _set_edit_answer_flags(recipe, args)
+    _check_rl_only(recipe, args)
     _set_algorithm(recipe, args)
     return dict(recipe, tasks=args.tasks, seed=args.seed, eval_episodes=args.eval_episodes,
                 tensorboard=args.tensorboard, save_evaluated=args.save_evaluated)
@@ -116,20 +117,42 @@ TRL_FLAGS = tuple("--" + name.replace("_", "-") for name in
 TRL_TOGETHER = "the TRL options"
 
 
-def _recipe(tasks: str, ablation: str | None) -> dict[str, Any]:
-    """A copy of the recipe of ``--tasks``, with ``--ablation`` applied.
+def _recipe(tasks: str, ablation: str | None, rl_only: bool = False,
+            rollout_foresight: float | None = None) -> dict[str, Any]:
+    """A copy of the recipe of ``--tasks``, with ``--ablation`` and ``--rl-only`` applied.
 
     :param tasks: ``book`` or ``generated`` (a key of ``RECIPES``)
     :param ablation: an ablation of the generated recipe, or None
+    :param rl_only: the generated recipe's model decodes under the call grammar alone
+    :param rollout_foresight: with ``rl_only``, foresight teaches the rollouts at this threshold
     """
-    from agents.bugfix.recipes import RECIPES, with_ablation
+    from agents.bugfix.recipes import RECIPES, with_ablation, with_rl_only
 
+    if rollout_foresight is not None and not rl_only:
+        raise usage_error("train", "--rollout-foresight is a teacher of --rl-only training; add --rl-only")
     recipe = copy.deepcopy(RECIPES[tasks])
-    if ablation is None:
-        return recipe
-    if tasks != "generated":
-        raise usage_error("train", "--ablation is an ablation of --tasks generated; add it")
-    return with_ablation(recipe, ablation)
+    if (ablation is not None or rl_only) and tasks != "generated":
+        raise usage_error("train", f"{'--ablation' if ablation else '--rl-only'} is a variant of --tasks generated; "
+                                   "add it")
+    if ablation is not None:
+        recipe = with_ablation(recipe, ablation)
+    return with_rl_only(recipe, rollout_foresight) if rl_only else recipe
+
+
+def _check_rl_only(recipe: dict[str, Any], args: argparse.Namespace) -> None:
+    """``--rl-only`` decodes under the call grammar alone: no foresight, no useful-call mask at decoding.
+
+    :param recipe: the recipe with the flags set
+    :param args: the parsed command line
+    """
+    if not args.rl_only:
+        return
+    if recipe.get("foresight") is not None or recipe.get("call_mask") == "useful_calls":
+        raise usage_error("train", "--rl-only decodes with the call grammar alone; drop --foresight and "
+                                   "--call-mask useful_calls")
+    if recipe.get("rollout_foresight") is not None and not recipe["ppo"].get("tool_coef"):
+        raise usage_error("train", "--rollout-foresight reads the model's predictions of the edits' answers; it "
+                                   "needs a --tool-coef above 0")
 
 
 def _check_schedule_and_validation(recipe: dict[str, Any], args: argparse.Namespace) -> None:

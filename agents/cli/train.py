@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import math
 import sys
@@ -110,7 +111,9 @@ def _new_model(settings: dict[str, Any], env: Any) -> TokenOnPolicyAlgorithm:
         from bugfix_gym import CALLS
         policy_kwargs["call_grammar"] = list(CALLS)
         policy_kwargs["call_mask_key"] = settings.get("call_mask")
-        policy_kwargs["foresight"] = settings.get("foresight")
+        policy_kwargs["foresight"] = settings.get("rollout_foresight") or settings.get("foresight")
+        if settings.get("rollout_foresight"):  # --rl-only: foresight teaches in training, the model decodes without
+            policy_kwargs["foresight_teach"] = True
     check_memory(settings, dataclasses.asdict(TinyAgentConfig(vocab_size=tok.vocab_size)))  # before any work
     base_agent = recipes.base_agent(settings, tok, settings["seed"], verbose=1)
     algo = settings.get("algo", "ppo")
@@ -214,6 +217,7 @@ def _keep_best(run: TrainingRun) -> KeepBest | None:
     """
     from agents.bugfix.callbacks import KeepBest
     from agents.bugfix import recipes
+    from agents.bugfix.evaluation import evaluate
 
     settings = run.settings
     if not settings.get("validation"):
@@ -221,7 +225,8 @@ def _keep_best(run: TrainingRun) -> KeepBest | None:
     return KeepBest(recipes.validation_tasks(settings), every=settings["validation"]["every"],
                     seed=settings["seed"], env_kwargs=eval_env(settings),
                     average_last=settings["validation"].get("average_last"),
-                    save_dir=run.out / "evaluated" if settings.get("save_evaluated") else None)
+                    save_dir=run.out / "evaluated" if settings.get("save_evaluated") else None,
+                    evaluate=functools.partial(evaluate, **saved_decoding(settings)))
 
 
 # ---------------------------------------------------------------------- report
@@ -237,6 +242,9 @@ def report(run: TrainingRun, keep_best: KeepBest | None, started: float) -> None
 
     model, settings, out = run.model, run.settings, run.out
     validation = _report_validation(keep_best, settings)
+    if saved_decoding(settings):  # the model is saved (and evaluated) decoding as validation chose it
+        model.policy.foresight = None
+        model.policy_kwargs.update(foresight=None, foresight_teach=False)
     model_path = out / MODEL_FILE
     save_final(model, out)
     after = _evaluate(model, settings)
@@ -308,8 +316,18 @@ def _evaluate(model: TokenOnPolicyAlgorithm, settings: dict[str, Any]) -> dict[s
     """
     from agents.bugfix.evaluation import evaluate
 
-    return {name: evaluate(model, tasks, k, seed=settings["seed"], env_kwargs=eval_env(settings))
+    return {name: evaluate(model, tasks, k, seed=settings["seed"], env_kwargs=eval_env(settings),
+                           **saved_decoding(settings))
             for name, (tasks, k) in eval_sets(settings["tasks"], settings["eval_episodes"]).items()}
+
+
+def saved_decoding(settings: dict[str, Any]) -> dict[str, Any]:
+    """How the saved model decodes where training rolls out otherwise (``--rl-only``: without the
+    foresight that teaches in training), as :func:`agents.bugfix.evaluation.evaluate` overrides; {}: as trained.
+
+    :param settings: the run's settings
+    """
+    return dict(foresight=None) if settings.get("rollout_foresight") else {}
 
 
 # ---------------------------------------------------------------------- the run's envs, memory and folder

@@ -131,14 +131,17 @@ def _next_tokens(model: TinyAgent, cache: KVCache, logits: torch.Tensor, rows: l
                  grammar: CallGrammar | None, temperature: float, uniform: torch.Tensor | None,
                  foresight: Foresight | None) -> tuple[list[int], list[float]]:
     """The next token of each of ``rows`` from their logits [B, V] (at ``temperature``, within the grammar
-    and what foresight leaves open, which it may close in ``state``), and its log-prob: drawn with the
-    rows' ``uniform`` numbers [R, 1] in [0, 1), or the most likely one when ``uniform`` is None."""
+    and what foresight leaves open, which it may close in ``state``, unless it only teaches), and its
+    log-prob under the distribution sampled from: drawn with the rows' ``uniform`` numbers [R, 1] in [0, 1),
+    or the most likely one when ``uniform`` is None."""
     device = logits.device
     step_logits = logits[torch.tensor(rows, device=device)].float() / temperature  # [R, V]
+    sample_state = state
     if foresight is not None and grammar is not None:
-        foresight.refine(model, cache, rows, state)
+        sample_state = list(state) if foresight.teach else state  # teach: the recorded state stays the grammar's
+        foresight.refine(model, cache, rows, sample_state)
     if grammar is not None:
-        step_logits = grammar.mask_logits(step_logits, torch.tensor([state[b] for b in rows], device=device))
+        step_logits = grammar.mask_logits(step_logits, torch.tensor([sample_state[b] for b in rows], device=device))
     logp_all = F.log_softmax(step_logits, dim=-1)  # [R, V]
     new = logp_all.argmax(-1, keepdim=True) if uniform is None else sample_tokens(logp_all.exp(), uniform=uniform)
     return new.squeeze(-1).tolist(), logp_all.gather(-1, new).squeeze(-1).tolist()  # [R], [R]

@@ -27,9 +27,13 @@ class Foresight:
     :param grammar: the call grammar, with calls ``edit <op>``
     :param tokenizer: the policy's tokenizer (knows ``edit`` and ``no``)
     :param threshold: the probability of ``no change`` above which an op is closed, in (0, 1]
+    :param teach: close the ops for sampling only: the recorded grammar state is the grammar's (and
+        call mask's) alone, so the trainer scores the op under the distribution without foresight,
+        and a loss on the chosen ops (:class:`agents.bugfix.aux_losses.ForesightDistillLoss`) teaches
+        the policy itself what foresight chose; a model trained so can decode without foresight
     """
 
-    def __init__(self, grammar: CallGrammar, tokenizer: Tokenizer, threshold: float):
+    def __init__(self, grammar: CallGrammar, tokenizer: Tokenizer, threshold: float, teach: bool = False):
         if not 0.0 < threshold <= 1.0:
             raise ValueError(f"the foresight threshold must be in (0, 1], got {threshold}")
         edit, self.no_id = tokenizer.ids.get("edit"), tokenizer.ids.get("no")
@@ -37,7 +41,7 @@ class Foresight:
         if edit is None or self.no_id is None or not ops or any(len(ids) != 2 for _, ids in ops):
             raise ValueError("foresight needs a grammar with calls 'edit <op>' and a tokenizer that knows 'edit' "
                              "and 'no'")
-        self.grammar, self.threshold = grammar, float(threshold)
+        self.grammar, self.threshold, self.teach = grammar, float(threshold), bool(teach)
         self.node = grammar.step(grammar.start, edit)  # the state after "edit": the op comes next
         self.calls = [k for k, _ in ops]  # grammar call index of each op
         self.ops = torch.tensor([ids[1] for _, ids in ops])  # [K] op token ids
