@@ -12,7 +12,7 @@ TRL_VENV := .venv-trl
 TRL_PY := $(TRL_VENV)/bin/python
 TRL_STAMP := $(TRL_VENV)/.installed
 
-.PHONY: test test-all lint demo demo-generalise venv bench clean interop-examples rllib rllib-venv test-rllib trl trl-venv test-trl
+.PHONY: test test-all lint demo demo-generalise venv bench algorithms-table clean interop-examples rllib rllib-venv test-rllib trl trl-venv test-trl
 
 venv: $(STAMP)
 
@@ -42,6 +42,11 @@ demo: $(STAMP)
 # the generalisation recipe (docs/generalisation.md): ~10 minutes on a first run, too long for `make demo`
 demo-generalise: $(STAMP)
 	$(VENV)/bin/bugfix-gym train --tasks generated
+
+# the seeded algorithm table (docs/algorithms.md): every --algo name on the book and RL-only protocols,
+# two runs at a time, resumable; hours, not part of `make bench`
+algorithms-table: $(STAMP)
+	$(PY) benchmarks/algorithms.py
 
 # every benchmark once (docs/ has the figures and the machine they were measured on)
 bench: $(STAMP)

@@ -67,9 +67,18 @@ def interval95(values: Sequence[float]) -> tuple[float, float]:
     return mean, t * statistics.stdev(values) / math.sqrt(len(values))
 
 
+def full_batches(curve: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The curve without a last iteration cut short by the step budget (fewer than half the median steps
+    of an iteration): the episodes that end within a few steps are the short ones, so its pass rate is biased."""
+    if len(curve) < 3:
+        return curve
+    steps = [b["num_timesteps"] - a["num_timesteps"] for a, b in zip(curve, curve[1:])]
+    return curve[:-1] if steps[-1] < 0.5 * statistics.median(steps) else curve
+
+
 def steps_to(curve: list[dict[str, Any]], target: float = TARGET_PASS) -> int | None:
-    """The env steps at the first iteration whose rollouts passed ``target`` of their episodes, or None."""
-    for point in curve:
+    """The env steps at the first full iteration whose rollouts passed ``target`` of their episodes, or None."""
+    for point in full_batches(curve):
         if point.get("pass_rate") is not None and point["pass_rate"] >= target:
             return int(point["num_timesteps"])
     return None
@@ -166,7 +175,7 @@ def table_markdown(records: list[dict[str, Any]], protocol: str) -> str:
         for key, _ in cells:
             row.append(_mean_ci([r["cells"][key] for r in runs if key in r["cells"]]))
         row.append(f"{statistics.fmean(r['wall_s'] for r in runs):.0f}")
-        reached = [r["steps_to_target"] for r in runs if r["steps_to_target"] is not None]
+        reached = [n for n in (steps_to(r["curve"]) for r in runs) if n is not None]
         row.append(f"{statistics.fmean(reached):,.0f} ({len(reached)}/{len(runs)})" if reached
                    else f"never (0/{len(runs)})")
         lines.append("| " + " | ".join(row) + " |")
@@ -206,21 +215,23 @@ def plot_curves(records: list[dict[str, Any]], path: Path) -> None:
     import numpy as np
 
     protocols = [p for p in PROTOCOLS if any(r["protocol"] == p for r in records)]
-    fig, axes = plt.subplots(1, max(len(protocols), 1), figsize=(6.5 * max(len(protocols), 1), 4.2), squeeze=False)
+    fig, axes = plt.subplots(1, max(len(protocols), 1), figsize=(7 * max(len(protocols), 1), 4.6), squeeze=False)
+    colours = plt.get_cmap("tab20").colors
     for ax, protocol in zip(axes[0], protocols):
         mine = [r for r in records if r["protocol"] == protocol and r["curve"]]
-        for algo in sorted({r["algo"] for r in mine}, key=_order):
-            curves = [r["curve"] for r in mine if r["algo"] == algo]
+        for k, algo in enumerate(sorted({r["algo"] for r in mine}, key=_order)):
+            curves = [full_batches(r["curve"]) for r in mine if r["algo"] == algo]
             grid = np.linspace(0, min(c[-1]["num_timesteps"] for c in curves), 40)
             ys = np.array([np.interp(grid, [p["num_timesteps"] for p in c], [p["pass_rate"] or 0.0 for p in c])
                            for c in curves])
-            (line,) = ax.plot(grid, ys.mean(0), label=f"{algo} ({len(curves)})", lw=1.4)
-            ax.fill_between(grid, ys.min(0), ys.max(0), color=line.get_color(), alpha=0.12)
+            colour, style = colours[(2 * k) % 20 if k < 10 else 2 * (k - 10) + 1], ("-", "--", ":")[k % 3]
+            ax.plot(grid, ys.mean(0), style, color=colour, label=f"{algo} ({len(curves)})", lw=1.5)
+            ax.fill_between(grid, ys.min(0), ys.max(0), color=colour, alpha=0.07)
         ax.set_title(f"{protocol}: rollouts' train pass rate (mean, min-max over seeds)", fontsize=9)
         ax.set_xlabel("env steps")
         ax.set_ylabel("train pass rate")
         ax.set_ylim(0, 1.02)
-        ax.legend(fontsize=7, ncol=2, loc="lower right")
+        ax.legend(fontsize=7, ncol=3, loc="upper left")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

@@ -55,8 +55,10 @@ def test_algorithm_table_statistics_by_hand():
     curve = [dict(num_timesteps=100, pass_rate=0.5), dict(num_timesteps=200, pass_rate=0.8),
              dict(num_timesteps=300, pass_rate=0.9)]
     assert table.steps_to(curve) == 200 and table.steps_to(curve, 0.95) is None
+    assert table.steps_to(curve + [dict(num_timesteps=320, pass_rate=1.0)], 0.95) is None  # a cut-short last batch
+    never = [dict(p, pass_rate=0.5) for p in curve]
     records = [dict(protocol="book", algo="ppo", seed=s, cells={"train": t, "held-out": h}, base={"train": 0.2},
-                    wall_s=10.0 * (s + 1), curve=curve, steps_to_target=200 if s else None)
+                    wall_s=10.0 * (s + 1), curve=curve if s else never)
                for s, (t, h) in enumerate([(0.8, 0.6), (1.0, 0.8)])]
     text = table.table_markdown(records, "book")
     assert "| base agent | 2 | 0.200 ± 0.000 | - | - | - |" in text
@@ -70,3 +72,20 @@ def test_snippet_threads_times_the_documents_first_block():
     wall, cpu = bench.time_block("x = 1", "default", timeout=120)
     assert 0 < wall < 120 and cpu >= 0
     assert bench.time_block("import time; time.sleep(5)", "default", timeout=0.5)[0] == math.inf
+
+
+@pytest.mark.slow
+def test_algorithm_table_runs_a_cell_and_resumes_it(tmp_path, monkeypatch):
+    """One tiny book run through the table's own path (a `bugfix-gym train` subprocess), read back as a record;
+    asked again, the finished run is read, not rerun."""
+    table = _load("algorithms")
+    monkeypatch.chdir(tmp_path)
+    tiny = dict(table.PROTOCOLS["book"], flags=["--tasks", "book", "--n-envs", "4", "--n-episodes", "4",
+                                                "--eval-episodes", "1"])
+    monkeypatch.setitem(table.PROTOCOLS, "book", tiny)
+    records = table.main(["--protocol", "book", "--algos", "grpo", "--seeds", "1", "--timesteps", "40", "--jobs", "1"])
+    assert [(r["algo"], r["seed"]) for r in records] == [("grpo", 0)]
+    assert 0.0 <= records[0]["cells"]["train"] <= 1.0 and records[0]["curve"]
+    assert "| `grpo` | 1 |" in (tmp_path / "runs" / "algorithms" / "table.md").read_text()
+    (tmp_path / "runs" / "algorithms" / "book" / "grpo" / "seed-0" / "tokenppo.zip").unlink()
+    assert table.main(["--protocol", "book", "--algos", "grpo", "--seeds", "1", "--timesteps", "40"]) == records
