@@ -18,6 +18,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from bugfix_gym.text_safety import printable
+
 from agents.algorithms.on_policy import TokenOnPolicyAlgorithm
 from agents.algorithms.ppo import TokenPPO
 from agents.algorithms.reinforce import Reinforce
@@ -157,7 +159,7 @@ def model_class(path: str | Path) -> type[TokenOnPolicyAlgorithm]:
     algorithm = checkpoint.read(path).data.get("algorithm")
     classes = {cls.__name__: cls for cls in (TokenPPO, Reinforce)}
     if algorithm not in classes:
-        raise checkpoint.ModelFileError(f"{path} holds a {str(algorithm)[:40]} model, not one of "
+        raise checkpoint.ModelFileError(f"{path} holds a {printable(str(algorithm), 40)} model, not one of "
                                         f"{', '.join(classes)}")
     return classes[algorithm]
 
