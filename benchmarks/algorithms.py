@@ -44,7 +44,7 @@ PROTOCOLS: dict[str, dict[str, Any]] = {
     "book": dict(flags=["--tasks", "book"], timesteps=12_000, seeds=5,
                  cells=(("train", "train"), ("held-out", "held-out"))),
     "generalisation": dict(flags=["--tasks", "generated", "--foresight", "none", "--call-mask", "call_mask"],
-                           timesteps=40_000, seeds=3, cells=(("unseen", "unseen test tmpl"), ("pack", "pack"))),
+                           timesteps=20_000, seeds=3, cells=(("unseen", "unseen test tmpl"), ("pack", "pack"))),
 }
 #: two-sided 95% Student-t quantiles by degrees of freedom (1..10), then the normal's
 T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
@@ -262,7 +262,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     p.add_argument("--protocol", default="book,generalisation", help="comma-separated: book, generalisation")
     p.add_argument("--algos", default=None, help="comma-separated --algo names (default: all)")
     p.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 per cell (default: 5 book, 3 generalisation)")
-    p.add_argument("--timesteps", type=int, default=None, help="env steps per run (default: 12000 book, 40000 gen.)")
+    p.add_argument("--timesteps", type=int, default=None,
+                   help="env steps per run (default: 12000 book, 20000 generalisation)")
     p.add_argument("--jobs", type=int, default=2, help="runs at a time (default 2, one per core)")
     p.add_argument("--report", action="store_true", help="only read the finished runs and write the table")
     args = p.parse_args(argv)
