@@ -125,23 +125,32 @@ def check_env_tokens_out_of_loss(batch: Sequence[Episode], options: dict[str, An
 @register_check("first_ratio_one", "a first-update ratio != 1, e.g. from dropout left on (trlx#107)")
 def check_first_ratio_one(batch: Sequence[Episode], options: dict[str, Any]) -> str | None:
     tol = float(options.get("ratio_tol", 1e-5))
-    for e, episode in enumerate(batch):
-        mask, old, new = _field(episode, "mask"), _field(episode, "old_logprobs"), _field(episode, "new_logprobs")
-        for t, (m, a, b) in enumerate(zip(mask, old, new)):
-            if m and not abs(float(b) - float(a)) < tol:
-                return f"episode {e} token {t}: log ratio {float(b) - float(a):.3g} at the first update (|.| < {tol})"
-    return None
+    gap = _first_gap(batch, "old_logprobs", "new_logprobs", tol)
+    if gap is None:
+        return None
+    e, t, a, b = gap
+    return f"episode {e} token {t}: log ratio {b - a:.3g} at the first update (|.| < {tol})"
 
 
 @register_check("sampler_matches_trainer", "sampler and trainer log-probs disagree, biasing the ratio (trl#6789)")
 def check_sampler_matches_trainer(batch: Sequence[Episode], options: dict[str, Any]) -> str | None:
     tol = float(options.get("logprob_tol", 1e-3))
+    gap = _first_gap(batch, "logprobs", "old_logprobs", tol)
+    if gap is None:
+        return None
+    e, t, a, b = gap
+    return f"episode {e} token {t}: the sampler's log-prob {a:.4f} against the trainer's {b:.4f} (|.| < {tol})"
+
+
+def _first_gap(batch: Sequence[Episode], first: str, second: str, tol: float
+               ) -> tuple[int, int, float, float] | None:
+    """(episode, token, a, b) of the first policy token whose ``first`` and ``second`` log-probs differ by
+    ``tol`` or more, or None."""
     for e, episode in enumerate(batch):
-        mask, sampled, old = _field(episode, "mask"), _field(episode, "logprobs"), _field(episode, "old_logprobs")
-        for t, (m, a, b) in enumerate(zip(mask, sampled, old)):
+        mask, xs, ys = _field(episode, "mask"), _field(episode, first), _field(episode, second)
+        for t, (m, a, b) in enumerate(zip(mask, xs, ys)):
             if m and not abs(float(a) - float(b)) < tol:
-                return (f"episode {e} token {t}: the sampler's log-prob {float(a):.4f} against the trainer's "
-                        f"{float(b):.4f} (|.| < {tol})")
+                return e, t, float(a), float(b)
     return None
 
 
