@@ -219,12 +219,13 @@ def plot_curves(records: list[dict[str, Any]], path: Path) -> None:
     colours = plt.get_cmap("tab20").colors
     for ax, protocol in zip(axes[0], protocols):
         mine = [r for r in records if r["protocol"] == protocol and r["curve"]]
-        for k, algo in enumerate(sorted({r["algo"] for r in mine}, key=_order)):
+        for algo in sorted({r["algo"] for r in mine}, key=_order):
+            k = _order(algo)[0]  # one colour and style per algorithm in every panel
             curves = [full_batches(r["curve"]) for r in mine if r["algo"] == algo]
             grid = np.linspace(0, min(c[-1]["num_timesteps"] for c in curves), 40)
             ys = np.array([np.interp(grid, [p["num_timesteps"] for p in c], [p["pass_rate"] or 0.0 for p in c])
                            for c in curves])
-            colour, style = colours[(2 * k) % 20 if k < 10 else 2 * (k - 10) + 1], ("-", "--", ":")[k % 3]
+            colour, style = colours[2 * k if k < 10 else (2 * (k - 10) + 1) % 20], ("-", "--", ":")[k % 3]
             ax.plot(grid, ys.mean(0), style, color=colour, label=f"{algo} ({len(curves)})", lw=1.5)
             ax.fill_between(grid, ys.min(0), ys.max(0), color=colour, alpha=0.07)
         ax.set_title(f"{protocol}: rollouts' train pass rate (mean, min-max over seeds)", fontsize=9)
