@@ -5,6 +5,7 @@ server on 127.0.0.1, port 0, in a thread."""
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import threading
@@ -278,6 +279,11 @@ def test_serve_command_starts_and_refuses_bad_models_in_one_line(model_file, tmp
     assert main(["serve", str(free_text), "--foresight", "0.5"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("bugfix-gym serve: error:") and "call grammar" in err and len(err.splitlines()) == 1
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        assert main(["serve", str(model_file), "--port", str(taken.getsockname()[1])]) == 2
+    assert "cannot listen on 127.0.0.1" in capsys.readouterr().err
     proc = subprocess.Popen([sys.executable, "-m", "agents.cli", "serve", str(model_file), "--port", "0",
                              "--model-name", NAME], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                             cwd=ROOT)
