@@ -4,6 +4,7 @@ server on 127.0.0.1, port 0, in a thread."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import socket
 import subprocess
@@ -258,6 +259,24 @@ def test_max_tokens_cuts_a_call_and_says_length(server):
         if c["finish_reason"] == "length":  # a word of a call, no <eoc>: not a call the tools can take
             assert c["message"]["content"] in ("edit", "read", "test", "revert", "submit")
     assert answer["usage"]["completion_tokens"] == 8
+
+
+def test_content_parts_tool_choice_none_and_keep_alive(server):
+    obs = gym.make("BugFix-v0").reset(seed=2)[0]
+    plain = _chat(server, [{"role": "user", "content": obs}], temperature=0)["choices"][0]["message"]
+    parts = [{"role": "user", "content": [{"type": "text", "text": obs[:20]}, {"type": "text", "text": obs[20:]}]}]
+    assert _chat(server, parts, temperature=0)["choices"][0]["message"] == plain
+    no_tools = _chat(server, parts, temperature=0, tools=tool_schemas(), tool_choice="none")["choices"][0]
+    assert no_tools["message"] == plain and no_tools["finish_reason"] == "stop"
+    host, port = server.server_address[:2]
+    connection = http.client.HTTPConnection(str(host), port, timeout=60)  # two requests, one connection
+    try:
+        for path in ("/health", "/v1/models"):
+            connection.request("GET", path)
+            answer = connection.getresponse()
+            assert answer.status == 200 and json.loads(answer.read())
+    finally:
+        connection.close()
 
 
 def test_tool_schemas_name_the_five_calls_and_round_trip_every_call():

@@ -43,6 +43,7 @@ class ApiError(Exception):
         self.status, self.message, self.code, self.param = status, message, code, param
 
     def body(self) -> dict[str, Any]:
+        """The error as OpenAI's JSON body."""
         kind = "not_found_error" if self.status == 404 else "invalid_request_error"
         return {"error": {"message": self.message, "type": kind, "code": self.code, "param": self.param}}
 
@@ -76,7 +77,8 @@ class ChatServer(ThreadingHTTPServer):
 class ChatHandler(BaseHTTPRequestHandler):
     """The routes; any failure is answered as error JSON, never a dropped connection."""
 
-    protocol_version = "HTTP/1.1"
+    protocol_version = "HTTP/1.1"  # keep-alive: every answer has a Content-Length
+    timeout = 120  # seconds a connection may sit idle (or send its body) before it is closed
     server: ChatServer
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
