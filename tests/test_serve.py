@@ -9,7 +9,6 @@ import json
 import socket
 import subprocess
 import sys
-import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -24,7 +23,7 @@ from agents.algorithms.ppo import TokenPPO
 from agents.algorithms.presets import load_algorithm
 from agents.bugfix.chat_agent import ChatAgent
 from agents.cli import main
-from agents.cli.serve import MAX_BODY_BYTES, ChatServer
+from agents.cli.serve import MAX_BODY_BYTES, ChatServer, serving
 from agents.rollout.sampler import EpisodeSampler
 from agents.rollout.vec_env import TextDummyVecEnv
 from bugfix_gym.integrations.chat import call_of_tool_call, tool_call_of, tool_schemas, transcript_of
@@ -44,18 +43,10 @@ def model_file(tmp_path_factory, shared_base_agent) -> Path:
     return path
 
 
-def _start(model_file: Path, **kwargs: Any) -> ChatServer:
-    server = ChatServer(("127.0.0.1", 0), ChatAgent(load_algorithm(model_file)), NAME, log_requests=False, **kwargs)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
-
-
 @pytest.fixture(scope="module")
 def server(model_file):
-    server = _start(model_file)
-    yield server
-    server.shutdown()
-    server.server_close()
+    with serving(model_file, NAME, log_requests=False) as server:
+        yield server
 
 
 def _request(url: str, body: Any = None, raw: bytes | None = None) -> tuple[int, dict]:
@@ -161,12 +152,8 @@ def trained_file(tmp_path_factory, shared_base_agent) -> Path:
 
 def test_a_served_trained_agent_plays_to_submit_and_passes_where_the_untrained_one_fails(server, trained_file):
     task = bugfix_gym.make_tasks("train")[0]
-    trained = _start(trained_file)
-    try:
+    with serving(trained_file, NAME, log_requests=False) as trained:
         calls, _, _, info = _play(trained, task, tools=True)
-    finally:
-        trained.shutdown()
-        trained.server_close()
     assert calls[-1] == "submit" and info["hidden_pass"], calls
     calls, _, _, info = _play(server, task, tools=True)  # the base agent it started from
     assert calls[-1] == "submit" and not info["hidden_pass"], calls
@@ -195,17 +182,13 @@ def test_logprobs_are_the_calls_tokens_and_forced_tokens_cost_nothing(server):
 
 
 def test_the_call_mask_field_closes_calls(model_file):
-    server = _start(model_file, call_mask_key="useful_calls")
-    try:
+    with serving(model_file, NAME, call_mask_key="useful_calls", log_requests=False) as server:
         prompt = [{"role": "user", "content": gym.make("BugFix-v0").reset(seed=1)[0]}]
         status, answer = _request(server.url + "/chat/completions", dict(model=NAME, messages=prompt))
         assert status == 400 and "useful_calls" in answer["error"]["message"]
         only_submit = [call == "submit" for call in bugfix_gym.CALLS]
         answer = _chat(server, prompt, n=4, seed=0, useful_calls=only_submit)
         assert [c["message"]["content"] for c in answer["choices"]] == ["submit"] * 4
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 _PROMPT = [{"role": "user", "content": "fix the function f : . calls : read"}]
@@ -214,6 +197,7 @@ _PROMPT = [{"role": "user", "content": "fix the function f : . calls : read"}]
 @pytest.mark.parametrize("body, status, code", [
     (b"{not json", 400, "invalid_json"),
     (b"\xff\xfe", 400, "invalid_json"),
+    (b"[" * 100_000 + b"]" * 100_000, 400, "invalid_json"),
     ([1, 2], 400, "invalid_json"),
     (dict(messages=_PROMPT), 400, "missing_model"),
     (dict(model="gpt-4", messages=_PROMPT), 404, "model_not_found"),
