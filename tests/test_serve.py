@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import signal
 import socket
 import subprocess
 import sys
@@ -288,8 +289,8 @@ def test_serve_command_starts_and_refuses_bad_models_in_one_line(model_file, tmp
         assert main(["serve", str(model_file), "--port", str(taken.getsockname()[1])]) == 2
     assert "cannot listen on 127.0.0.1" in capsys.readouterr().err
     proc = subprocess.Popen([sys.executable, "-m", "agents.cli", "serve", str(model_file), "--port", "0",
-                             "--model-name", NAME], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            cwd=ROOT)
+                             "--model-name", NAME], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=ROOT, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         line = proc.stdout.readline() if proc.stdout else ""
         assert "call grammar, call mask none, foresight off" in line, line
@@ -297,6 +298,9 @@ def test_serve_command_starts_and_refuses_bad_models_in_one_line(model_file, tmp
         prompt = [{"role": "user", "content": gym.make("BugFix-v0").reset(seed=1)[0]}]
         status, answer = _request(url + "/chat/completions", dict(model=NAME, messages=prompt, temperature=0))
         assert status == 200 and answer["choices"][0]["message"]["content"] in bugfix_gym.CALLS
+        proc.send_signal(signal.SIGINT)  # Ctrl-C: a clean stop
+        assert proc.wait(timeout=60) == 0 and proc.stderr and proc.stderr.read().endswith("serve: stopped\n")
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
