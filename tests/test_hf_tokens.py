@@ -232,3 +232,18 @@ def test_a_tokenizer_the_adapter_cannot_use_is_one_line():
         ChatTemplateTokenizer(chatml_tokenizer(), end_token="<|not_a_token|>")
     with pytest.raises(ValueError, match="does not end an assistant turn"):
         ChatTemplateTokenizer(chatml_tokenizer(), end_token="<pad>")
+
+
+def test_what_needs_our_words_says_so_in_one_line():
+    from agents import TokenPPO
+    from agents.bugfix.aux_losses import aux_losses_from_settings
+
+    tok = ChatTemplateTokenizer(chatml_tokenizer())
+    kwargs = dict(tokenizer=tok, call_grammar=list(CALLS))
+    with pytest.raises(ValueError, match="base_agent='auto' is the env's own base agent"):
+        TokenPPO("TinyAgentPolicy", gym.make("BugFix-v0"), base_agent="auto", policy_kwargs=kwargs)
+    with pytest.raises(ValueError, match="foresight reads the tool's first answer word"):
+        TokenPPO("TinyAgentPolicy", gym.make("BugFix-v0"), base_agent=None, policy_kwargs={**kwargs, "foresight": 0.5})
+    with pytest.raises(ValueError, match="tool_calls finds calls by their words"):
+        TokenPPO("TinyAgentPolicy", gym.make("BugFix-v0"), base_agent=None, policy_kwargs=kwargs,
+                 aux_losses=aux_losses_from_settings(tool_coef=0.1, tool_calls=["read"]))

@@ -20,6 +20,12 @@ merged id where the model wrote two, and its turn-``t+1`` ids no longer start wi
 :class:`ChatIds` builds an episode's ids the way TRL's ``GRPOTrainer`` tool loop does (prompt ids,
 then the model's call ids and the env's tool-suffix ids appended, never re-tokenised), with the
 mask that says who wrote each token.
+
+:class:`ChatTemplateTokenizer` puts any ``PreTrainedTokenizerFast`` with a chat template where
+:class:`bugfix_gym.Tokenizer` stands (``BugFixTokens-v0``, the agents' sampler and policy): its segments
+are the template's prompt, the sampled call ids with the end-of-turn id, and the template's tool
+suffix (docs/hf_tokenizers.md). :func:`chatml_tokenizer` gives the same words Qwen2's ChatML template
+(:data:`CHATML_TEMPLATE`), with its own form of the trap.
 """
 
 from __future__ import annotations
