@@ -59,6 +59,13 @@ class Tokenizer:
             out.append("\n" if word == NL else word)
         return " ".join(out).replace(" \n ", "\n")
 
+    def segment_ids(self, owner: int, text: str) -> list[int]:
+        """One transcript segment -> ids: a policy segment (owner 2, a call) ends with ``<eoc>``, a prompt
+        or tool segment with ``<turn>`` (the policy writes next); :func:`bugfix_gym.tokens.encode_segment`."""
+        ids = self.encode(text)
+        ids.append(self.eoc_id if owner == 2 else self.turn_id)
+        return ids
+
     def to_dict(self) -> dict:
         return {"format": FORMAT, "words": self.words}
 

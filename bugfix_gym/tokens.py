@@ -11,28 +11,81 @@ policy wrote (each call followed by ``<eoc>``) get a policy gradient. It is not 
 Turn format: every prompt and tool segment ends with ``<turn>`` (owned by that segment: prompt
 1 / tool 3), so the policy's turn always starts right after ``<turn>``. No tool output can then
 end in something that reads like a call (``... nothing to revert``, the ``... | submit`` menu).
+
+Any tokenizer that has what :class:`TokenizerLike` lists stands where :class:`bugfix_gym.Tokenizer` stands
+(the token views, the agents' sampler, grammar and policy): the segment rule lives in the tokenizer's
+``segment_ids``, so a chat-template tokenizer
+(:class:`bugfix_gym.integrations.hf_tokenizer.ChatTemplateTokenizer`) renders its own turn markers
+and nothing here special-cases it.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from .tokenizer import Tokenizer
+from .tokenizer import FORMAT, Tokenizer
 
 OWNER_PAD, OWNER_PROMPT, OWNER_POLICY, OWNER_TOOL = 0, 1, 2, 3
 
 
-def encode_segment(tokenizer: Tokenizer, owner: int, text: str) -> list[int]:
-    """One transcript segment -> ids: a policy segment (a call) ends with ``<eoc>``, a prompt or
-    tool segment with ``<turn>`` (the policy writes next)."""
-    ids = tokenizer.encode(text)
-    ids.append(tokenizer.eoc_id if owner == OWNER_POLICY else tokenizer.turn_id)
-    return ids
+@runtime_checkable
+class TokenizerLike(Protocol):
+    """What the token views and the agents need from a tokenizer.
+
+    ``eoc_id`` ends every policy turn (``<eoc>``; a chat template's end-of-turn id), ``pad_id`` pads,
+    ``unk_id`` marks an unknown word (-1 when the tokenizer has none). ``encode`` is plain text -> ids
+    (no specials; the legal calls' trie is built from it), ``decode`` is ids -> text up to ``eoc_id``
+    (the text the env receives), ``segment_ids(owner, text)`` the ids of one transcript segment
+    (:func:`encode_segment`), and ``to_dict`` what a saved policy keeps (:func:`tokenizer_from_dict`
+    reads it back).
+    """
+
+    pad_id: int
+    unk_id: int
+    eoc_id: int
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: Iterable[int], *, stop_at_eoc: bool = True) -> str: ...
+
+    def segment_ids(self, owner: int, text: str) -> list[int]: ...
+
+    def to_dict(self) -> dict: ...
 
 
-def episode_tokens(transcript: Sequence[tuple[int, str]], tokenizer: Tokenizer) -> tuple[np.ndarray, np.ndarray]:
+def encode_segment(tokenizer: TokenizerLike, owner: int, text: str) -> list[int]:
+    """One transcript segment -> ids, by the tokenizer's own rule (``tokenizer.segment_ids``).
+
+    :class:`bugfix_gym.Tokenizer`: a policy segment (a call) ends with ``<eoc>``, a prompt or tool
+    segment with ``<turn>`` (the policy writes next). A chat-template tokenizer: the template's
+    rendering of the prompt, the call's ids and the end-of-turn id, the template's tool suffix.
+    """
+    return tokenizer.segment_ids(owner, text)
+
+
+HF_FORMAT = "bugfix_gym.ChatTemplateTokenizer/1"
+
+
+def tokenizer_from_dict(data: Any) -> TokenizerLike:
+    """A tokenizer from its ``to_dict()``: ours, or a chat-template tokenizer (needs ``transformers``).
+
+    :param data: what ``to_dict()`` returned
+    """
+    if isinstance(data, dict) and data.get("format") == HF_FORMAT:
+        from .integrations.hf_tokenizer import ChatTemplateTokenizer
+
+        return ChatTemplateTokenizer.from_dict(data)
+    if isinstance(data, dict) and data.get("format") not in (None, FORMAT, "bugfix_gym.Tokenizer/1"):
+        raise ValueError(f"unknown tokenizer format {data.get('format')!r}; expected {FORMAT!r} or {HF_FORMAT!r}")
+    return Tokenizer.from_dict(data)
+
+
+def episode_tokens(transcript: Sequence[tuple[int, str]], tokenizer: TokenizerLike) -> tuple[np.ndarray, np.ndarray]:
     """``(owner, text)`` segments -> ``ids`` int64 [T], ``owner`` int8 [T]."""
     ids: list[int] = []
     owner: list[int] = []

@@ -31,6 +31,10 @@ the agent gave (up to and including its ``<eoc>``) for :class:`TokenObservation`
 ``encode_segment(tokenizer, 2, call)`` for :class:`DiscreteCalls`; the token-level policy
 mask of a trainer is ``owner == 2`` (:func:`bugfix_gym.tokens.policy_mask`).
 
+``tokenizer=`` takes any :class:`bugfix_gym.tokens.TokenizerLike`: a Hugging Face tokenizer with a chat
+template through :class:`bugfix_gym.integrations.hf_tokenizer.ChatTemplateTokenizer` (its end-of-turn
+id plays ``<eoc>``'s role, its segments are the template's; docs/hf_tokenizers.md).
+
 Info (both views): fixed keys and shapes, numbers only (no ``None``, no strings, nothing
 that grows), so that replay buffers (Tianshou), TorchRL's info reader and vector envs can
 stack it: :data:`VIEW_INFO_KEYS`. The text env's growing lists become counts and the
@@ -58,7 +62,7 @@ from gymnasium import spaces
 from .tasks import make_tasks
 from .text_wrappers import make_bugfix_env
 from .tokenizer import Tokenizer, build_tokenizer, fixed_tokenizer
-from .tokens import OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL, encode_segment
+from .tokens import OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL, TokenizerLike, encode_segment
 from .tools import CALL_INDEX, CALLS
 
 _DEFAULT_TOKENIZER: Tokenizer | None = None
@@ -105,7 +109,7 @@ class TokenView:
     :param max_len: length of the padded arrays
     """
 
-    def __init__(self, tokenizer: Tokenizer, max_len: int):
+    def __init__(self, tokenizer: TokenizerLike, max_len: int):
         if max_len < 2:
             raise ValueError(f"max_len must be at least 2, got {max_len}")
         self.tokenizer = tokenizer
@@ -184,7 +188,7 @@ class TokenView:
 class _TokenViewWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """Common part of the two views: keeps a :class:`TokenView` of the wrapped text env."""
 
-    def __init__(self, env: gym.Env, tokenizer: Tokenizer | None, max_len: int):
+    def __init__(self, env: gym.Env, tokenizer: TokenizerLike | None, max_len: int):
         gym.Wrapper.__init__(self, env)
         if not isinstance(env.observation_space, spaces.Text):
             raise TypeError("bugfix_gym wrappers wrap the text env (BugFix-v0), got observation space "
@@ -252,7 +256,7 @@ class TokenObservation(_TokenViewWrapper):
     :param max_call_tokens: token ids per action
     """
 
-    def __init__(self, env: gym.Env, tokenizer: Tokenizer | None = None, max_len: int = 512,
+    def __init__(self, env: gym.Env, tokenizer: TokenizerLike | None = None, max_len: int = 512,
                  max_call_tokens: int = 8):
         gym.utils.RecordConstructorArgs.__init__(self, tokenizer=tokenizer, max_len=max_len,
                                                  max_call_tokens=max_call_tokens)  # env.spec can rebuild the view
@@ -317,7 +321,7 @@ class DiscreteCalls(_TokenViewWrapper):
     :param mask: the text env's ``info`` key the call mask comes from: ``"call_mask"`` or ``"useful_calls"``
     """
 
-    def __init__(self, env: gym.Env, tokenizer: Tokenizer | None = None, max_len: int = 512,
+    def __init__(self, env: gym.Env, tokenizer: TokenizerLike | None = None, max_len: int = 512,
                  layout: Layout = "dict", mask: str = "call_mask"):
         gym.utils.RecordConstructorArgs.__init__(self, tokenizer=tokenizer, max_len=max_len, layout=layout, mask=mask)
         if layout not in LAYOUTS:
@@ -368,14 +372,14 @@ class DiscreteCalls(_TokenViewWrapper):
         return self._step_text(call, encode_segment(self.tokenizer, OWNER_POLICY, call))
 
 
-def make_discrete_calls(tokenizer: Tokenizer | None = None, max_len: int = 512, layout: Layout = "dict",
+def make_discrete_calls(tokenizer: TokenizerLike | None = None, max_len: int = 512, layout: Layout = "dict",
                         **env_kwargs: Any) -> DiscreteCalls:
     """``DiscreteCalls(gym.make("BugFix-v0", **env_kwargs), ...)`` without gym.make's own checking wrappers:
     the entry point of ``BugFixCalls-v0``."""
     return DiscreteCalls(make_bugfix_env(**env_kwargs), tokenizer, max_len, layout)
 
 
-def make_token_observation(tokenizer: Tokenizer | None = None, max_len: int = 512, max_call_tokens: int = 8,
+def make_token_observation(tokenizer: TokenizerLike | None = None, max_len: int = 512, max_call_tokens: int = 8,
                            **env_kwargs: Any) -> TokenObservation:
     """``TokenObservation(gym.make("BugFix-v0", **env_kwargs), ...)`` without gym.make's own checking wrappers:
     the entry point of ``BugFixTokens-v0``."""

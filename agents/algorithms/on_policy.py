@@ -48,7 +48,7 @@ from stable_baselines3.common.vec_env import VecEnv
 from stable_baselines3.common.vec_env.patch_gym import _patch_env
 
 from bugfix_gym.text_safety import printable
-from bugfix_gym.tokenizer import Tokenizer
+from bugfix_gym.tokens import TokenizerLike, tokenizer_from_dict
 
 from agents.files import checkpoint
 from agents.algorithms.buffers import TokenRolloutBuffer
@@ -172,7 +172,7 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         if tok is None:
             tok = self._env_default("tokenizer")()
         elif isinstance(tok, dict):
-            tok = Tokenizer.from_dict(tok)
+            tok = tokenizer_from_dict(tok)
         if isinstance(base_agent, TinyAgent):
             self._base_model = base_agent
         elif base_agent == "auto":
@@ -200,7 +200,7 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
             kw["call_grammar"] = list(kw["call_grammar"])
         self.policy_kwargs = kw
 
-    def _is_own_tokenizer(self, tok: Tokenizer) -> bool:
+    def _is_own_tokenizer(self, tok: TokenizerLike) -> bool:
         """Whether ``tok`` is not the env's advertised default tokenizer (or the env advertises none)."""
         make = self._env_default("tokenizer", required=False)
         return make is None or make() != tok
@@ -224,7 +224,7 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         if "tokenizer" not in self.policy_kwargs:  # built without __init__'s preparation
             self._prepare_policy_kwargs(None)
         self.rollout_buffer_kwargs = dict(self.rollout_buffer_kwargs)
-        self.rollout_buffer_kwargs.setdefault("pad_id", int(self.policy_kwargs["tokenizer"]["words"].index("<pad>")))
+        self.rollout_buffer_kwargs.setdefault("pad_id", tokenizer_from_dict(self.policy_kwargs["tokenizer"]).pad_id)
         for name in ("scale_rewards", "turn_gamma", "step_advantage_weight", "mask_truncated_completions"):
             self.rollout_buffer_kwargs.setdefault(name, getattr(self, name))
         super()._setup_model()

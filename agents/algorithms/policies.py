@@ -20,8 +20,7 @@ from gymnasium import spaces
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import Schedule
 
-from bugfix_gym.tokenizer import Tokenizer
-from bugfix_gym.tokens import OWNER_PAD, OWNER_PROMPT, OWNER_TOOL, encode_segment
+from bugfix_gym.tokens import OWNER_PAD, OWNER_PROMPT, OWNER_TOOL, TokenizerLike, encode_segment, tokenizer_from_dict
 
 from agents.decoding.grammar import CallGrammar
 from agents.model.threads import ThreadSetting, use_threads
@@ -41,8 +40,9 @@ class TinyAgentPolicy(BasePolicy):
         ``Dict`` of the token-view wrapper)
     :param action_space: the env's action space (``Text``: the call as a string)
     :param lr_schedule: learning-rate schedule; the optimizer starts at ``lr_schedule(1)``
-    :param tokenizer: the tokenizer (a ``Tokenizer`` or its ``to_dict()``); required (TokenPPO and
-        Reinforce pass the one in their ``policy_kwargs``, or the env's advertised default)
+    :param tokenizer: the tokenizer (a ``Tokenizer``, any :class:`bugfix_gym.tokens.TokenizerLike` such as
+        :class:`bugfix_gym.integrations.hf_tokenizer.ChatTemplateTokenizer`, or its ``to_dict()``); required
+        (TokenPPO and Reinforce pass the one in their ``policy_kwargs``, or the env's advertised default)
     :param model_config: ``TinyAgentConfig`` fields as a dict (or the dataclass); default sizes
         with the tokenizer's vocabulary
     :param max_call_tokens: the most tokens one call may have (``<eoc>`` included)
@@ -72,7 +72,7 @@ class TinyAgentPolicy(BasePolicy):
         observation_space: spaces.Space,
         action_space: spaces.Space,
         lr_schedule: Schedule,
-        tokenizer: Tokenizer | dict | None = None,
+        tokenizer: TokenizerLike | dict | None = None,
         model_config: TinyAgentConfig | dict | None = None,
         max_call_tokens: int = 8,
         call_grammar: Sequence[str] | None = None,
@@ -95,7 +95,7 @@ class TinyAgentPolicy(BasePolicy):
         if tokenizer is None:
             raise ValueError("TinyAgentPolicy needs a tokenizer (the algorithms pass the env's default, or "
                              "policy_kwargs=dict(tokenizer=...))")
-        self.tokenizer = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer.from_dict(tokenizer)
+        self.tokenizer = tokenizer_from_dict(tokenizer) if isinstance(tokenizer, dict) else tokenizer
         if model_config is None:
             model_config = TinyAgentConfig(vocab_size=self.tokenizer.vocab_size)
         elif isinstance(model_config, dict):

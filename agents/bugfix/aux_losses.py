@@ -69,7 +69,7 @@ class ToolOutputLoss:
         self._call_ids: Optional[list[int]] = None
 
     def setup(self, tokenizer: Tokenizer, seed: int) -> None:
-        self._call_ids = None if self.calls is None else [tokenizer.ids[c] for c in self.calls]
+        self._call_ids = None if self.calls is None else [_word_ids(tokenizer, "tool_calls")[c] for c in self.calls]
 
     def target_mask(self, ids: torch.Tensor, owner: torch.Tensor) -> Optional[torch.Tensor]:
         return tool_output_mask(ids, owner, self._call_ids)  # [b, T-1]
@@ -158,7 +158,7 @@ class ForesightDistillLoss:
         self._edit_id = -1
 
     def setup(self, tokenizer: Tokenizer, seed: int) -> None:
-        self._edit_id = tokenizer.ids["edit"]
+        self._edit_id = _word_ids(tokenizer, "the foresight distillation loss")["edit"]
 
     def target_mask(self, ids: torch.Tensor, owner: torch.Tensor) -> Optional[torch.Tensor]:
         return edit_op_mask(ids, owner, self._edit_id)  # [b, T-1] policy positions already scored
@@ -194,3 +194,12 @@ def aux_losses_from_settings(tool_coef: float = 0.0, tool_calls: Optional[Sequen
     if distill != 0:
         losses.append(ForesightDistillLoss(distill))
     return losses
+
+
+def _word_ids(tokenizer: Tokenizer, what: str) -> dict[str, int]:
+    """``tokenizer.ids`` (word -> id), which only bugfix_gym's own Tokenizer has; else a one-line error."""
+    words = getattr(tokenizer, "ids", None)
+    if not isinstance(words, dict):
+        raise ValueError(f"{what} finds calls by their words, which only bugfix_gym's own Tokenizer names; "
+                         f"with {type(tokenizer).__name__} leave it off")
+    return words

@@ -9,6 +9,7 @@ from typing import Any, Sequence
 import torch
 from bugfix_gym import Tokenizer, episode_stats, get_task
 from bugfix_gym.text_wrappers import make_bugfix_env
+from bugfix_gym.tokens import TokenizerLike
 
 from agents.algorithms.policies import TinyAgentPolicy
 from agents.model.tinyagent import TinyAgent
@@ -28,7 +29,8 @@ def task_vec_env(n_envs: int, **env_kwargs) -> FreshInfoDummyVecEnv:
     return FreshInfoDummyVecEnv([lambda: make_bugfix_env(**env_kwargs) for _ in range(n_envs)])
 
 
-def playing_settings(agent: Agent, tokenizer: Tokenizer | None = None) -> tuple[TinyAgent, Tokenizer, dict[str, Any]]:
+def playing_settings(agent: Agent,
+                     tokenizer: TokenizerLike | None = None) -> tuple[TinyAgent, TokenizerLike, dict[str, Any]]:
     """The model, tokenizer and decoding settings an agent plays with.
 
     An algorithm gives its policy's (grammar, call mask, foresight, ``max_call_tokens``) and its
@@ -55,7 +57,7 @@ def playing_settings(agent: Agent, tokenizer: Tokenizer | None = None) -> tuple[
 
 
 def sample_episodes(agent: Agent, tasks: Sequence[Any], n_per_task: int = 1, seed: int = 0, *,
-                    tokenizer: Tokenizer | None = None, env_kwargs: dict | None = None, max_envs: int = 64,
+                    tokenizer: TokenizerLike | None = None, env_kwargs: dict | None = None, max_envs: int = 64,
                     **sampler_kwargs: Any) -> list[Trajectory]:
     """``n_per_task`` episodes of each task (names or Task objects) on BugFix-v0, seeded, in task order,
     under the agent's torch thread setting (``torch_threads``; a bare TinyAgent: ``"auto"``).

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from bugfix_gym.tokenizer import Tokenizer
+from bugfix_gym.tokens import TokenizerLike
 
 from agents.decoding.grammar import CallGrammar
 from agents.model.tinyagent import KVCache, TinyAgent
@@ -33,10 +33,14 @@ class Foresight:
         the policy itself what foresight chose; a model trained so can decode without foresight
     """
 
-    def __init__(self, grammar: CallGrammar, tokenizer: Tokenizer, threshold: float, teach: bool = False):
+    def __init__(self, grammar: CallGrammar, tokenizer: TokenizerLike, threshold: float, teach: bool = False):
         if not 0.0 < threshold <= 1.0:
             raise ValueError(f"the foresight threshold must be in (0, 1], got {threshold}")
-        edit, self.no_id = tokenizer.ids.get("edit"), tokenizer.ids.get("no")
+        words = getattr(tokenizer, "ids", None)  # the tool's answer starts with its first word in ours only
+        if not isinstance(words, dict):
+            raise ValueError("foresight reads the tool's first answer word, which only bugfix_gym's own Tokenizer "
+                             "puts right after a call; use foresight=None with this tokenizer")
+        edit, self.no_id = words.get("edit"), words.get("no")
         ops = [(k, tokenizer.encode(c)) for k, c in enumerate(grammar.calls) if c.split()[0] == "edit"]
         if edit is None or self.no_id is None or not ops or any(len(ids) != 2 for _, ids in ops):
             raise ValueError("foresight needs a grammar with calls 'edit <op>' and a tokenizer that knows 'edit' "

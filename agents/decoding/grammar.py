@@ -22,7 +22,7 @@ from typing import Sequence
 
 import torch
 
-from bugfix_gym.tokenizer import Tokenizer
+from bugfix_gym.tokens import TokenizerLike
 
 NO_STATE = -1  # positions written without a grammar (or not written by the policy)
 
@@ -35,13 +35,14 @@ class CallGrammar:
     ``node`` is the trie node and ``closed`` the bits of the calls closed by a call mask (0: none,
     so states below ``n_nodes`` are those of the plain grammar).
 
-    :param tokenizer: the policy's tokenizer
+    :param tokenizer: the policy's tokenizer (any :class:`bugfix_gym.tokens.TokenizerLike`: the trie is
+        over its ``encode`` of each call, and ``eoc_id`` ends a call)
     :param calls: the legal calls as text (e.g. ``bugfix_gym.CALLS``)
     """
 
     start = 0
 
-    def __init__(self, tokenizer: Tokenizer, calls: Sequence[str]):
+    def __init__(self, tokenizer: TokenizerLike, calls: Sequence[str]):
         if not calls:
             raise ValueError("CallGrammar needs at least one legal call")
         self.calls = tuple(calls)

@@ -14,8 +14,8 @@ import numpy as np
 import torch
 from stable_baselines3.common.vec_env import VecEnv
 
-from bugfix_gym.tokenizer import Tokenizer, split_words
-from bugfix_gym.tokens import OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL, encode_segment
+from bugfix_gym.tokenizer import split_words
+from bugfix_gym.tokens import OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL, TokenizerLike, encode_segment
 
 from agents.decoding.decoder import write_calls
 from agents.decoding.foresight import Foresight
@@ -44,7 +44,9 @@ class EpisodeSampler:
     ``filler`` calls and not recorded (``info["context_cut"]``).
 
     :param venv: the vector env; its observations and actions are text
-    :param tokenizer: the policy's tokenizer (unknown words become ``<unk>``)
+    :param tokenizer: the policy's tokenizer (unknown words become ``<unk>``): a ``Tokenizer`` or any
+        :class:`bugfix_gym.tokens.TokenizerLike` (a chat-template tokenizer: its segments are the
+        template's, :class:`bugfix_gym.integrations.hf_tokenizer.ChatTemplateTokenizer`)
     :param max_call_tokens: the most tokens one call may have (``<eoc>`` included)
     :param grammar: constrain calls to a legal-call grammar (None: free text)
     :param filler: the call sent for an env whose episode is no longer recorded
@@ -72,7 +74,7 @@ class EpisodeSampler:
     one-line ``ValueError`` naming the ``max_len`` it needs.
     """
 
-    def __init__(self, venv: VecEnv, tokenizer: Tokenizer, max_call_tokens: int = 8,
+    def __init__(self, venv: VecEnv, tokenizer: TokenizerLike, max_call_tokens: int = 8,
                  grammar: CallGrammar | None = None, filler: str = "", asynchronous: bool = False,
                  call_mask_key: str | None = None, foresight: Foresight | None = None, group_size: int = 1,
                  drop_zero_variance_groups: bool = False, max_resample_rounds: int = 4,
@@ -159,7 +161,8 @@ class EpisodeSampler:
         ids = encode_segment(self.tok, owner, text)
         if self.warn_unknown_words and self.tok.unk_id in ids:
             self.warn_unknown_words = False
-            unknown = sorted({w for w in split_words(text) if w not in self.tok.ids})
+            known = getattr(self.tok, "ids", {})  # a word list: ours only (another tokenizer names no words)
+            unknown = sorted({w for w in split_words(text) if w not in known})
             warnings.warn(f"an observation has {len(unknown)} word(s) the tokenizer does not know, e.g. "
                           f"{unknown[:5]}: they become <unk>, which the policy can neither read nor write; build "
                           f"the Tokenizer from the env's words (warned once)", stacklevel=2)

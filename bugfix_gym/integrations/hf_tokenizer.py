@@ -20,11 +20,17 @@ merged id where the model wrote two, and its turn-``t+1`` ids no longer start wi
 :class:`ChatIds` builds an episode's ids the way TRL's ``GRPOTrainer`` tool loop does (prompt ids,
 then the model's call ids and the env's tool-suffix ids appended, never re-tokenised), with the
 mask that says who wrote each token.
+
+:class:`ChatTemplateTokenizer` puts any ``PreTrainedTokenizerFast`` with a chat template where
+:class:`bugfix_gym.Tokenizer` stands (``BugFixTokens-v0``, the agents' sampler and policy): its segments
+are the template's prompt, the sampled call ids with the end-of-turn id, and the template's tool
+suffix (docs/hf_tokenizers.md). :func:`chatml_tokenizer` gives the same words Qwen2's ChatML template
+(:data:`CHATML_TEMPLATE`), with its own form of the trap.
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from ..ops import FIX_OPS
 
@@ -98,22 +104,64 @@ def chat_tokenizer(words: Sequence[str] | None = None, *, trap: bool = False) ->
     :param trap: the retokenisation trap (module docstring): a text-level loop then fails loudly
     :return: a tokenizer with EOS ``<|end|>``, pad ``<pad>`` (left padding, as TRL's GRPO asks) and unk ``<unk>``
     """
+    pattern = (_TRAP if trap else "") + _PIECES
+    tokenizer = _words_tokenizer(vocabulary(words, trap), pattern, EOS, ROLES)
+    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.response_template = RESPONSE_TEMPLATE
+    tokenizer.init_kwargs["bugfix_trap"] = trap
+    return tokenizer
+
+
+def _words_tokenizer(pieces: Sequence[str], pattern: str, eos: str, specials: Sequence[str]) -> Any:
+    """A WordLevel ``PreTrainedTokenizerFast`` over ``pieces``, split by ``pattern``, concatenating decoder."""
     try:
         from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
         from transformers import PreTrainedTokenizerFast
     except ImportError:
         raise ImportError("chat_tokenizer needs tokenizers and transformers: make trl-venv (docs/llm_trainers.md)") \
             from None
-    pieces = vocabulary(words, trap)
     model = Tokenizer(models.WordLevel({p: i for i, p in enumerate(pieces)}, unk_token=UNK))
-    pattern = (_TRAP if trap else "") + _PIECES
     model.pre_tokenizer = pre_tokenizers.Split(Regex(pattern), behavior="isolated")
     model.decoder = decoders.Fuse()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=model, eos_token=EOS, pad_token=PAD, unk_token=UNK,
-                                        extra_special_tokens=list(ROLES), padding_side="left",
-                                        clean_up_tokenization_spaces=False, model_max_length=4096)
-    tokenizer.chat_template = CHAT_TEMPLATE
-    tokenizer.response_template = RESPONSE_TEMPLATE
+    return PreTrainedTokenizerFast(tokenizer_object=model, eos_token=eos, pad_token=PAD, unk_token=UNK,
+                                   extra_special_tokens=list(specials), padding_side="left",
+                                   clean_up_tokenization_spaces=False, model_max_length=4096)
+
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}{% endif %}"
+    "{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+"""The ChatML chat template Qwen2-Instruct ships (``<|im_start|>role\\n ... <|im_end|>\\n``, a default system
+message), written out so that nothing is downloaded. Each turn ends with ``<|im_end|>`` and a newline."""
+CHATML_SPECIALS = ("<|im_start|>", "<|im_end|>")
+CHATML_WORDS = ("system", "user", "assistant", "tool", "You", "are", "a", "helpful")
+_CHATML_TRAP = "\n(?:" + "|".join(TOOL_NAMES) + ")(?![A-Za-z_0-9])|"
+
+
+def chatml_tokenizer(words: Sequence[str] | None = None, *, trap: bool = False) -> Any:
+    """The words of :func:`chat_tokenizer` with :data:`CHATML_TEMPLATE` (Qwen2's), EOS ``<|im_end|>``.
+
+    ``trap=True`` adds the ChatML form of the retokenisation trap: one merged piece per tool name and the
+    newline before it (``\\nread``, ``\\nedit``, ...). The template writes ``<|im_start|>assistant\\n``
+    and then the call, so a loop that renders the history as text and encodes it again gets the merged
+    id where the model's turn started after the generation prompt's newline; a loop that appends the
+    sampled ids never sees it.
+
+    :param words: the vocabulary's words (default: :func:`bugfix_gym.tokenizer.fixed_tokenizer`'s)
+    :param trap: add the merged pieces
+    :return: a tokenizer with EOS ``<|im_end|>``, pad ``<pad>`` and unk ``<unk>``
+    """
+    from ..tokenizer import fixed_tokenizer
+
+    base = fixed_tokenizer().words if words is None else list(words)
+    pieces = [*vocabulary([*base, *CHATML_WORDS]), *CHATML_SPECIALS]
+    pieces += ["\n" + name for name in TOOL_NAMES] if trap else []
+    tokenizer = _words_tokenizer(pieces, (_CHATML_TRAP if trap else "") + _PIECES, CHATML_SPECIALS[1],
+                                 CHATML_SPECIALS)
+    tokenizer.chat_template = CHATML_TEMPLATE
     tokenizer.init_kwargs["bugfix_trap"] = trap
     return tokenizer
 
@@ -166,15 +214,163 @@ class ChatIds:
         self.mask += [0] * len(suffix)
 
 
-def tool_suffix_ids(tokenizer: Any, name: str, content: str) -> list[int]:
+def tool_suffix_ids(tokenizer: Any, name: str, content: str, end_id: int | None = None) -> list[int]:
     """The ids the template puts after an assistant turn for one tool result, up to the next generation
-    prompt: rendered after a dummy conversation and cut off it (TRL's ``_get_tool_suffix_ids``)."""
+    prompt: rendered after a dummy conversation and cut off it right after the dummy assistant turn's
+    last end-of-turn id, as TRL's ``_get_tool_suffix_ids`` does (a ChatML turn ends ``<|im_end|>\\n``: the
+    model stops at ``<|im_end|>``, so the newline belongs to the suffix).
+
+    :param tokenizer: a tokenizer with a chat template
+    :param name: the tool's name (some templates write it)
+    :param content: the tool's answer
+    :param end_id: the end-of-turn id (default: the EOS id)
+    """
     dummy = [{"role": "user", "content": "dummy"},
              {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {
                  "name": name, "arguments": {}}}]}]
-    before = tokenizer.apply_chat_template(dummy, tokenize=True, return_dict=False)
+    before = list(tokenizer.apply_chat_template(dummy, tokenize=True, return_dict=False))
     after = tokenizer.apply_chat_template(dummy + [{"role": "tool", "name": name, "content": content}],
                                           add_generation_prompt=True, tokenize=True, return_dict=False)
-    if list(after[:len(before)]) != list(before):
+    end = tokenizer.eos_token_id if end_id is None else end_id
+    if end in before:
+        before = before[: len(before) - before[::-1].index(end)]
+    if list(after[:len(before)]) != before:
         raise ValueError("the chat template is not prefix-preserving: a tool result changes the turns before it")
     return list(after[len(before):])
+
+
+MAX_TOKENIZER_CHARS = 6 << 20
+"""The largest ``tokenizer.json`` a :class:`ChatTemplateTokenizer` saves (a model file's ``data`` entry holds 8 MiB)."""
+_DICT_KEYS = ("tokenizer_json", "chat_template", "end_token", "eos_token", "pad_token", "unk_token", "bos_token",
+              "tool_name")
+
+
+class ChatTemplateTokenizer:
+    """Any Hugging Face ``PreTrainedTokenizerFast`` with a chat template, where :class:`bugfix_gym.Tokenizer`
+    stands (it has what :class:`bugfix_gym.tokens.TokenizerLike` lists): ``gym.make("BugFixTokens-v0",
+    tokenizer=...)``, ``EpisodeSampler(..., tokenizer=...)``, ``policy_kwargs=dict(tokenizer=...)``.
+
+    Segments (:meth:`segment_ids`), token in, token out: the prompt is the template's rendering of the first
+    user message with the generation prompt; a policy segment is the call's ids and the end-of-turn id
+    (``eoc_id``, the role ``<eoc>`` plays for ours); a tool segment is the template's tool suffix
+    (:func:`tool_suffix_ids`: from the end of the assistant turn to the next generation prompt). Appending
+    them gives the ids the template renders for the whole conversation, as long as the policy's ids are
+    those ``encode`` gives for its text (the call grammar writes exactly those) and the template is
+    prefix-preserving.
+
+    :param tokenizer: a ``PreTrainedTokenizerFast`` whose ``chat_template`` renders ``user``, ``assistant``
+        and ``tool`` messages
+    :param end_token: the token that ends an assistant turn (default: the EOS token)
+    :param tool_name: the tool name written into tool messages (some templates render it)
+    """
+
+    def __init__(self, tokenizer: Any, *, end_token: str | None = None, tool_name: str = "bugfix"):
+        if not hasattr(tokenizer, "apply_chat_template") or not isinstance(getattr(tokenizer, "chat_template",
+                                                                                   None), str):
+            raise ValueError("ChatTemplateTokenizer needs a transformers tokenizer with a chat template (a str "
+                             "tokenizer.chat_template); set one, e.g. hf_tokenizer.CHATML_TEMPLATE")
+        self.hf = tokenizer
+        self.end_token = end_token or tokenizer.eos_token
+        end = tokenizer.convert_tokens_to_ids(self.end_token) if self.end_token else None
+        if not isinstance(end, int) or end < 0 or end == tokenizer.unk_token_id:
+            raise ValueError(f"the end-of-turn token {self.end_token!r} is not in the vocabulary; pass "
+                             "end_token= the token the chat template ends an assistant turn with")
+        self.eoc_id = int(end)
+        self.pad_id = int(tokenizer.pad_token_id) if tokenizer.pad_token_id is not None else self.eoc_id
+        self.unk_id = int(tokenizer.unk_token_id) if tokenizer.unk_token_id is not None else -1
+        self.tool_name = str(tool_name)
+        self._vocab_size = len(tokenizer)
+        turn = tokenizer.apply_chat_template([{"role": "user", "content": "x"}, {"role": "assistant",
+                                             "content": "x"}], tokenize=True, return_dict=False)
+        if self.eoc_id not in list(turn):
+            raise ValueError(f"the chat template does not end an assistant turn with {self.end_token!r}; pass "
+                             "end_token= the token it does end one with")
+
+    @property
+    def vocab_size(self) -> int:
+        """Every id the model may see or write (``len(tokenizer)``: added tokens included)."""
+        return self._vocab_size
+
+    def encode(self, text: str) -> list[int]:
+        """Plain text -> ids, no special tokens added."""
+        return list(self.hf.encode(text, add_special_tokens=False))
+
+    def decode(self, ids: Iterable[int], *, stop_at_eoc: bool = True) -> str:
+        """Ids -> text up to the end-of-turn id, pads and ids outside the vocabulary left out: the text the
+        env receives for a call."""
+        kept = []
+        for i in ids:
+            i = int(i)
+            if stop_at_eoc and i == self.eoc_id:
+                break
+            if i != self.pad_id and 0 <= i < self._vocab_size:
+                kept.append(i)
+        return self.hf.decode(kept, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    def segment_ids(self, owner: int, text: str) -> list[int]:
+        """One transcript segment's ids: owner 1 the prompt, 2 a call, 3 a tool output (see the class)."""
+        if owner == 1:
+            return list(self.hf.apply_chat_template([{"role": "user", "content": text}],
+                                                    add_generation_prompt=True, tokenize=True, return_dict=False))
+        if owner == 2:
+            return self.encode(text) + [self.eoc_id]
+        return tool_suffix_ids(self.hf, self.tool_name, text, self.eoc_id)
+
+    def to_dict(self) -> dict:
+        """The ``tokenizer.json`` string, the chat template and the special tokens (:meth:`from_dict`)."""
+        from ..tokens import HF_FORMAT
+
+        data = {"format": HF_FORMAT, "tokenizer_json": self.hf.backend_tokenizer.to_str(),
+                "chat_template": self.hf.chat_template, "end_token": self.end_token,
+                "eos_token": self.hf.eos_token, "pad_token": self.hf.pad_token, "unk_token": self.hf.unk_token,
+                "bos_token": self.hf.bos_token, "tool_name": self.tool_name}
+        if len(data["tokenizer_json"]) > MAX_TOKENIZER_CHARS:
+            raise ValueError(f"this tokenizer's tokenizer.json has {len(data['tokenizer_json'])} characters, more "
+                             f"than the {MAX_TOKENIZER_CHARS} a model file keeps; use a smaller vocabulary")
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "ChatTemplateTokenizer":
+        """The tokenizer :meth:`to_dict` saved; a bad dict is a one-line ``ValueError``."""
+        check_tokenizer_dict(data)
+        try:
+            from tokenizers import Tokenizer
+            from transformers import PreTrainedTokenizerFast
+        except ImportError:
+            raise ImportError("this policy's tokenizer is a Hugging Face tokenizer: install tokenizers and "
+                              "transformers (make trl-venv) to load it") from None
+        try:
+            backend = Tokenizer.from_str(data["tokenizer_json"])
+        except Exception as err:  # tokenizers raises its own exception types
+            raise ValueError(f"the saved tokenizer.json does not load ({str(err).splitlines()[0][:120]}); the "
+                             "model file is damaged") from None
+        specials = {k: data[k] for k in ("eos_token", "pad_token", "unk_token", "bos_token") if data[k]}
+        hf = PreTrainedTokenizerFast(tokenizer_object=backend, clean_up_tokenization_spaces=False, **specials)
+        hf.chat_template = data["chat_template"]
+        return cls(hf, end_token=data["end_token"], tool_name=data["tool_name"])
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ChatTemplateTokenizer) and self.to_dict() == other.to_dict()
+
+    def __repr__(self) -> str:
+        return f"ChatTemplateTokenizer(vocab_size={self.vocab_size}, end_token={self.end_token!r})"
+
+
+def check_tokenizer_dict(data: Any) -> None:
+    """A one-line ``ValueError`` unless ``data`` looks like a :meth:`ChatTemplateTokenizer.to_dict`."""
+    from ..tokens import HF_FORMAT
+
+    if not isinstance(data, dict) or data.get("format") != HF_FORMAT:
+        raise ValueError(f"not a saved chat-template tokenizer (expected format {HF_FORMAT!r})")
+    missing = [k for k in _DICT_KEYS if k not in data]
+    if missing:
+        raise ValueError(f"the saved chat-template tokenizer lacks {', '.join(missing)}; the model file is damaged")
+    bad = [k for k in _DICT_KEYS if not (data[k] is None and k in ("eos_token", "pad_token", "unk_token",
+                                                                   "bos_token", "end_token"))
+           and not isinstance(data[k], str)]
+    if bad:
+        raise ValueError(f"the saved chat-template tokenizer's {', '.join(bad)} must be strings; the model file "
+                         "is damaged")
+    if len(data["tokenizer_json"]) > MAX_TOKENIZER_CHARS or len(data["chat_template"]) > MAX_TOKENIZER_CHARS:
+        raise ValueError(f"the saved tokenizer is larger than {MAX_TOKENIZER_CHARS} characters; not a file this "
+                         "package wrote")
