@@ -6,6 +6,7 @@
     bugfix-gym eval runs/gen0/tokenppo.zip --split heldout
     bugfix-gym eval runs/gen0/tokenppo.zip --generated test --n 200 --gen-seed 1 --json
     bugfix-gym eval runs/gen0/tokenppo.zip --pack examples/task_pack_example.json --episodes 8 --json
+    bugfix-gym serve runs/gen0/tokenppo.zip --port 8000   # an OpenAI-compatible chat server (docs/serve.md)
     bugfix-gym play --task clamp                      # type the calls yourself
 
 Bad arguments, a missing or unsafe model file, a damaged run folder: one line on stderr, exit
@@ -15,8 +16,9 @@ stops with one line and keeps the last good iteration (exit status 1). A run fol
 while a command uses it: a second ``train --resume`` of it refuses in one line.
 
 The parts: ``flags`` (flags as data, one-line errors), ``parser`` (the train flags' table, the
-eval flags), ``settings`` (the recipe with the flags given), ``train`` (start or resume, train,
-report), ``evaluate`` (``bugfix-gym eval``), ``report`` (tables, plots, JSON).
+eval and serve flags), ``settings`` (the recipe with the flags given), ``train`` (start or resume, train,
+report), ``evaluate`` (``bugfix-gym eval``), ``serve`` (``bugfix-gym serve``), ``report`` (tables, plots,
+JSON).
 """
 
 from __future__ import annotations
@@ -49,6 +51,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         if args.command == "train" and args.resume is not None:
             _check_resume_alone(argv[1:])
+        if args.command == "serve":
+            from agents.cli.serve import cmd_serve
+
+            return cmd_serve(args)
         return cmd_train(args) if args.command == "train" else cmd_eval(args)
     except UsageError as e:
         print(str(e), file=sys.stderr)

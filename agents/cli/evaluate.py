@@ -27,9 +27,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from agents.bugfix.evaluation import evaluate
 
     torch.set_num_threads(1)
-    model = _load_model(args.model)
+    model = load_model(args.model)
     tasks, what, episodes = _tasks(args)
-    _override_decoding(model, args)
+    override_decoding(model, args)
     env_kwargs = dict(hide_outputs=list(HIDEABLE)) if args.hide_outputs else None
     stats = evaluate(model, tasks, episodes, seed=args.seed, env_kwargs=env_kwargs, per_task=args.pack is not None)
     if args.json:
@@ -44,17 +44,21 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_model(path: Path) -> TokenOnPolicyAlgorithm:
+def load_model(path: Path, command: str = "eval") -> TokenOnPolicyAlgorithm:
     """The model saved at ``path`` as the class it was saved from (TokenPPO or Reinforce), or a one-line
-    error (missing, corrupt or unsafe file)."""
+    error (missing, corrupt or unsafe file).
+
+    :param path: the model file
+    :param command: the sub-command the error names (``eval``, ``serve``)
+    """
     from agents.algorithms.presets import load_algorithm
 
     try:
         return load_algorithm(path)
     except FileNotFoundError:
-        raise usage_error("eval", f"no model file at {path}") from None
+        raise usage_error(command, f"no model file at {path}") from None
     except ValueError as e:
-        raise usage_error("eval", str(e)) from None
+        raise usage_error(command, str(e)) from None
 
 
 def _tasks(args: argparse.Namespace) -> tuple[list, str, int]:
@@ -78,29 +82,31 @@ def _tasks(args: argparse.Namespace) -> tuple[list, str, int]:
     return make_tasks(split), f"{split} split", args.episodes or 8
 
 
-def _override_decoding(model: TokenOnPolicyAlgorithm, args: argparse.Namespace) -> None:
+def override_decoding(model: TokenOnPolicyAlgorithm, args: argparse.Namespace, command: str = "eval") -> None:
     """``--call-mask`` and ``--foresight`` replace the model's own (they need a model with a call grammar).
 
     :param model: the loaded model, changed in place
     :param args: the parsed command line
+    :param command: the sub-command the errors name (``eval``, ``serve``)
     """
     from agents.decoding.foresight import Foresight
 
     if args.call_mask is not None:
-        _grammar(model, "--call-mask")
+        _grammar(model, "--call-mask", command)
         model.policy.call_mask_key = None if args.call_mask == "none" else args.call_mask
     if args.foresight is not UNSET:
-        grammar = _grammar(model, "--foresight")
+        grammar = _grammar(model, "--foresight", command)
         model.policy.foresight = None if args.foresight is None else \
             Foresight(grammar, model.policy.tokenizer, args.foresight)
 
 
-def _grammar(model: TokenOnPolicyAlgorithm, flag: str) -> CallGrammar:
+def _grammar(model: TokenOnPolicyAlgorithm, flag: str, command: str) -> CallGrammar:
     """The model's call grammar, or a one-line error: ``flag`` needs one (this model writes free text).
 
     :param model: the loaded model
     :param flag: the flag given, as typed
+    :param command: the sub-command the error names
     """
     if model.policy.grammar is None:
-        raise usage_error("eval", f"{flag} needs a model with a call grammar; this one writes free text")
+        raise usage_error(command, f"{flag} needs a model with a call grammar; this one writes free text")
     return model.policy.grammar

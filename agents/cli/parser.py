@@ -153,14 +153,16 @@ RESUME_FLAGS = ("--resume", "--no-progress")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``bugfix-gym`` parser: ``train``, ``eval`` and ``play`` (whose own parser is bugfix_gym.play's)."""
+    """The ``bugfix-gym`` parser: ``train``, ``eval``, ``serve`` and ``play`` (whose own parser is
+    bugfix_gym.play's)."""
     from bugfix_gym import __version__
 
     parser = OneLineParser(prog="bugfix-gym", description="Train and evaluate token-level agents on BugFix-v0.")
     parser.add_argument("--version", action="version", version=f"bugfix-gym {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="{train,eval,play}", parser_class=OneLineParser)
+    sub = parser.add_subparsers(dest="command", metavar="{train,eval,serve,play}", parser_class=OneLineParser)
     _add_train_command(sub)
     _add_eval_command(sub)
+    _add_serve_command(sub)
     sub.add_parser("play", help="play BugFix-v0 yourself in the terminal (bugfix_gym.play)", add_help=False)
     return parser
 
@@ -207,3 +209,27 @@ def _add_eval_command(sub: Any) -> None:
     ev.add_argument("--foresight", type=foresight_threshold, metavar="P", default=UNSET,
                     help="decode with this foresight threshold (in (0, 1]; 'none': off) instead of the model's own")
     ev.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+
+
+def _add_serve_command(sub: Any) -> None:
+    """``bugfix-gym serve MODEL``: where to listen, the served name, and decoding overrides (docs/serve.md).
+
+    :param sub: the parser's sub-commands (``add_subparsers``)
+    """
+    serve = sub.add_parser("serve", help="serve a saved model as an OpenAI-compatible chat server",
+                           description="Serve a saved model over HTTP as an OpenAI-compatible chat completions "
+                                       "endpoint (non-streaming): each request's chat is read as a BugFix "
+                                       "transcript and answered with the agent's next call (docs/serve.md). "
+                                       "Decodes under the call grammar alone unless --call-mask / --foresight "
+                                       "say otherwise.")
+    serve.add_argument("model", type=Path, help="a model .zip file (from `bugfix-gym train` or model.save)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    serve.add_argument("--port", type=Number(int, 0, 65535, what="a port from 0 to 65535"), default=8000,
+                       help="port to listen on; 0 picks a free one (default: 8000)")
+    serve.add_argument("--model-name", metavar="NAME",
+                       help="the model name clients send as \"model\" (default: the file name without .zip)")
+    serve.add_argument("--call-mask", choices=CALL_MASKS,
+                       help="decode under this env call mask, which every request then sends as a field of that "
+                            "name (9 booleans over bugfix_gym.CALLS) (default: none)")
+    serve.add_argument("--foresight", type=foresight_threshold, metavar="P", default=UNSET,
+                       help="decode with this foresight threshold (in (0, 1]; default: none, off)")

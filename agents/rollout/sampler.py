@@ -331,13 +331,10 @@ class EpisodeSampler:
     def _tool_ids(self, ep: EpisodeRecord, text: str, max_len: int) -> list[int]:
         """The tool output's tokens, cut so that the next call still fits in the context
         (its last token, the turn marker, is kept); marks the episode cut when nothing fits."""
-        out = self._encode(OWNER_TOOL, str(text))
         room = max_len - len(ep.ids) - self.max_call_tokens
-        if len(out) > room:
-            out = out[: max(room - 1, 0)] + out[-1:] if room > 0 else []
         if room <= 0:
             ep.cut = True
-        return out
+        return cut_tool_output(self._encode(OWNER_TOOL, str(text)), room)
 
     def play_tasks(self, model: TinyAgent, tasks: Sequence[Any], *, generator: torch.Generator | None = None,
                    temperature: float = 1.0, deterministic: bool = False) -> list[Trajectory]:
@@ -598,6 +595,18 @@ def seed_next_reset(venv: VecEnv, seeds: Sequence[int | None]) -> None:
         raise ValueError(f"groups need a vector env that seeds each env's next reset as SB3's VecEnv does "
                          f"(VecEnv.seed); {type(inner).__name__} does not")
     inner._seeds = list(seeds)
+
+
+def cut_tool_output(out: list[int], room: int) -> list[int]:
+    """A tool output's tokens cut to the ``room`` positions left before the next call: its first tokens
+    and its last one (the turn marker), or nothing when no room is left.
+
+    :param out: the tool output's tokens (``encode_segment(tokenizer, OWNER_TOOL, text)``)
+    :param room: ``max_len`` minus the episode's tokens so far minus ``max_call_tokens``
+    """
+    if len(out) <= room:
+        return out
+    return out[: max(room - 1, 0)] + out[-1:] if room > 0 else []
 
 
 def _texts(obs: Any, n: int) -> list[str]:
