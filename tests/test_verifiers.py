@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import re
 import subprocess
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, Callable
 
 import pytest
@@ -17,9 +20,11 @@ import pytest
 vf = pytest.importorskip("verifiers.v1")
 
 from bugfix_gym import get_task  # noqa: E402
+from bugfix_gym.integrations.chat import call_of_tool_call  # noqa: E402
 from bugfix_gym.integrations.trl import BugFixToolEnv  # noqa: E402
-from bugfix_gym.integrations.verifiers import TOOLS, call_text, load_environment  # noqa: E402
+from bugfix_gym.integrations.verifiers import TOOLS, load_environment  # noqa: E402
 
+ROOT = Path(__file__).resolve().parent.parent
 Policy = Callable[[list[dict[str, Any]]], dict[str, Any]]
 
 
@@ -87,12 +92,20 @@ def tool_call(k: int, name: str, op: str | None = None) -> dict[str, Any]:
         "function": {"name": name, "arguments": json.dumps({"op": op} if op else {})}}]}
 
 
+def played(message: Any) -> str:
+    """An assistant message on verifiers' trace as the call it makes: its tool call, else its text."""
+    if message.tool_calls:
+        call = message.tool_calls[0]
+        return call_of_tool_call({"function": {"name": call.name, "arguments": call.arguments}})
+    return (message.content or "").strip()
+
+
 def returned_calls(server: ScriptedServer, prompt: str) -> list[str]:
     out = []
     for first, message in server.replies:
         if first == prompt:
             calls = message.get("tool_calls")
-            out.append(call_text(calls[0]["function"]["name"], calls[0]["function"]["arguments"]) if calls
+            out.append(call_of_tool_call(calls[0]) if calls
                        else message["content"].strip())
     return out
 
@@ -176,3 +189,55 @@ def test_import_bugfix_gym_imports_no_verifiers():
     code = "import sys, bugfix_gym, bugfix_gym.integrations; print('verifiers' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def _cli_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+
+
+@pytest.fixture(scope="module")
+def tinyagent(tmp_path_factory) -> Path:
+    """A TinyAgent model file: ``$BUGFIX_SERVE_MODEL``, else one PPO iteration of ``bugfix-gym train`` (~30 s)."""
+    if os.environ.get("BUGFIX_SERVE_MODEL"):
+        return Path(os.environ["BUGFIX_SERVE_MODEL"])
+    out = tmp_path_factory.mktemp("tinyagent")
+    subprocess.run([sys.executable, "-m", "agents.cli", "train", "--timesteps", "384", "--eval-episodes", "8",
+                    "--out", str(out)], check=True, capture_output=True, env=_cli_env(), cwd=ROOT)
+    return out / "tokenppo.zip"
+
+
+@pytest.fixture()
+def served(tinyagent, tmp_path):
+    """``bugfix-gym serve`` of the TinyAgent on 127.0.0.1 (a free port), in a subprocess; yields its base URL."""
+    log = tmp_path / "serve.log"
+    with open(log, "w") as stderr:
+        proc = subprocess.Popen([sys.executable, "-m", "agents.cli", "serve", str(tinyagent), "--port", "0",
+                                 "--model-name", "tinyagent"], stdout=subprocess.PIPE, stderr=stderr,
+                                text=True, env=_cli_env(), cwd=ROOT)
+    try:
+        line = proc.stdout.readline()
+        match = re.search(r" at (http://\S+/v1) ", line)
+        assert match, f"bugfix-gym serve printed {line!r}; its log: {log.read_text()[-2000:]}"
+        yield match.group(1)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_verifiers_rollouts_through_bugfix_gym_serve(served, tmp_path):
+    env = load_environment("train", tasks="book", n=4, seed=1)
+    episodes = evaluate(env, served, tmp_path, rollouts=2)
+    assert len(episodes) == 8 and all(e.ok for e in episodes), [e.errors for e in episodes]
+    stops = []
+    for episode in episodes:
+        (trace,) = episode.traces
+        calls = trace.info["bugfix_calls"]
+        # the calls the server returned (the assistant messages on verifiers' trace) are the calls the env played
+        sampled = [m for m in trace.branches[-1].messages if isinstance(m, vf.AssistantMessage)]
+        assert [played(m) for m in sampled] == calls
+        assert all(m.tool_calls for m in sampled)  # the server answered the tools with tool calls
+        assert trace.info["bugfix_stop"] in ("submit", "budget")
+        assert (calls[-1] == "submit") == (trace.info["bugfix_stop"] == "submit")
+        assert trace.rewards["hidden_tests"].score == replay(episode.task.data.row, calls)
+        stops.append(trace.info["bugfix_stop"])
+    assert "submit" in stops

@@ -16,7 +16,8 @@ and OpenEnv tasksets do. Here:
 - the tasks are :func:`bugfix_gym.integrations.trl.dataset_rows` (no row or prompt holds a defect kind or
   a fix op), and each task resets a :class:`~bugfix_gym.env.BugFixEnv` from its row alone, so every
   rollout of a row plays the same task;
-- the model's turns are the five calls as OpenAI tools (:data:`TOOLS`): :class:`BugFixHarness` sends
+- the model's turns are the five calls as OpenAI tools (:data:`TOOLS`, the schemas of
+  :func:`bugfix_gym.integrations.chat.tool_schemas`, which ``bugfix-gym serve`` reads): :class:`BugFixHarness` sends
   them with every chat request, through the interception endpoint, and the env answers each tool call with
   a ``tool`` message holding the env's output (a reply with no tool call is played as a text call, e.g.
   ``edit fix_init``; one that does not parse is an invalid turn, as in ``BugFix-v0``);
@@ -31,56 +32,21 @@ bugfix_gym`` does not import this module.
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any, Iterator
 
 import verifiers.v1 as vf
 
 from ..env import BugFixEnv
+from .chat import call_of_tool_call, tool_schemas
 from .trl import BugFixToolEnv, dataset_rows
 
 __all__ = ["BugFixTaskset", "BugFixVfEnv", "BugFixHarness", "load_environment", "tool_schemas"]
 
 TASKSET_ID = "bugfix_gym_verifiers"
 sys.modules.setdefault(TASKSET_ID, sys.modules[__name__])
-CALL_NAMES = ("read", "test", "edit", "revert", "submit")
-
-
-def tool_schemas() -> list[dict[str, Any]]:
-    """The five calls as OpenAI ``tools`` (``{"type": "function", "function": {...}}``), from the docstrings of
-    :class:`~bugfix_gym.integrations.trl.BugFixToolEnv`'s tool methods."""
-    schemas = []
-    for name in CALL_NAMES:
-        doc = (getattr(BugFixToolEnv, name).__doc__ or "").strip().splitlines()[0]
-        params: dict[str, Any] = {"type": "object", "properties": {}, "required": []}
-        if name == "edit":
-            from ..ops import FIX_OPS
-
-            params = {"type": "object", "required": ["op"], "properties": {
-                "op": {"type": "string", "enum": list(FIX_OPS), "description": "the edit operation"}}}
-        schemas.append({"type": "function", "function": {"name": name, "description": doc, "parameters": params}})
-    return schemas
-
-
 TOOLS = tool_schemas()
-
-
-def call_text(name: str, arguments: str) -> str:
-    """A tool call as BugFix's text call: ``edit`` with ``{"op": "fix_init"}`` -> ``edit fix_init``.
-
-    :param name: the tool's name
-    :param arguments: the call's JSON arguments, as the model wrote them
-    :return: the text call; an unknown tool or unreadable arguments give a text that does not parse, which
-        the env plays as an invalid turn
-    """
-    if name != "edit":
-        return name
-    try:
-        op = json.loads(arguments or "{}").get("op", "")
-    except (ValueError, AttributeError):
-        return f"edit {arguments}"
-    return f"edit {op}"
+"""the OpenAI ``tools`` every chat request carries: ``bugfix-gym serve``'s five calls"""
 
 
 class BugFixTasksetConfig(vf.TasksetConfig):
@@ -208,7 +174,7 @@ def _last_call(messages: list[Any]) -> tuple[str | None, str]:
         if isinstance(message, vf.AssistantMessage):
             if message.tool_calls:
                 first = message.tool_calls[0]
-                return first.id, call_text(first.name, first.arguments)
+                return first.id, call_of_tool_call({"function": {"name": first.name, "arguments": first.arguments}})
             return None, (message.content or "").strip()
     return None, ""
 
