@@ -70,6 +70,7 @@ def evaluate(env, url: str, tmp_path, rollouts: int = 1) -> list[Any]:
     from verifiers.v1.configs.cli.eval import EvalConfig
 
     config = EvalConfig(env=env.config, model="tinyagent", num_rollouts=rollouts, rich=None, push=False,
+                        max_concurrent=4,
                         client=vf.EvalClientConfig(base_url=url, api_key_var="BUGFIX_NO_KEY"),
                         output_dir=tmp_path)
     return asyncio.run(run_eval(config))
