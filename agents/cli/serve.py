@@ -11,18 +11,22 @@ else the call's text. Errors are OpenAI-shaped JSON, ``{"error": {"message", "ty
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
+import threading
 import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator
 
 from bugfix_gym.integrations.chat import ChatError, tool_call_of, transcript_of
 
 from agents.cli.evaluate import load_model, override_decoding
 
 if TYPE_CHECKING:
+    from agents.algorithms.on_policy import TokenOnPolicyAlgorithm
     from agents.bugfix.chat_agent import ChatAgent, WrittenCall
 
 MAX_BODY_BYTES = 1 << 20  # a request body above this is refused (413): BugFix chats are a few KB
@@ -43,6 +47,7 @@ class ApiError(Exception):
         self.status, self.message, self.code, self.param = status, message, code, param
 
     def body(self) -> dict[str, Any]:
+        """The error as OpenAI's JSON body."""
         kind = "not_found_error" if self.status == 404 else "invalid_request_error"
         return {"error": {"message": self.message, "type": kind, "code": self.code, "param": self.param}}
 
@@ -73,10 +78,38 @@ class ChatServer(ThreadingHTTPServer):
         return f"http://{host!s}:{port}/v1" if isinstance(host, str) else f"http://{host.decode()}:{port}/v1"
 
 
+@contextlib.contextmanager
+def serving(model: str | Path | TokenOnPolicyAlgorithm, model_name: str = "bugfix-agent", host: str = "127.0.0.1",
+            port: int = 0, **kwargs: Any) -> Iterator[ChatServer]:
+    """A :class:`ChatServer` answering in a background thread for the ``with`` block, then shut down:
+    ``with serving("tokenppo.zip") as server: client(base_url=server.url)``.
+
+    :param model: a model file, or a loaded algorithm (its policy's decoding as it is)
+    :param model_name: the served name
+    :param host: the address (default: local only)
+    :param port: the port (0: a free one)
+    :param kwargs: more :class:`ChatServer` arguments (``call_mask_key``, ``log_requests``)
+    """
+    from agents.algorithms.presets import load_algorithm
+    from agents.bugfix.chat_agent import ChatAgent
+
+    loaded = load_algorithm(model) if isinstance(model, (str, Path)) else model
+    server = ChatServer((host, port), ChatAgent(loaded), model_name, **kwargs)
+    thread = threading.Thread(target=server.serve_forever, name="bugfix-gym-serve", daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
 class ChatHandler(BaseHTTPRequestHandler):
     """The routes; any failure is answered as error JSON, never a dropped connection."""
 
-    protocol_version = "HTTP/1.1"
+    protocol_version = "HTTP/1.1"  # keep-alive: every answer has a Content-Length
+    timeout = 120  # seconds a connection may sit idle (or send its body) before it is closed
     server: ChatServer
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
@@ -122,6 +155,8 @@ class ChatHandler(BaseHTTPRequestHandler):
             return json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             raise ApiError(400, f"the request body is not JSON ({e}); send a JSON object", "invalid_json") from None
+        except RecursionError:
+            raise ApiError(400, "the request body nests too deeply; send a flat chat", "invalid_json") from None
 
     def _answer(self, route: Any) -> None:
         try:
