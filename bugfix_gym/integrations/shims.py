@@ -71,12 +71,18 @@ class GemBugFix:
             split=split, max_turns=max_turns)
 
     def reset(self, seed: int | None = None) -> tuple[str, dict[str, Any]]:
-        """A new episode (the same seed gives the same task): its prompt and info."""
+        """A new episode: its prompt and info.
+
+        :param seed: the same seed gives the same task (None: the next draw)
+        """
         obs, info = self.env.reset(seed=seed)
         return obs, {**info, "suffix": "Write your next call, e.g. \\boxed{read}."}
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        """Play the call in the model's reply ``action``; a reply that holds no call is an invalid turn."""
+        """Play the call in the model's reply; a reply that holds no call is an invalid turn.
+
+        :param action: the model's reply (:func:`call_from_reply` finds the call in it)
+        """
         obs, reward, terminated, truncated, info = self.env.step(call_from_reply(str(action)))
         return obs, float(reward), bool(terminated), bool(truncated), info
 
@@ -107,7 +113,10 @@ class SkyRLBugFix:
         self.passed = False
 
     def init(self, prompt: list[dict[str, str]]) -> tuple[list[dict[str, str]], dict[str, Any]]:
-        """Reset from the row; the env's prompt is appended to the last user message (a new one if none)."""
+        """Reset from the row; the env's prompt is appended to the last user message (a new one if none).
+
+        :param prompt: the dataset row's chat prompt
+        """
         obs = self.player.reset(**self.row)
         self.turns, self.passed = 0, False
         chat = [dict(m) for m in prompt or []]
@@ -118,7 +127,10 @@ class SkyRLBugFix:
         return chat, {}
 
     def step(self, action: str) -> dict[str, Any]:
-        """Play the call in ``action``: the tool output as the next user message, the reward on the last step."""
+        """Play the call in ``action``: the tool output as the next user message, the reward on the last step.
+
+        :param action: the model's reply
+        """
         obs, reward, done, info = play(self.player.env, action, "call init(prompt)")
         self.turns += 1
         self.passed = self.passed or bool(info.pop("hidden_pass"))
@@ -142,7 +154,12 @@ class OpenEnvBugFix:
         self.step_count = 0
 
     def reset(self, seed: int | None = None, episode_id: str | None = None, **row: Any) -> dict[str, Any]:
-        """Start the episode ``row`` names (:data:`ROW_KEYS`; default a book train task drawn by ``seed``)."""
+        """Start the episode ``row`` names.
+
+        :param seed: with no row, draws a book train task; a generated row without ``seed`` takes it
+        :param episode_id: OpenEnv's episode id, echoed by :attr:`state`
+        :param row: a BugFix row (:data:`ROW_KEYS`); other fields are ignored
+        """
         if not row.get("task") and row.get("tasks", "book") == "book":
             from .trl import dataset_rows
 
@@ -155,7 +172,10 @@ class OpenEnvBugFix:
         return {"text": obs, "done": False, "reward": None, "metadata": {}}
 
     def step(self, call: str) -> dict[str, Any]:
-        """Play ``call`` (a BugFix call, e.g. ``edit fix_init``)."""
+        """Play one call.
+
+        :param call: a BugFix call (``edit fix_init``), or a reply holding one in ``\\boxed{...}``
+        """
         obs, reward, done, info = play(self.player.env, call, "POST /reset")
         self.step_count += 1
         return {"text": obs, "done": done, "reward": reward, "metadata": info}

@@ -111,6 +111,13 @@ class BugFixHarness(vf.Harness[BugFixHarnessConfig]):
                      mcp_urls: dict[str, str], data: Any, tool_interception_url: str | None = None) -> Any:
         """Send the conversation so far and the tools; the model's reply lands on the trace.
 
+        :param ctx: the rollout's model context (its ``model`` is the request's)
+        :param trace: the rollout's trace (the interception server records the call on it)
+        :param runtime: the agent's runtime (unused: nothing runs in it)
+        :param endpoint: the interception server's base URL; ``secret`` is its bearer token
+        :param mcp_urls: the task's tool servers (none: the tools are :data:`TOOLS`)
+        :param data: this segment's task data; its prompt is the conversation so far
+        :param tool_interception_url: unused (no tool is executed by the harness)
         :return: a successful ``ProgramResult`` (the trace is the record of what ran), or exit code 1 with the
             endpoint's error
         """
@@ -145,7 +152,11 @@ class BugFixVfEnv(vf.Env[BugFixVfEnvConfig]):
     """BugFix steps host-side as the run's user: each model call is played, its output is the next turn."""
 
     async def run(self, task: BugFixTask, agents: Any) -> None:
-        """Play one episode of ``task`` and record the hidden tests' verdict as the reward ``hidden_tests``."""
+        """Play one episode of ``task`` and record the hidden tests' verdict as the reward ``hidden_tests``.
+
+        :param task: a :class:`BugFixTask` (its row says which BugFix task)
+        :param agents: the episode's agents; ``agents.player`` plays
+        """
         player = BugFixToolEnv(max_turns=task.data.max_turns)
         player.reset(**task.data.row)
         env: BugFixEnv = player.env  # type: ignore[assignment]
