@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 RLLIB_VENV := .venv-rllib
 RLLIB_PY := $(RLLIB_VENV)/bin/python
 RLLIB_STAMP := $(RLLIB_VENV)/.installed
-# TRL, transformers, tokenizers and datasets: a venv of their own too (constraints-trl.txt says why)
+# TRL, transformers, tokenizers, datasets and verifiers: a venv of their own too (constraints-trl.txt says why)
 TRL_VENV := .venv-trl
 TRL_PY := $(TRL_VENV)/bin/python
 TRL_STAMP := $(TRL_VENV)/.installed
@@ -88,16 +88,16 @@ trl-venv: $(TRL_STAMP)
 $(TRL_STAMP): pyproject.toml constraints-trl.txt
 	test -x $(TRL_PY) || $(PYTHON) -m venv $(TRL_VENV)
 	$(TRL_PY) -m pip install -q --upgrade pip
-	$(TRL_PY) -m pip install -q -c constraints-trl.txt -e ".[trl]" pytest
+	$(TRL_PY) -m pip install -q -c constraints-trl.txt -e ".[trl,verifiers]" pytest
 	touch $(TRL_STAMP)
 
 # SFT on scripted play, then TRL's GRPO with environment_factory=BugFixToolEnv (examples/trl_grpo.py), in .venv-trl
 trl: $(TRL_STAMP)
 	$(TRL_PY) examples/trl_grpo.py --dump runs/trl_grpo/first_batch.jsonl
 
-# the tests that need trl / transformers / tokenizers (they skip in .venv), in .venv-trl
+# the tests that need trl / transformers / tokenizers / verifiers (they skip in .venv), in .venv-trl
 test-trl: $(TRL_STAMP)
-	$(TRL_PY) -m pytest tests/test_trl.py tests/test_conformance.py tests/test_hf_tokens.py
+	$(TRL_PY) -m pytest tests/test_trl.py tests/test_conformance.py tests/test_hf_tokens.py tests/test_verifiers.py
 
 clean:
 	rm -rf $(VENV) $(RLLIB_VENV) $(TRL_VENV) build *.egg-info
