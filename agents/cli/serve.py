@@ -64,6 +64,9 @@ class ChatServer(ThreadingHTTPServer):
     """
 
     daemon_threads = True
+    # http.server's listen backlog is 5: a harness with many rollouts in flight (verifiers runs one per
+    # group member) got connection resets past it. Requests still run one at a time on the model.
+    request_queue_size = 256
 
     def __init__(self, address: tuple[str, int], agent: ChatAgent, model_name: str,
                  call_mask_key: str | None = None, log_requests: bool = True):
