@@ -84,7 +84,7 @@ def normalise(episode: Any, index: int = 0) -> Episode:
     """
     if not isinstance(episode, dict):
         raise ValueError(f"episode {index} is {type(episode).__name__}, not a JSON object (docs/conformance.md)")
-    out = {ALIASES.get(key, key): value for key, value in episode.items()}
+    out: Episode = {ALIASES.get(str(key), str(key)): value for key, value in episode.items()}
     if "input_ids" in out:
         ids, loss_mask = _ints(out.pop("input_ids"), "input_ids", index), out.pop("loss_mask", None)
         if loss_mask is None:
