@@ -274,6 +274,54 @@ def test_the_command_reads_a_dump_and_exits_1_on_a_failed_check(tmp_path, capsys
     assert "junk.jsonl:1 is not JSON" in capsys.readouterr().err
 
 
+def test_bugfix_gym_conformance_prints_one_line_per_check_and_exits_1_on_a_failure(tmp_path, capsys):
+    from agents.cli import main
+
+    good, bad = tmp_path / "good.jsonl", tmp_path / "bad.jsonl"
+    good.write_text("\n".join(json.dumps(dump_format(e)) for e in good_batch()) + "\n")
+    broken = good_batch()
+    _normaliser_per_sequence(broken)
+    bad.write_text("\n".join(json.dumps(e) for e in broken))
+    assert main(["conformance", str(good), "--end-ids", str(END)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [ln.split()[:2] for ln in lines] == [["skip" if name == "retokenisation_stable" else "pass", name]
+                                                for name in CHECKS]  # the command has no tokenizer to re-encode with
+    assert main(["conformance", str(bad), "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["failed"] == 1 and {c["name"]: c["status"] for c in report["checks"]}["loss_normaliser"] == "FAIL"
+    assert "episode 0 token 0: loss weight" in {c["name"]: c["detail"] for c in report["checks"]}["loss_normaliser"]
+
+
+@pytest.mark.parametrize("content, error", [
+    (None, "cannot read"), ("", "holds no episode"), ("\n\n", "holds no episode"), ("{not json\n", ":1 is not JSON"),
+    ("[1, 2]\n", "episode 0 is list, not a JSON object"), ('{"mask": [1]}\n', "needs 'input_ids' and 'loss_mask'"),
+    ('{"input_ids": [1, "x"], "loss_mask": [0, 1]}\n', "'input_ids' holds something other than integer ids"),
+    ('{"input_ids": [1, 2], "loss_mask": [0, 1], "turns": [{"start": 0, "end": 9}]}\n', "a turn's span"),
+    ('{"input_ids": [1, 2], "loss_mask": [0, 1], "logprobs": "abc"}\n', "'logprobs' is str, not a list"),
+    (b"\xff\xfe\x00", "not a text file"),
+])
+def test_an_unreadable_dump_is_one_line_and_exit_2(tmp_path, capsys, content, error):
+    from agents.cli import main
+
+    path = tmp_path / "dump.jsonl"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is not None:
+        path.write_text(content)
+    assert main(["conformance", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("bugfix-gym conformance: error: ") and error in err and len(err.splitlines()) == 1
+
+
+def test_a_mistyped_command_gets_a_did_you_mean(capsys):
+    from agents.cli import main
+
+    assert main(["conformanc", "x.jsonl"]) == 2
+    assert "did you mean 'conformance'?" in capsys.readouterr().err
+    assert main(["conformance", "x.jsonl", "--end-ids", "2,x"]) == 2
+    assert "--end-ids takes comma-separated integer ids" in capsys.readouterr().err
+
+
 def test_importing_bugfix_gym_and_its_integrations_imports_no_trainer_library():
     import subprocess
     import sys

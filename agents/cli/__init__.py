@@ -7,6 +7,7 @@
     bugfix-gym eval runs/gen0/tokenppo.zip --generated test --n 200 --gen-seed 1 --json
     bugfix-gym eval runs/gen0/tokenppo.zip --pack examples/task_pack_example.json --episodes 8 --json
     bugfix-gym play --task clamp                      # type the calls yourself
+    bugfix-gym conformance dump.jsonl --end-ids 2     # check a trainer's batch dump (docs/conformance.md)
 
 Bad arguments, a missing or unsafe model file, a damaged run folder: one line on stderr, exit
 status 2. Ctrl-C, SIGTERM or SIGHUP during training saves the last finished iteration (exit status
@@ -49,6 +50,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         if args.command == "train" and args.resume is not None:
             _check_resume_alone(argv[1:])
+        if args.command == "conformance":
+            from bugfix_gym.integrations.conformance import run_command
+
+            return run_command(args)
         return cmd_train(args) if args.command == "train" else cmd_eval(args)
     except UsageError as e:
         print(str(e), file=sys.stderr)

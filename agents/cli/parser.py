@@ -153,16 +153,30 @@ RESUME_FLAGS = ("--resume", "--no-progress")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``bugfix-gym`` parser: ``train``, ``eval`` and ``play`` (whose own parser is bugfix_gym.play's)."""
+    """The ``bugfix-gym`` parser: ``train``, ``eval``, ``play`` (whose own parser is bugfix_gym.play's) and
+    ``conformance``."""
     from bugfix_gym import __version__
 
     parser = OneLineParser(prog="bugfix-gym", description="Train and evaluate token-level agents on BugFix-v0.")
     parser.add_argument("--version", action="version", version=f"bugfix-gym {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="{train,eval,play}", parser_class=OneLineParser)
+    sub = parser.add_subparsers(dest="command", metavar="{train,eval,play,conformance}", parser_class=OneLineParser)
     _add_train_command(sub)
     _add_eval_command(sub)
     sub.add_parser("play", help="play BugFix-v0 yourself in the terminal (bugfix_gym.play)", add_help=False)
+    _add_conformance_command(sub)
     return parser
+
+
+def _add_conformance_command(sub: Any) -> None:
+    """``bugfix-gym conformance DUMP.jsonl``: :mod:`bugfix_gym.integrations.conformance`'s checks of a trainer's
+    dump (its own arguments)."""
+    from bugfix_gym.integrations import conformance
+
+    add = sub.add_parser("conformance", help="check a trainer's batch dump: masks, ratios, prefixes, groups, "
+                         "the loss normaliser (docs/conformance.md)",
+                         description="One line per check (pass / FAIL / skip), naming the first offending episode "
+                                     "and token; exit status 1 if any check fails, 2 if the dump cannot be read.")
+    conformance.add_arguments(add)
 
 
 def _add_train_command(sub: Any) -> None:
