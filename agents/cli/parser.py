@@ -145,6 +145,8 @@ _TRAIN_FLAGS_LAST: tuple[Flag, ...] = (
     Flag("resume", type=Path, metavar="DIR",
          help="continue the run in DIR (stopped by Ctrl-C) with the arguments it was started with"),
     Flag("tensorboard", switch=True, help="also write TensorBoard logs under the output folder"),
+    Flag("dump", type=Path, metavar="FILE", help="write the conformance dump of the first update's batch to FILE "
+         "(check it with `bugfix-gym conformance FILE`; docs/conformance.md)"),
     Flag("no_progress", switch=True, help="no progress bar"),
 )
 
