@@ -277,15 +277,25 @@ def check_retokenisation_stable(batch: Sequence[Episode], options: dict[str, Any
     tokenizer = options.get("tokenizer")
     if tokenizer is None:
         raise Skip("no tokenizer given")
+    end_ids = options.get("end_ids") or set()
     for e, episode in enumerate(batch):
         ids, mask = list(episode["completion_ids"]), _field(episode, "mask")
         for start, end in _model_runs(mask):
-            again = list(tokenizer.encode(tokenizer.decode(ids[start:end]), add_special_tokens=False))
+            end -= 1 if ids[end - 1] in end_ids else 0  # an end id is a control token, not text (ours has none)
+            again = _encode(tokenizer, tokenizer.decode(ids[start:end]))
             if again != ids[start:end]:
                 t = next((i for i, (a, b) in enumerate(zip(again, ids[start:end])) if a != b), min(len(again),
                                                                                                    end - start))
                 return f"{_at(episode, e, start + t)}: re-encoding the decoded model turn gives other ids"
     return None
+
+
+def _encode(tokenizer: Tokenizer, text: str) -> list[int]:
+    """``text``'s ids without special tokens (an HF tokenizer's ``add_special_tokens=False``; ours adds none)."""
+    try:
+        return list(tokenizer.encode(text, add_special_tokens=False))
+    except TypeError:  # a tokenizer without the keyword (bugfix_gym.Tokenizer)
+        return list(tokenizer.encode(text))
 
 
 @register_check("response_length_is_model_tokens", "tool tokens counted as response length (OpenRLHF PR #1252)")
