@@ -123,3 +123,16 @@ def test_bad_dump_arguments_are_one_line(argv, error, tmp_path, capsys):
     assert main(["train"] + [a.format(tmp=tmp_path) for a in argv]) == 2
     err = capsys.readouterr().err
     assert error in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_run_whose_budget_ends_before_the_first_update_says_no_dump_was_written(tmp_path, capsys):
+    from types import SimpleNamespace
+
+    from agents.cli.train import _say_dump
+
+    model = SimpleNamespace(first_update_dump=tmp_path / "d.jsonl")  # still set: no update ran
+    _say_dump(SimpleNamespace(model=model, dump=tmp_path / "d.jsonl"))
+    err = capsys.readouterr().err
+    assert "--dump: no update ran" in err and "nothing written to" in err
+    _say_dump(SimpleNamespace(model=SimpleNamespace(first_update_dump=None), dump=None))  # no --dump: silent
+    assert capsys.readouterr() == ("", "")
