@@ -203,3 +203,38 @@ def test_a_few_grpo_steps_of_the_example_run_and_their_batch_passes_the_checks(t
               "group_shares_reset", "group_advantages_centred")
     results = run_checks(episodes, only=checks)
     assert [r.status for r in results] == ["pass"] * len(checks), [(r.name, r.detail) for r in results]
+
+
+@pytest.mark.parametrize("loss_type", ["dapo", "grpo", "dr_grpo"])
+def test_the_dump_callback_writes_the_first_batch_and_it_passes_the_checks(tokenizer, tmp_path, loss_type):
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from bugfix_gym.integrations.conformance import CHECKS, load_dump
+    from bugfix_gym.integrations.trl_dump import conformance_dump_callback
+
+    def id_sum_reward(completion_ids, **kwargs):  # varies where the untrained model never passes: advantages != 0
+        return [float(sum(ids) % 7) for ids in completion_ids]
+
+    rows = rollout_rows(dataset_rows("train", n=4, seed=5))
+    config = GRPOConfig(output_dir=str(tmp_path / "grpo"), per_device_train_batch_size=4, num_generations=2,
+                        max_completion_length=96, max_steps=1, learning_rate=1e-3, beta=0.0, temperature=1.0,
+                        top_k=0, save_strategy="no", report_to="none", use_cpu=True, seed=0, log_completions=False,
+                        loss_type=loss_type)
+    trainer = GRPOTrainer(model=tiny_causal_lm(tokenizer, seed=0), args=config, train_dataset=Dataset.from_list(rows),
+                          processing_class=tokenizer, reward_funcs=id_sum_reward,
+                          rollout_func=make_rollout_func(rows, tokenizer, max_turns=3, max_new_tokens=8))
+    callback = conformance_dump_callback(trainer, tmp_path / "dumps" / "first.jsonl")
+    trainer.add_callback(callback)
+    trainer.train()
+    assert callback.written and "_generate_and_score_completions" not in vars(trainer)
+    episodes = load_dump(str(tmp_path / "dumps" / "first.jsonl"))
+    assert len(episodes) == 4 and {e["loss_type"] for e in episodes} == {loss_type}
+    results = {r.name: r for r in run_checks(episodes, end_ids=[tokenizer.eos_token_id])}
+    assert set(results) == set(CHECKS) and not [r for r in results.values() if r.failed], results
+    for name in ("loss_normaliser", "first_ratio_one", "env_tokens_out_of_loss", "group_shares_reset"):
+        assert results[name].status == "pass", results[name]
+    assert any(w != 0.0 for e in episodes for w in e["loss_weights"])  # the normaliser compared real weights
+    for e in episodes:  # and another formula's weights would not pass (the completions may all be one length:
+        e.update(loss_type="dr_grpo" if loss_type != "dr_grpo" else "bnpo", max_completion_length=96)  # not grpo)
+    assert run_checks(episodes, only=["loss_normaliser"])[0].failed

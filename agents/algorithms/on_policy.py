@@ -145,6 +145,9 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         self.total_policy_tokens = 0
         self._iteration = 0
         self._last_rollout: dict[str, Any] | None = None
+        #: a file for the conformance dump of the next update (written once, before its first step, then None;
+        #: agents/algorithms/first_update_dump.py, ``bugfix-gym train --dump``)
+        self.first_update_dump: str | pathlib.Path | None = None
         if _init_setup_model:
             with use_threads(self.torch_threads, self.device):  # the base agent may be trained here
                 self._prepare_policy_kwargs(base_agent)
@@ -515,7 +518,8 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         super().set_parameters(load_path_or_dict, exact_match=exact_match, device=device)
 
     def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "sampler", "sample_generator", "_base_model", "_last_rollout"]
+        return [*super()._excluded_save_params(), "sampler", "sample_generator", "_base_model", "_last_rollout",
+                "first_update_dump"]
 
 
 # ---------------------------------------------------------------------- helpers

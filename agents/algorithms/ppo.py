@@ -162,6 +162,8 @@ class TokenPPO(TokenOnPolicyAlgorithm):
         # 3. epochs x shuffled minibatches of whole trajectories
         clip_low = float(self.clip_range(self._current_progress_remaining))
         clip_high = clip_low if self.clip_range_high is None else float(self.clip_range_high)
+        if self.first_update_dump is not None:  # bugfix-gym train --dump: this first update, before its first step
+            self._dump_first_update(buffer, layouts[0], clip_low, clip_high)
         epochs: list[dict[str, float]] = []
         steps, stop = 0, False
         for epoch, layout in enumerate(layouts):
@@ -224,27 +226,43 @@ class TokenPPO(TokenOnPolicyAlgorithm):
         return score_tokens(model, sample.ids, sample.policy_mask, lengths=sample.lengths, chunk=self.forward_chunk,
                             grammar=self.policy.grammar, grammar_state=sample.grammar_state)
 
-    def _minibatch_loss(self, sample: TokenRolloutBufferSamples, clip_low: float, clip_high: float
-                        ) -> tuple[th.Tensor, dict[str, float]]:
-        """PPO loss of one minibatch of whole trajectories: one pass scores all its policy tokens
-        (and the positions the auxiliary losses predict), then each auxiliary loss is added."""
-        mask = sample.loss_mask  # [b, T-1] policy tokens, less those of masked truncated episodes
+    def _minibatch_scores(self, sample: TokenRolloutBufferSamples
+                          ) -> tuple[th.Tensor, th.Tensor, th.Tensor, list[th.Tensor | None]]:
+        """(logp, values, entropy, targets) of one minibatch: one pass scores all its policy tokens and the
+        positions the auxiliary losses predict (``targets``, one mask or None per auxiliary loss)."""
         targets = [aux.target_mask(sample.ids, sample.owner) for aux in self.aux_losses]  # [b, T-1] or None each
         scored = sample.policy_mask
         for target in targets:
             scored = scored if target is None else th.maximum(scored, target)
         logp, values, entropy = self._score(self.policy.model, sample._replace(policy_mask=scored))  # 3 x [b, T-1]
-        mode, norm = self.loss_mode, self.loss_norm_const
+        return logp, values, entropy, targets
+
+    def _policy_terms(self, logp: th.Tensor, sample: TokenRolloutBufferSamples, clip_low: float, clip_high: float
+                      ) -> tuple[th.Tensor, th.Tensor | None, dict[str, float]]:
+        """(policy loss, KL-to-reference term or None, the policy loss's statistics) of a minibatch's log-probs."""
+        mask, mode, norm = sample.loss_mask, self.loss_mode, self.loss_norm_const  # loss_mask: less masked truncated
         config = PolicyLossConfig(clip_low=clip_low, clip_high=clip_high, dual_clip=self.dual_clip, mode=mode,
                                   norm_const=norm, max_is_weight=self.max_is_weight)
         pg_loss, stats = get_policy_loss_fn(self.policy_loss)(logp, sample.old_logp, sample.advantages, mask, config)
+        kl_ref = None
+        if self.kl_coef and sample.ref_logp is not None:
+            kl_ref = aggregate_loss(kl_estimate(logp, sample.ref_logp, self.kl_estimator), mask, mode, norm)
+        return pg_loss, kl_ref, stats
+
+    def _minibatch_loss(self, sample: TokenRolloutBufferSamples, clip_low: float, clip_high: float
+                        ) -> tuple[th.Tensor, dict[str, float]]:
+        """PPO loss of one minibatch of whole trajectories: one pass scores all its policy tokens
+        (and the positions the auxiliary losses predict), then each auxiliary loss is added."""
+        mask, mode, norm = sample.loss_mask, self.loss_mode, self.loss_norm_const
+        logp, values, entropy, targets = self._minibatch_scores(sample)
+        pg_loss, kl_term, stats = self._policy_terms(logp, sample, clip_low, clip_high)
         v_loss = clipped_value_loss(values, sample.old_values, sample.returns, mask, clip=self.clip_range_vf,
                                     mode=mode, norm_const=norm)
         entropy_mean = aggregate_loss(entropy, mask, mode, norm)
         loss = pg_loss - self.ent_coef * entropy_mean + self.vf_coef * v_loss
         kl_ref = th.zeros(())
-        if self.kl_coef and sample.ref_logp is not None:
-            kl_ref = aggregate_loss(kl_estimate(logp, sample.ref_logp, self.kl_estimator), mask, mode, norm)
+        if kl_term is not None:
+            kl_ref = kl_term
             loss = loss + self.kl_coef * kl_ref
         stats.update(pg_loss=pg_loss.item(), value_loss=v_loss.item(), entropy=entropy_mean.item(),
                      kl_ref=kl_ref.item())
@@ -254,6 +272,40 @@ class TokenPPO(TokenOnPolicyAlgorithm):
             stats[f"{aux.name}_loss"] = aux_loss.item()
         stats["loss"] = loss.item()
         return loss, stats
+
+    def _dump_first_update(self, buffer: TokenRolloutBuffer, layout: list[np.ndarray], clip_low: float,
+                           clip_high: float) -> None:
+        """Write the conformance dump of this update (:mod:`agents.algorithms.first_update_dump`) to
+        ``first_update_dump``, then forget the path: each minibatch of the first epoch scored and its policy
+        loss differentiated with the weights before the first step (the first minibatch's numbers are those
+        its step uses), under a forked torch RNG, so training goes on exactly as without it."""
+        from agents.algorithms import first_update_dump as dump
+
+        N, T = buffer.data["ids"].shape
+        new_logp, weights = th.zeros(N, T - 1), th.zeros(N, T - 1)
+        per_episode: list[dict[str, Any]] = [{} for _ in range(N)]
+        with th.random.fork_rng(devices=[]), th.no_grad():
+            for mb, rows in enumerate(layout):
+                sample = buffer._get_samples(rows)
+                logp = self._minibatch_scores(sample)[0]
+                stats: dict[str, float] = {}
+
+                def loss(x: th.Tensor, sample: TokenRolloutBufferSamples = sample) -> th.Tensor:
+                    pg_loss, kl_term, pg_stats = self._policy_terms(x, sample, clip_low, clip_high)
+                    stats.update(pg_stats)
+                    return pg_loss if kl_term is None else pg_loss + self.kl_coef * kl_term
+
+                grad = dump.policy_loss_weights(loss, logp)
+                idx, t = th.as_tensor(rows, dtype=th.long), logp.shape[1]
+                new_logp[idx, :t], weights[idx, :t] = logp.cpu(), grad.cpu()
+                for i in rows:
+                    per_episode[int(i)] = dict(minibatch=mb, clip_fraction=stats.get("clip_frac", 0.0))
+        assert buffer.advantages is not None and self.first_update_dump is not None
+        common = dump.loss_fields(self.loss_mode, self.loss_norm_const, self.mask_truncated_completions,
+                                  self.adv_estimator)
+        dump.write_dump(self.first_update_dump, dump.episodes(buffer, new_logp, weights, buffer.advantages.cpu(),
+                                                              common, per_episode, groups=self.group_size > 1))
+        self.first_update_dump = None
 
     @th.no_grad()
     def _freeze_old_policy(self, buffer: TokenRolloutBuffer, layout: list[np.ndarray] | None = None) -> None:

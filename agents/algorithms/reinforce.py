@@ -136,6 +136,8 @@ class Reinforce(TokenOnPolicyAlgorithm):
             b = 0.0
         advantages = self._advantages(buffer, batch, b)
         batch["policy_mask"] = buffer.loss_mask().to(self.device)  # less masked truncated episodes
+        if self.first_update_dump is not None:  # bugfix-gym train --dump: this update, before its step
+            self._dump_first_update(buffer, batch, advantages)
         stats = policy_gradient_step(self.policy.model, self.policy.optimizer, batch, advantages, self.loss_mode,
                                      self.loss_norm_const, self.max_grad_norm, self.skip_zero, self.policy.grammar,
                                      self.forward_chunk, self.policy_loss)
@@ -156,6 +158,30 @@ class Reinforce(TokenOnPolicyAlgorithm):
             entry["rollout"] = self._last_rollout
             self._last_rollout = None
         self.diagnostics.append(entry)
+
+    def _dump_first_update(self, buffer: TokenRolloutBuffer, batch: dict[str, th.Tensor], advantages: th.Tensor
+                           ) -> None:
+        """Write the conformance dump of this update (:mod:`agents.algorithms.first_update_dump`) to
+        ``first_update_dump``, then forget the path. pi_old is the policy itself here, so the old and the new
+        log-probs are one scoring of the batch (at every policy token, as sampled); the loss weights are
+        ``d loss / d logp`` of :func:`policy_gradient_step`'s loss. A forked torch RNG: training is unchanged."""
+        from agents.algorithms import first_update_dump as dump
+
+        mask = batch["policy_mask"]
+        with th.random.fork_rng(devices=[]), th.no_grad():
+            logp, _, _ = score_tokens(self.policy.model, batch["ids"], buffer.policy_mask.to(self.device),
+                                      lengths=(batch["owner"] > 0).sum(1), chunk=self.forward_chunk,
+                                      grammar=self.policy.grammar, grammar_state=batch.get("grammar_state"))
+            config = PolicyLossConfig(mode=self.loss_mode, norm_const=self.loss_norm_const)
+            loss_fn = get_policy_loss_fn(self.policy_loss)
+            weights = dump.policy_loss_weights(lambda x: loss_fn(x, x.detach(), advantages, mask, config)[0], logp)
+        per_token = advantages[:, None].expand_as(mask) if advantages.dim() == 1 else advantages
+        assert self.first_update_dump is not None
+        common = dump.loss_fields(self.loss_mode, self.loss_norm_const, self.mask_truncated_completions,
+                                  self.adv_estimator)
+        dump.write_dump(self.first_update_dump, dump.episodes(buffer, logp.cpu(), weights.cpu(), per_token.cpu(),
+                                                              common, groups=self.group_size > 1))
+        self.first_update_dump = None
 
 
 __all__ = ["BASELINES", "Reinforce", "policy_gradient_step"]

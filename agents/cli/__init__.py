@@ -8,6 +8,7 @@
     bugfix-gym eval runs/gen0/tokenppo.zip --pack examples/task_pack_example.json --episodes 8 --json
     bugfix-gym serve runs/gen0/tokenppo.zip --port 8000   # an OpenAI-compatible chat server (docs/serve.md)
     bugfix-gym play --task clamp                      # type the calls yourself
+    bugfix-gym conformance dump.jsonl --end-ids 2     # check a trainer's batch dump (docs/conformance.md)
 
 Bad arguments, a missing or unsafe model file, a damaged run folder: one line on stderr, exit
 status 2. Ctrl-C, SIGTERM or SIGHUP during training saves the last finished iteration (exit status
@@ -55,6 +56,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from agents.cli.serve import cmd_serve
 
             return cmd_serve(args)
+        if args.command == "conformance":
+            from bugfix_gym.integrations.conformance import run_command
+
+            return run_command(args)
         return cmd_train(args) if args.command == "train" else cmd_eval(args)
     except UsageError as e:
         print(str(e), file=sys.stderr)

@@ -56,7 +56,19 @@ class OneLineParser(argparse.ArgumentParser):
     """argparse, but errors are one line (no usage dump) and exit with status 2."""
 
     def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{self.prog}: error: {message} (see --help)")
+        raise UsageError(f"{self.prog}: error: {message}{_did_you_mean(message)} (see --help)")
+
+
+def _did_you_mean(message: str) -> str:
+    """``; did you mean 'train'?`` for argparse's ``invalid choice: 'trian' (choose from ...)``, else ''."""
+    import difflib
+    import re
+
+    found = re.match(r"argument .*: invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+    if found is None:
+        return ""
+    close = difflib.get_close_matches(found.group(1), re.findall(r"'([^']*)'", found.group(2)), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -145,6 +145,8 @@ _TRAIN_FLAGS_LAST: tuple[Flag, ...] = (
     Flag("resume", type=Path, metavar="DIR",
          help="continue the run in DIR (stopped by Ctrl-C) with the arguments it was started with"),
     Flag("tensorboard", switch=True, help="also write TensorBoard logs under the output folder"),
+    Flag("dump", type=Path, metavar="FILE", help="write the conformance dump of the first update's batch to FILE "
+         "(check it with `bugfix-gym conformance FILE`; docs/conformance.md)"),
     Flag("no_progress", switch=True, help="no progress bar"),
 )
 
@@ -153,18 +155,32 @@ RESUME_FLAGS = ("--resume", "--no-progress")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``bugfix-gym`` parser: ``train``, ``eval``, ``serve`` and ``play`` (whose own parser is
-    bugfix_gym.play's)."""
+    """The ``bugfix-gym`` parser: ``train``, ``eval``, ``serve``, ``play`` (whose own parser is
+    bugfix_gym.play's) and ``conformance``."""
     from bugfix_gym import __version__
 
     parser = OneLineParser(prog="bugfix-gym", description="Train and evaluate token-level agents on BugFix-v0.")
     parser.add_argument("--version", action="version", version=f"bugfix-gym {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="{train,eval,serve,play}", parser_class=OneLineParser)
+    sub = parser.add_subparsers(dest="command", metavar="{train,eval,serve,play,conformance}",
+                                parser_class=OneLineParser)
     _add_train_command(sub)
     _add_eval_command(sub)
     _add_serve_command(sub)
     sub.add_parser("play", help="play BugFix-v0 yourself in the terminal (bugfix_gym.play)", add_help=False)
+    _add_conformance_command(sub)
     return parser
+
+
+def _add_conformance_command(sub: Any) -> None:
+    """``bugfix-gym conformance DUMP.jsonl``: :mod:`bugfix_gym.integrations.conformance`'s checks of a trainer's
+    dump (its own arguments)."""
+    from bugfix_gym.integrations import conformance
+
+    add = sub.add_parser("conformance", help="check a trainer's batch dump: masks, ratios, prefixes, groups, "
+                         "the loss normaliser (docs/conformance.md)",
+                         description="One line per check (pass / FAIL / skip), naming the first offending episode "
+                                     "and token; exit status 1 if any check fails, 2 if the dump cannot be read.")
+    conformance.add_arguments(add)
 
 
 def _add_train_command(sub: Any) -> None:

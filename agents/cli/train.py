@@ -44,6 +44,7 @@ class TrainingRun:
     before: dict[str, dict[str, float]] | None
     resumed: bool
     train_s: float = 0.0
+    dump: Path | None = None
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -82,6 +83,8 @@ def start_run(args: argparse.Namespace, started: float) -> TrainingRun:
     settings = train_settings(args)
     if args.out is not None:
         check_out(args.out)
+    if args.dump is not None:
+        check_dump(args.dump)
     print("setting up: base agent (behaviour cloning, cached after the first run) ...", flush=True)
     env = make_env(settings, settings["n_envs"], settings["seed"])
     model = _new_model(settings, env)
@@ -89,8 +92,9 @@ def start_run(args: argparse.Namespace, started: float) -> TrainingRun:
     if settings["tensorboard"]:
         model.tensorboard_log = str(out / "tb")
     (out / RUN_FILE).write_text(json.dumps(settings, indent=1))
+    model.first_update_dump = args.dump
     print(f"  ready in {time.perf_counter() - started:.0f} s; evaluating the base agent ...", flush=True)
-    return TrainingRun(out, settings, model, before=_evaluate(model, settings), resumed=False)
+    return TrainingRun(out, settings, model, before=_evaluate(model, settings), resumed=False, dump=args.dump)
 
 
 def _new_model(settings: dict[str, Any], env: Any) -> TokenOnPolicyAlgorithm:
@@ -206,7 +210,18 @@ def train(run: TrainingRun, keep_best: KeepBest | None, progress: bool) -> int |
         print(f"bugfix-gym: {e}. Kept the last good iteration ({snapshots.iteration}) in {path}", file=sys.stderr)
         return 1
     run.train_s = time.perf_counter() - started
+    _say_dump(run)
     return None
+
+
+def _say_dump(run: TrainingRun) -> None:
+    """After training with ``--dump``: how to check the dump, or why there is none."""
+    if run.model.first_update_dump is not None:
+        print(f"bugfix-gym train: --dump: no update ran (the budget ended before the first batch was complete); "
+              f"nothing written to {run.dump}", file=sys.stderr)
+    elif run.dump is not None:
+        print(f"wrote the first update's conformance dump to {run.dump}; check it with: {program()} conformance "
+              f"{run.dump} --end-ids {run.model.policy.tokenizer.eoc_id}", flush=True)
 
 
 def _keep_best(run: TrainingRun) -> KeepBest | None:
@@ -423,6 +438,21 @@ def lock_run(out: Path) -> Any:
         raise usage_error("train", f"another bugfix-gym train is using {out}; wait until it ends") from None
     except OSError as e:
         raise usage_error("train", f"cannot lock {out} ({e.strerror or type(e).__name__})") from None
+
+
+def check_dump(path: Path) -> None:
+    """``--dump`` must name a file that can be written (its folder is made if missing).
+
+    :param path: the dump file given
+    """
+    if path.is_dir():
+        raise usage_error("train", f"--dump {path} is a folder; give a file, e.g. {path / 'dump.jsonl'}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("")
+    except OSError as e:
+        raise usage_error("train", f"--dump {path} cannot be written ({e.strerror or e}); choose another file") \
+            from None
 
 
 def check_out(out: Path) -> None:

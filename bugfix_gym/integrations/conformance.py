@@ -1,34 +1,17 @@
-"""Conformance checks for a multi-turn trainer's batch: masks, ratios, token prefixes, groups.
+"""Conformance checks for a multi-turn trainer's batch: masks, ratios, token prefixes, groups, the loss.
 
-A batch is a list of episodes, one ``dict`` each, in the shape TRL's ``GRPOTrainer`` keeps them
-(``prompt_ids``, ``completion_ids`` with the tool outputs spliced in, and a mask that says which
-completion tokens the model wrote). Every field but ``prompt_ids`` and ``completion_ids`` is
-optional; a check whose fields are missing is skipped, never passed by default.
+A dump is one JSON object per episode (docs/conformance.md has every field, which checks read it, and
+the broken dumps each check catches). Two spellings are read, and :func:`normalise` turns both into one:
 
-==================  =====================================================================
-field               meaning
-==================  =====================================================================
-prompt_ids          the ids of the prompt the first turn was sampled from
-completion_ids      everything after the prompt: model tokens and env (tool) tokens
-mask                per completion token: 1 = written by the model, 0 = written by the env
-                    (TRL's ``tool_mask`` / ``env_mask``)
-logprobs            the sampler's log-prob of each completion token (anything at mask 0)
-old_logprobs        the trainer's log-probs of the same tokens before its first update
-new_logprobs        the trainer's log-probs at its first update (the ratio's numerator)
-loss_weights        per completion token, the weight the loss gave it (e.g. d loss / d logp)
-turns               the model's turns in order: ``{"input_ids": [...], "output_ids": [...]}``,
-                    what the sampler was given and what it wrote at that turn
-response_length     the length the trainer counted for this episode (its length penalty,
-                    its ``completions/mean_length``)
-group               the episode's GRPO group id
-reset_key           what its env was reset from (a seed, a task name, the dataset row)
-advantages          a number, or one number per completion token
-truncated           the episode stopped on a length limit, not on its own end token
-==================  =====================================================================
+* the dump format of docs/conformance.md: ``input_ids`` with ``loss_mask`` (1 = written by the model; the
+  prompt is the ids before the first 1), per-token lists as long as ``input_ids``;
+* TRL's batch layout: ``prompt_ids``, ``completion_ids`` (the tool outputs spliced in) and ``mask``,
+  per-token lists as long as ``completion_ids`` (what :mod:`bugfix_gym.integrations.trl_dump` writes).
 
-Each check names the trainer bug it catches; :func:`run_checks` runs them all and
-:func:`format_report` prints one line each. ``python -m bugfix_gym.integrations.conformance
-DUMP.jsonl`` does both for a file of one JSON episode per line and exits 1 if any check fails.
+Every field but the ids is optional; a check whose fields are missing is skipped, never passed by
+default. :func:`run_checks` runs them all, :func:`format_report` prints one line each, and
+``bugfix-gym conformance DUMP.jsonl`` (or ``python -m bugfix_gym.integrations.conformance``) does
+both for a file and exits 1 if any check fails, 2 if the file cannot be read.
 """
 
 from __future__ import annotations
@@ -82,6 +65,96 @@ def register_check(name: str, bug: str) -> Callable[[Check], Check]:
     return add
 
 
+#: the per-token fields: as long as ``input_ids`` (or ``completion_ids``), one value per token
+PER_TOKEN = ("logprobs", "old_logprobs", "new_logprobs", "loss_weights", "advantages")
+#: the dump format's other names -> the name the checks read
+ALIASES = {"per_token_loss": "loss_weights"}
+
+
+def normalise(episode: Any, index: int = 0) -> Episode:
+    """One dump episode in the checks' shape: ``prompt_ids``, ``completion_ids`` and ``mask``, per-token
+    lists over the completion, ``turns`` spans over the completion, ``reset_key`` from ``reset_seed`` /
+    ``task``; ``_offset`` is where the completion starts in ``input_ids`` (messages count tokens in the
+    ids the dump gave: ``input_ids``, or TRL's ``completion_ids``).
+
+    :param episode: a dump line's object, in the dump format (``input_ids`` + ``loss_mask``) or TRL's
+        (``prompt_ids`` + ``completion_ids`` + ``mask``)
+    :param index: its line's episode number, for errors
+    :raises ValueError: it is no object, or has neither kind of ids (one line)
+    """
+    if not isinstance(episode, dict):
+        raise ValueError(f"episode {index} is {type(episode).__name__}, not a JSON object (docs/conformance.md)")
+    out: Episode = {ALIASES.get(str(key), str(key)): value for key, value in episode.items()}
+    if "input_ids" in out:
+        ids, loss_mask = _ints(out.pop("input_ids"), "input_ids", index), out.pop("loss_mask", None)
+        if loss_mask is None:
+            raise ValueError(f"episode {index} has input_ids but no loss_mask (1 = written by the model)")
+        loss_mask = _ints(loss_mask, "loss_mask", index)
+        p = next((i for i, m in enumerate(loss_mask) if m), len(loss_mask))
+        out.update(prompt_ids=ids[:p], completion_ids=ids[p:], mask=loss_mask[p:])
+        for key in PER_TOKEN:
+            if isinstance(out.get(key), list) and len(out[key]) == len(ids):
+                out[key] = out[key][p:]
+    elif "prompt_ids" in out and "completion_ids" in out:
+        p = len(_ints(out["prompt_ids"], "prompt_ids", index))
+        _ints(out["completion_ids"], "completion_ids", index)
+    else:
+        raise ValueError(f"episode {index} needs 'input_ids' and 'loss_mask' (or TRL's 'prompt_ids' and "
+                         "'completion_ids'); see docs/conformance.md")
+    for key in ("mask",) + PER_TOKEN:
+        if out.get(key) is not None and not (key == "advantages" and _is_number(out[key])):
+            _numbers(out[key], key, index)
+    if out.get("reset_key") is None and ("reset_seed" in out or "task" in out):
+        out["reset_key"] = [out.get("reset_seed"), out.get("task")]
+    if out.get("turns") is not None:
+        n = p + len(out["completion_ids"])
+        out["turns"] = [_turn(turn, p, n, index) for turn in _list(out["turns"], "turns", index)]
+    out["_offset"] = p if "loss_mask" in episode else 0  # TRL's layout counts tokens in the completion
+    return out
+
+
+def _turn(turn: Any, offset: int, n: int, index: int) -> dict[str, Any]:
+    """A turn of ``turns``: its span (``start``, ``end`` over the whole ids) moved onto the completion."""
+    if not isinstance(turn, dict):
+        raise ValueError(f"episode {index}: each of 'turns' is an object (role, start, end; or input_ids, "
+                         "output_ids)")
+    out = dict(turn)
+    if "start" in out or "end" in out:
+        start, end = out.get("start"), out.get("end")
+        if not (isinstance(start, int) and isinstance(end, int) and offset <= start < end <= n):
+            raise ValueError(f"episode {index}: a turn's span needs integers start < end within the ids after "
+                             f"the prompt ({offset} to {n}), got {start} to {end}")
+        out.update(start=start - offset, end=end - offset, role=out.get("role", "model"))
+    return out
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _list(value: Any, key: str, index: int) -> list[Any]:
+    if not isinstance(value, list):
+        raise ValueError(f"episode {index}: {key!r} is {type(value).__name__}, not a list")
+    return value
+
+
+def _numbers(value: Any, key: str, index: int) -> list[float]:
+    if not all(_is_number(x) or isinstance(x, bool) for x in _list(value, key, index)):
+        raise ValueError(f"episode {index}: {key!r} holds something other than numbers")
+    return value
+
+
+def _ints(value: Any, key: str, index: int) -> list[int]:
+    if not all(isinstance(x, int) for x in _list(value, key, index)):
+        raise ValueError(f"episode {index}: {key!r} holds something other than integer ids")
+    return list(value)
+
+
+def _at(episode: Episode, e: int, t: int) -> str:
+    """``episode e token t``, the token counted in the episode's own ids (``input_ids`` when it has them)."""
+    return f"episode {e} token {t + int(episode.get('_offset', 0))}"
+
+
 def _field(episode: Episode, key: str) -> Any:
     if key not in episode or episode[key] is None:
         raise Skip(f"no {key!r}")
@@ -104,9 +177,10 @@ def _model_runs(mask: Sequence[int]) -> list[tuple[int, int]]:
 def check_mask_length(batch: Sequence[Episode], options: dict[str, Any]) -> str | None:
     for e, episode in enumerate(batch):
         n = len(episode["completion_ids"])
-        for key in ("mask", "logprobs", "old_logprobs", "new_logprobs", "loss_weights"):
-            if episode.get(key) is not None and len(episode[key]) != n:
-                return f"episode {e}: {key} has {len(episode[key])} entries for {n} completion ids"
+        for key in ("mask",) + PER_TOKEN:
+            value = episode.get(key)
+            if isinstance(value, list) and len(value) != n:
+                return f"episode {e}: {key} has {len(value)} entries for {n} completion ids"
         if episode.get("mask") is None:
             raise Skip("no 'mask'")
     return None
@@ -118,18 +192,40 @@ def check_env_tokens_out_of_loss(batch: Sequence[Episode], options: dict[str, An
         mask, weights = _field(episode, "mask"), _field(episode, "loss_weights")
         for t, (m, w) in enumerate(zip(mask, weights)):
             if not m and abs(float(w)) > 0.0:
-                return f"episode {e} token {t}: an env token (mask 0) has loss weight {float(w):.3g}"
+                return f"{_at(episode, e, t)}: an env token (mask 0) has loss weight {float(w):.3g}"
     return None
 
 
-@register_check("first_ratio_one", "a first-update ratio != 1, e.g. from dropout left on (trlx#107)")
+@register_check("tool_spans_masked", "tool output tokens marked as written by the model (mask 1), so they are "
+                "trained and counted as the model's (trl#5144, OpenRLHF PR #1252)")
+def check_tool_spans_masked(batch: Sequence[Episode], options: dict[str, Any]) -> str | None:
+    seen = False
+    for e, episode in enumerate(batch):
+        mask = _field(episode, "mask")
+        for k, turn in enumerate(_spans(episode, "tool")):
+            seen = True
+            t = next((i for i in range(*turn) if i < len(mask) and mask[i]), None)
+            if t is not None:
+                return f"{_at(episode, e, t)}: tool output {k} has mask 1 (trained as the model's)"
+    if not seen:
+        raise Skip("no tool spans in 'turns'")
+    return None
+
+
+@register_check("first_ratio_one", "a first-update ratio != 1 or a clip fraction != 0, e.g. from dropout left on "
+                "(trlx#107)")
 def check_first_ratio_one(batch: Sequence[Episode], options: dict[str, Any]) -> str | None:
     tol = float(options.get("ratio_tol", 1e-5))
     gap = _first_gap(batch, "old_logprobs", "new_logprobs", tol)
-    if gap is None:
-        return None
-    e, t, a, b = gap
-    return f"episode {e} token {t}: log ratio {b - a:.3g} at the first update (|.| < {tol})"
+    if gap is not None:
+        e, t, a, b = gap
+        return f"{_at(batch[e], e, t)}: log ratio {b - a:.3g} at the first update (|.| < {tol})"
+    for e, episode in enumerate(batch):
+        clipped = episode.get("clip_fraction")
+        if clipped is not None and float(clipped) > 0.0:
+            return (f"episode {e}: clip fraction {float(clipped):.3g} at the first update, where every ratio "
+                    "is 1 (the clip reads other log-probs than the ratio)")
+    return None
 
 
 @register_check("sampler_matches_trainer", "sampler and trainer log-probs disagree, biasing the ratio (trl#6789)")
@@ -139,7 +235,7 @@ def check_sampler_matches_trainer(batch: Sequence[Episode], options: dict[str, A
     if gap is None:
         return None
     e, t, a, b = gap
-    return f"episode {e} token {t}: the sampler's log-prob {a:.4f} against the trainer's {b:.4f} (|.| < {tol})"
+    return f"{_at(batch[e], e, t)}: the sampler's log-prob {a:.4f} against the trainer's {b:.4f} (|.| < {tol})"
 
 
 def _first_gap(batch: Sequence[Episode], first: str, second: str, tol: float
@@ -157,16 +253,21 @@ def _first_gap(batch: Sequence[Episode], first: str, second: str, tol: float
 @register_check("prefix_preserved", "history re-tokenised or re-templated between tool turns, so turn t+1 does not "
                 "start with turn t's ids (trl#5224, verl#3960, prime-rl#1334)")
 def check_prefix_preserved(batch: Sequence[Episode], options: dict[str, Any]) -> str | None:
+    seen = False
     for e, episode in enumerate(batch):
-        turns = _field(episode, "turns")
+        turns = [turn for turn in _field(episode, "turns") if "input_ids" in turn and "output_ids" in turn]
+        seen = seen or bool(turns)
         full = list(episode["prompt_ids"]) + list(episode["completion_ids"])
         for k, turn in enumerate(turns):
-            seen = list(turn["input_ids"]) + list(turn["output_ids"])
+            seen_ids = list(turn["input_ids"]) + list(turn["output_ids"])
             later = list(turns[k + 1]["input_ids"]) if k + 1 < len(turns) else full
-            if later[:len(seen)] != seen:
-                t = next((i for i, (a, b) in enumerate(zip(seen, later)) if a != b), min(len(seen), len(later)))
+            if later[:len(seen_ids)] != seen_ids:
+                t = next((i for i, (a, b) in enumerate(zip(seen_ids, later)) if a != b),
+                         min(len(seen_ids), len(later)))
                 what = f"turn {k + 1}'s input" if k + 1 < len(turns) else "the trained ids"
                 return f"episode {e} turn {k}: {what} differs from turn {k}'s input + output at token {t}"
+    if not seen:
+        raise Skip("no turn has 'input_ids' and 'output_ids' (what the sampler was given and wrote)")
     return None
 
 
@@ -176,15 +277,25 @@ def check_retokenisation_stable(batch: Sequence[Episode], options: dict[str, Any
     tokenizer = options.get("tokenizer")
     if tokenizer is None:
         raise Skip("no tokenizer given")
+    end_ids = options.get("end_ids") or set()
     for e, episode in enumerate(batch):
         ids, mask = list(episode["completion_ids"]), _field(episode, "mask")
         for start, end in _model_runs(mask):
-            again = list(tokenizer.encode(tokenizer.decode(ids[start:end]), add_special_tokens=False))
+            end -= 1 if ids[end - 1] in end_ids else 0  # an end id is a control token, not text (ours has none)
+            again = _encode(tokenizer, tokenizer.decode(ids[start:end]))
             if again != ids[start:end]:
                 t = next((i for i, (a, b) in enumerate(zip(again, ids[start:end])) if a != b), min(len(again),
                                                                                                    end - start))
-                return f"episode {e} token {start + t}: re-encoding the decoded model turn gives other ids"
+                return f"{_at(episode, e, start + t)}: re-encoding the decoded model turn gives other ids"
     return None
+
+
+def _encode(tokenizer: Tokenizer, text: str) -> list[int]:
+    """``text``'s ids without special tokens (an HF tokenizer's ``add_special_tokens=False``; ours adds none)."""
+    try:
+        return list(tokenizer.encode(text, add_special_tokens=False))
+    except TypeError:  # a tokenizer without the keyword (bugfix_gym.Tokenizer)
+        return list(tokenizer.encode(text))
 
 
 @register_check("response_length_is_model_tokens", "tool tokens counted as response length (OpenRLHF PR #1252)")
@@ -201,15 +312,39 @@ def check_response_length(batch: Sequence[Episode], options: dict[str, Any]) -> 
                 "(RAGEN#59, verifiers#56)")
 def check_eos_trained(batch: Sequence[Episode], options: dict[str, Any]) -> str | None:
     end_ids = options.get("end_ids")
-    if not end_ids:
-        raise Skip("no end_ids given")
+    if not end_ids and not any(_spans(episode, "model") for episode in batch):
+        raise Skip("no end_ids given and no model turn spans in 'turns'")
     for e, episode in enumerate(batch):
         ids, mask = list(episode["completion_ids"]), _field(episode, "mask")
-        runs = _model_runs(mask)
-        for k, (start, end) in enumerate(runs):
-            last = k == len(runs) - 1
-            if ids[end - 1] not in end_ids and not (last and episode.get("truncated")):
-                return f"episode {e} token {end - 1}: a model turn ends on id {ids[end - 1]}, not an end id (mask 1)"
+        turns = _spans(episode, "model") or _model_runs(mask)
+        for k, (start, end) in enumerate(turns):
+            if end - 1 < len(mask) and not mask[end - 1]:
+                return f"{_at(episode, e, end - 1)}: model turn {k}'s end token has mask 0"
+            if end_ids and k < len(turns) - 1 and ids[end - 1] not in end_ids:  # the last: truncation_masked
+                return f"{_at(episode, e, end - 1)}: model turn {k} ends on id {ids[end - 1]}, not an end id"
+    return None
+
+
+@register_check("truncation_masked", "truncated episodes trained as if they stopped, or trained despite "
+                "mask_truncated_completions (trl#6789, TRL's mask_truncated_completions)")
+def check_truncation_masked(batch: Sequence[Episode], options: dict[str, Any]) -> str | None:
+    end_ids, ran = options.get("end_ids"), False
+    for e, episode in enumerate(batch):
+        truncated, mask = bool(_field(episode, "truncated")), _field(episode, "mask")
+        turns = _spans(episode, "model") or _model_runs(mask)
+        if end_ids and turns:
+            ran, last = True, turns[-1][1] - 1
+            if not truncated and episode["completion_ids"][last] not in end_ids:
+                return (f"{_at(episode, e, last)}: the last model turn ends on id {episode['completion_ids'][last]}, "
+                        "not an end id, but the episode is not marked truncated (trained as if it stopped)")
+        if episode.get("mask_truncated_completions") and episode.get("loss_weights") is not None:
+            ran = True
+            t = next((t for t, w in enumerate(episode["loss_weights"]) if truncated and float(w) != 0.0), None)
+            if t is not None:
+                return (f"{_at(episode, e, t)}: a truncated episode under mask_truncated_completions has loss "
+                        f"weight {float(episode['loss_weights'][t]):.3g}")
+    if not ran:
+        raise Skip("needs end_ids, or mask_truncated_completions with loss_weights")
     return None
 
 
@@ -218,7 +353,7 @@ def check_eos_trained(batch: Sequence[Episode], options: dict[str, Any]) -> str 
 def check_group_shares_reset(batch: Sequence[Episode], options: dict[str, Any]) -> str | None:
     first: dict[Any, tuple[int, Any, list[int]]] = {}
     for e, episode in enumerate(batch):
-        group = _field(episode, "group")
+        group = _key(_field(episode, "group"))
         key, prompt = _field(episode, "reset_key"), list(episode["prompt_ids"])
         if group not in first:
             first[group] = (e, key, prompt)
@@ -227,53 +362,160 @@ def check_group_shares_reset(batch: Sequence[Episode], options: dict[str, Any]) 
         if key != key0 or prompt != prompt0:
             what = "reset key" if key != key0 else "prompt ids"
             return f"group {group!r}: episode {e}'s {what} differ from episode {e0}'s"
-    if all(len([1 for ep in batch if ep["group"] == g]) < 2 for g in first):
+    if all(len(members) < 2 for members in _groups(batch).values()):
         raise Skip("no group has two members")
     return None
 
 
+#: advantage estimators whose advantages are not centred per group by definition (dump's
+#: ``advantage_estimator``), and why
+NOT_GROUP_CENTRED = {"reinforce_pp_baseline": "REINFORCE++-baseline whitens R - group mean over the whole batch"}
+
+
 @register_check("group_advantages_centred", "group advantages that do not sum to zero (a baseline from the wrong "
-                "group, or zero-variance groups given an advantage)")
+                "group)")
 def check_group_advantages(batch: Sequence[Episode], options: dict[str, Any]) -> str | None:
-    sums: dict[Any, list[float]] = {}
-    for episode in batch:
-        adv = _field(episode, "advantages")
-        value = float(adv) if isinstance(adv, (int, float)) else _first_model_value(adv, _field(episode, "mask"))
-        sums.setdefault(_field(episode, "group"), []).append(value)
-    for group, values in sums.items():
+    _centred_estimator(batch)
+    for group, members in _groups(batch).items():
+        values = [_episode_advantage(batch[e]) for e in members]
         if abs(math.fsum(values)) > 1e-4 * max(1.0, len(values)):
             return f"group {group!r}: advantages sum to {math.fsum(values):.4g}, not 0"
     return None
 
 
-def _first_model_value(values: Sequence[float], mask: Sequence[int]) -> float:
-    return next((float(v) for v, m in zip(values, mask) if m), 0.0)
+@register_check("zero_variance_groups", "a group whose rewards are all equal given a nonzero advantage (it "
+                "carries no signal: zero it or filter it)")
+def check_zero_variance_groups(batch: Sequence[Episode], options: dict[str, Any]) -> str | None:
+    _centred_estimator(batch)
+    found = False
+    for group, members in _groups(batch).items():
+        rewards = {float(_field(batch[e], "reward")) for e in members}
+        if len(members) < 2 or len(rewards) > 1:
+            continue
+        found = True
+        for e in members:
+            adv, mask = _field(batch[e], "advantages"), _field(batch[e], "mask")
+            values = [(0, adv)] if _is_number(adv) else [(t, a) for t, (a, m) in enumerate(zip(adv, mask)) if m]
+            t, a = next(((t, a) for t, a in values if abs(float(a)) > 1e-6), (None, 0.0))
+            if t is not None:
+                return (f"group {group!r}: every reward is {rewards.pop():g}, but {_at(batch[e], e, t)} has "
+                        f"advantage {float(a):.4g}")
+    if not found:
+        raise Skip("no group of two or more with equal rewards in the batch")
+    return None
 
 
-def run_checks(batch: Sequence[Episode], *, tokenizer: Tokenizer | None = None,
+def _centred_estimator(batch: Sequence[Episode]) -> None:
+    """Skip a group-advantage check for an estimator that does not centre its advantages per group."""
+    name = next((ep.get("advantage_estimator") for ep in batch if ep.get("advantage_estimator")), None)
+    if name in NOT_GROUP_CENTRED:
+        raise Skip(f"advantage_estimator {name!r}: {NOT_GROUP_CENTRED[name]}")
+
+
+def _key(group: Any) -> Any:
+    return tuple(group) if isinstance(group, list) else group
+
+
+def _groups(batch: Sequence[Episode]) -> dict[Any, list[int]]:
+    """group id -> the episodes of that group, in order."""
+    groups: dict[Any, list[int]] = {}
+    for e, episode in enumerate(batch):
+        groups.setdefault(_key(_field(episode, "group")), []).append(e)
+    return groups
+
+
+def _episode_advantage(episode: Episode) -> float:
+    """An episode's advantage: the number, or the value on its first model token."""
+    adv = _field(episode, "advantages")
+    if _is_number(adv):
+        return float(adv)
+    return next((float(v) for v, m in zip(adv, _field(episode, "mask")) if m), 0.0)
+
+
+#: ``loss_type`` (TRL's names, and agents.algorithms.losses' aggregation modes) -> the aggregation
+LOSS_TYPES = {"grpo": "seq_mean_token_mean", "bnpo": "token_mean", "dapo": "token_mean", "cispo": "token_mean",
+              "dr_grpo": "seq_mean_token_sum_norm", **{name: name for name in (
+                  "token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm", "constant")}}
+
+
+@register_check("loss_normaliser", "a loss normaliser that is not loss_type's formula (grpo: 1 / (B * L_n); "
+                "bnpo, dapo: 1 / sum L; dr_grpo: 1 / (B * L_max)), biasing by length")
+def check_loss_normaliser(batch: Sequence[Episode], options: dict[str, Any]) -> str | None:
+    tol = float(options.get("normaliser_tol", 1e-3))
+    minibatches: dict[Any, list[int]] = {}
+    for e, episode in enumerate(batch):
+        minibatches.setdefault(_key(episode.get("minibatch", 0)), []).append(e)
+    for members in minibatches.values():
+        trained = {e: _trained(batch[e]) for e in members}
+        total = sum(sum(m) for m in trained.values())
+        for e in members:
+            episode = batch[e]
+            weight, formula = _token_weight(episode, len(members), sum(trained[e]), total)
+            adv, weights = _field(episode, "advantages"), _field(episode, "loss_weights")
+            advs = [float(adv)] * len(weights) if _is_number(adv) else [float(a) for a in adv]
+            for t, (m, g, a) in enumerate(zip(trained[e], weights, advs)):
+                expected = -a * weight
+                if m and abs(float(g) - expected) > tol * abs(expected) + 1e-9:
+                    return (f"{_at(episode, e, t)}: loss weight {float(g):.4g}, but loss_type "
+                            f"{episode['loss_type']!r} gives -A * {formula} = {expected:.4g} (A = {a:.4g})")
+    return None
+
+
+def _trained(episode: Episode) -> list[int]:
+    """The episode's trained tokens: its mask, all 0 for a truncated one under ``mask_truncated_completions``."""
+    mask = [1 if m else 0 for m in _field(episode, "mask")]
+    return [0] * len(mask) if episode.get("mask_truncated_completions") and episode.get("truncated") else mask
+
+
+def _token_weight(episode: Episode, n_seq: int, length: int, total: int) -> tuple[float, str]:
+    """The weight ``loss_type``'s normaliser gives each trained token of ``episode``, and its formula."""
+    kind = _field(episode, "loss_type")
+    mode = LOSS_TYPES.get(kind)
+    if mode is None:
+        raise Skip(f"loss_type {kind!r} has no formula here; use one of {', '.join(LOSS_TYPES)}")
+    if mode == "token_mean":
+        return 1.0 / max(total, 1), f"1 / {total} (the minibatch's model tokens)"
+    if mode == "seq_mean_token_mean":
+        return 1.0 / (n_seq * max(length, 1)), f"1 / ({n_seq} sequences * {length} tokens)"
+    if mode == "seq_mean_token_sum":
+        return 1.0 / n_seq, f"1 / {n_seq} sequences"
+    if mode == "seq_mean_token_sum_norm":
+        cap = float(_field(episode, "max_completion_length"))
+        return 1.0 / (n_seq * cap), f"1 / ({n_seq} sequences * max_completion_length {cap:g})"
+    const = float(_field(episode, "loss_norm_const"))
+    return 1.0 / const, f"1 / {const:g}"
+
+
+def _spans(episode: Episode, role: str) -> list[tuple[int, int]]:
+    """``[start, end)`` over the completion of the turns of ``role`` (``model`` or ``tool``) in ``turns``."""
+    return [(turn["start"], turn["end"]) for turn in episode.get("turns") or ()
+            if "start" in turn and turn.get("role") == role]
+
+
+def run_checks(batch: Sequence[Any], *, tokenizer: Tokenizer | None = None,
                end_ids: Iterable[int] | None = None, only: Iterable[str] | None = None,
-               ratio_tol: float = 1e-5, logprob_tol: float = 1e-3) -> list[CheckResult]:
+               ratio_tol: float = 1e-5, logprob_tol: float = 1e-3, normaliser_tol: float = 1e-3
+               ) -> list[CheckResult]:
     """Every registered check on ``batch`` (or those named in ``only``).
 
-    :param batch: episodes as in the module docstring
+    :param batch: episodes in either spelling of the module docstring (each goes through :func:`normalise`)
     :param tokenizer: the ids' tokenizer, for ``retokenisation_stable``
-    :param end_ids: the ids that end a model turn (EOS, a tool-call close), for ``eos_trained``
+    :param end_ids: the ids that end a model turn (EOS, a tool-call close), for ``eos_trained`` and
+        ``truncation_masked``
     :param only: check names to run (default: all)
     :param ratio_tol: the largest |log ratio| at the first update
     :param logprob_tol: the largest |sampler - trainer| log-prob difference
+    :param normaliser_tol: the largest relative gap between a loss weight and ``loss_type``'s
     :return: one :class:`CheckResult` per check, in registration order
+    :raises ValueError: an episode that is not one, or an unknown check name (one line)
     """
-    batch = list(batch)
-    for e, episode in enumerate(batch):
-        if not isinstance(episode, dict) or "prompt_ids" not in episode or "completion_ids" not in episode:
-            raise ValueError(f"episode {e} needs 'prompt_ids' and 'completion_ids' (see bugfix_gym.integrations."
-                             "conformance)")
+    batch = [normalise(episode, e) for e, episode in enumerate(batch)]
     names = list(CHECKS) if only is None else list(only)
     unknown = [n for n in names if n not in CHECKS]
     if unknown:
         raise ValueError(f"unknown conformance check(s) {unknown}; use some of {', '.join(CHECKS)}")
     options = {"tokenizer": tokenizer, "end_ids": set(end_ids or ()), "ratio_tol": ratio_tol,
-               "logprob_tol": logprob_tol}
+               "logprob_tol": logprob_tol, "normaliser_tol": normaliser_tol}
     results = []
     for name in names:
         bug, function = CHECKS[name]
@@ -282,6 +524,9 @@ def run_checks(batch: Sequence[Episode], *, tokenizer: Tokenizer | None = None,
         except Skip as why:
             results.append(CheckResult(name, bug, "skip", str(why)))
             continue
+        except (TypeError, ValueError, KeyError, IndexError) as err:  # a field of the wrong shape
+            raise ValueError(f"check {name} cannot read this dump ({type(err).__name__}: {err}); see "
+                             "docs/conformance.md for the fields") from None
         results.append(CheckResult(name, bug, "pass" if where is None else "FAIL", where or ""))
     return results
 
@@ -296,39 +541,77 @@ def format_report(results: Sequence[CheckResult]) -> str:
 
 
 def load_dump(path: str) -> list[Episode]:
-    """A dump file (one JSON episode per line) -> episodes; a bad line is one clear error."""
+    """A dump file (one JSON episode per line) -> its episodes as written; an unreadable file, a line that is
+    not JSON or an empty file is one clear ``ValueError`` (or ``OSError``)."""
     episodes = []
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                episodes.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{n} is not JSON ({err.msg}); a dump holds one JSON episode per line") \
-                    from None
+    with open(path, encoding="utf-8") as f:
+        try:
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    episodes.append(json.loads(line))
+                except json.JSONDecodeError as err:
+                    raise ValueError(f"{path}:{n} is not JSON ({err.msg}); a dump holds one JSON episode per "
+                                     "line") from None
+        except UnicodeDecodeError:
+            raise ValueError(f"{path} is not a text file; a dump holds one JSON episode per line") from None
+    if not episodes:
+        raise ValueError(f"{path} holds no episode; a dump holds one JSON episode per line")
     return episodes
 
 
+def add_arguments(parser: Any) -> None:
+    """The conformance command's arguments (``bugfix-gym conformance`` and ``python -m`` share them).
+
+    :param parser: an ``argparse`` parser
+    """
+    parser.add_argument("dump", help="one JSON episode per line (fields: docs/conformance.md)")
+    parser.add_argument("--end-ids", default="", metavar="IDS",
+                        help="comma-separated ids that end a model turn (EOS, a tool-call close), for "
+                             "eos_trained and truncation_masked")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the lines")
+
+
+def run_command(args: Any, prog: str = "bugfix-gym conformance") -> int:
+    """Check the dump ``args`` names and print the report; returns the exit status (0 every check passed or
+    skipped, 1 one failed, 2 the dump or ``--end-ids`` cannot be read: one line on stderr).
+
+    :param args: the parsed arguments of :func:`add_arguments`
+    :param prog: the command's name, for errors
+    """
+    try:
+        end_ids = [int(x) for x in args.end_ids.split(",") if x.strip()]
+    except ValueError:
+        print(f"{prog}: error: --end-ids takes comma-separated integer ids, got {args.end_ids!r}", file=sys.stderr)
+        return 2
+    try:
+        results = run_checks(load_dump(args.dump), end_ids=end_ids)
+    except OSError as err:
+        print(f"{prog}: error: cannot read {args.dump} ({err.strerror or err}); give a dump file "
+              "(one JSON episode per line)", file=sys.stderr)
+        return 2
+    except ValueError as err:
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({"failed": sum(r.failed for r in results),
+                          "checks": [dict(name=r.name, status=r.status, detail=r.detail, bug=r.bug)
+                                     for r in results]}))
+    else:
+        print(format_report(results))
+    return 1 if any(r.failed for r in results) else 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m bugfix_gym.integrations.conformance DUMP.jsonl [--end-ids 2,7]``: print the report, exit 1 on a
-    failed check, 2 on an unreadable dump."""
+    """``python -m bugfix_gym.integrations.conformance DUMP.jsonl [--end-ids 2,7] [--json]``: the same
+    command as ``bugfix-gym conformance``."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m bugfix_gym.integrations.conformance", description=__doc__
-                                     .split("\n")[0])
-    parser.add_argument("dump", help="one JSON episode per line (fields: see the module docstring)")
-    parser.add_argument("--end-ids", default="", help="comma-separated ids that end a model turn, for eos_trained")
-    args = parser.parse_args(argv)
-    try:
-        batch = load_dump(args.dump)
-        end_ids = [int(x) for x in args.end_ids.split(",") if x.strip()]
-        results = run_checks(batch, end_ids=end_ids)
-    except (OSError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(format_report(results))
-    return 1 if any(r.failed for r in results) else 0
+    prog = "python -m bugfix_gym.integrations.conformance"
+    parser = argparse.ArgumentParser(prog=prog, description=(__doc__ or "").split("\n")[0])
+    add_arguments(parser)
+    return run_command(parser.parse_args(argv), prog)
 
 
 if __name__ == "__main__":

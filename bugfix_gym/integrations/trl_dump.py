@@ -5,10 +5,14 @@
 only a forward and a backward pass can tell: the trainer's log-probs of the sampled tokens with the model
 as it samples (eval mode) and as the loss sees it (train mode, the first update), and each token's
 weight in TRL's own loss, read off as ``d loss / d logp`` with autograd through ``trainer._compute_loss``.
+:func:`conformance_dump_callback` is a ``TrainerCallback`` that writes the first generated batch of a
+``GRPOTrainer`` this way (``trainer.add_callback(conformance_dump_callback(trainer, "dump.jsonl"))``).
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from .trl_rollout import reset_key
@@ -84,5 +88,60 @@ def batch_episodes(trainer: Any, inputs: list[dict[str, Any]], output: dict[str,
             "reset_key": reset_key(row),
             "advantages": float(output["advantages"][i]),
             "truncated": bool(_unpad(output["completion_ids"][i], keep)[-1:] != [eos]),
+            **_loss_fields(trainer),
         })
     return episodes
+
+
+def _loss_fields(trainer: Any) -> dict[str, Any]:
+    """``loss_type`` (and ``dr_grpo``'s ``max_completion_length``) where the weights are its formula's
+    alone: one process, no gradient accumulation, one step per generation (else TRL divides the loss by
+    those counts too, and the normaliser check would be given no ``loss_type`` to read)."""
+    args = trainer.args
+    if (trainer.accelerator.num_processes, args.gradient_accumulation_steps,
+            getattr(args, "steps_per_generation", 1) or 1) != (1, 1, 1):
+        return {}
+    fields: dict[str, Any] = {"loss_type": trainer.loss_type}
+    if trainer.loss_type == "dr_grpo":
+        fields["max_completion_length"] = trainer.max_completion_length
+    return fields
+
+
+def conformance_dump_callback(trainer: Any, path: str | Path) -> Any:
+    """A ``transformers.TrainerCallback`` that writes the conformance dump of ``trainer``'s first generated
+    batch (:func:`batch_episodes`, one JSON episode per line) to ``path``, before that batch's first
+    optimizer step; check it with ``bugfix-gym conformance PATH``. Register it with
+    ``trainer.add_callback(...)``. It wraps ``trainer._generate_and_score_completions`` from the start
+    of training until the batch is written.
+
+    :param trainer: a ``GRPOTrainer``
+    :param path: the dump file (its folder is made if needed)
+    """
+    from transformers import TrainerCallback
+
+    class ConformanceDump(TrainerCallback):
+        """Writes the first generated batch of a GRPOTrainer as a conformance dump (see the factory)."""
+
+        def __init__(self) -> None:
+            self.path, self.written = Path(path), False
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if self.written or "_generate_and_score_completions" in vars(trainer):
+                return
+            original = trainer._generate_and_score_completions
+
+            def generate(inputs: list[dict[str, Any]]) -> dict[str, Any]:
+                output = original(inputs)
+                del trainer._generate_and_score_completions  # once: the class's own method again
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                episodes = batch_episodes(trainer, inputs, output)
+                self.path.write_text("".join(json.dumps(e) + "\n" for e in episodes))
+                self.written = True
+                return output
+
+            trainer._generate_and_score_completions = generate
+
+        def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            vars(trainer).pop("_generate_and_score_completions", None)
+
+    return ConformanceDump()

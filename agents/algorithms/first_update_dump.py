@@ -1,0 +1,110 @@
+"""The conformance dump of a first update: one JSON episode per line, in docs/conformance.md's format.
+
+TokenPPO and Reinforce call :func:`write_dump` once, on the first batch they train on, before their
+first optimizer step, when ``first_update_dump`` names a file (``bugfix-gym train --dump FILE``).
+What the trainer computes goes in as it is: the ids and owner codes of the batch, the sampler's
+log-probs, pi_old's log-probs (the frozen pass), the log-probs of the first update's loss with the
+weights before its first step (:func:`policy_loss_weights`: the per-token weight of the policy loss,
+``d loss / d logp``, read off with autograd), the per-token advantages, the groups and resets, the
+truncation flags and the loss normaliser. Writing it draws no random number and changes no tensor
+of the batch, so a run with a dump trains exactly as one without.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+import torch as th
+
+from bugfix_gym.tokens import OWNER_POLICY, OWNER_TOOL
+
+if TYPE_CHECKING:
+    from agents.algorithms.buffers import TokenRolloutBuffer
+
+
+def policy_loss_weights(loss: Callable[[th.Tensor], th.Tensor], logp: th.Tensor) -> th.Tensor:
+    """``d loss / d logp`` per token: the weight the policy loss gives each log-prob.
+
+    :param loss: the policy loss as a function of the log-probs ``[b, T-1]`` (the rest held fixed)
+    :param logp: the log-probs the trainer computed ``[b, T-1]`` (not changed)
+    :return: ``[b, T-1]``
+    """
+    leaf = logp.detach().clone().requires_grad_(True)
+    with th.enable_grad():
+        (grad,) = th.autograd.grad(loss(leaf), leaf)
+    return grad.detach()
+
+
+def _spans(owner: list[int]) -> list[dict[str, Any]]:
+    """The model turns (runs of policy tokens) and tool outputs (runs of tool tokens) as ``[start, end)``."""
+    turns: list[dict[str, Any]] = []
+    for t, code in enumerate(owner):
+        role = {OWNER_POLICY: "model", OWNER_TOOL: "tool"}.get(code)
+        if role is None:
+            continue
+        if turns and turns[-1]["role"] == role and turns[-1]["end"] == t:
+            turns[-1]["end"] = t + 1
+        else:
+            turns.append({"role": role, "start": t, "end": t + 1})
+    return turns
+
+
+def _per_token(values: th.Tensor, row: int, length: int) -> list[float]:
+    """Row ``row`` of a ``[N, T-1]`` tensor (position t about token t+1) as one value per token of the
+    episode's ``length`` ids (the first token, predicted by nothing, gets 0)."""
+    return [0.0] + [float(x) for x in values[row, : length - 1].tolist()]
+
+
+def episodes(buffer: TokenRolloutBuffer, new_logp: th.Tensor, weights: th.Tensor, advantages: th.Tensor,
+             common: dict[str, Any], per_episode: Sequence[dict[str, Any]] | None = None,
+             groups: bool = False) -> list[dict[str, Any]]:
+    """The batch in ``buffer`` as dump episodes.
+
+    :param buffer: the batch, with ``old_logp`` frozen (TokenPPO) or None (Reinforce: pi_old is ``new_logp``)
+    :param new_logp: ``[N, T-1]`` the first update's log-probs
+    :param weights: ``[N, T-1]`` ``d loss / d logp`` of the policy loss
+    :param advantages: ``[N, T-1]`` the advantages the loss read
+    :param common: fields every episode gets (``loss_type``, ``advantage_estimator``, ...)
+    :param per_episode: fields of each episode (``minibatch``, ``clip_fraction``), or None
+    :param groups: write each episode's ``group`` (the run plays groups of episodes from one reset)
+    """
+    data, owner = buffer.data, buffer.data["owner"]
+    old = buffer.old_logp if buffer.old_logp is not None else new_logp
+    mask = buffer.policy_mask
+    out = []
+    for i, traj in enumerate(buffer.trajectories):
+        n = int(buffer.lengths[i])
+        codes = [int(c) for c in owner[i, :n].tolist()]
+        episode = dict(input_ids=[int(x) for x in data["ids"][i, :n].tolist()],
+                       loss_mask=[int(c == OWNER_POLICY) for c in codes], turns=_spans(codes),
+                       logprobs=_per_token(data["sample_logp"], i, n), old_logprobs=_per_token(old, i, n),
+                       new_logprobs=_per_token(new_logp, i, n), per_token_loss=_per_token(weights, i, n),
+                       advantages=_per_token(advantages * mask, i, n), response_length=int(mask[i].sum()),
+                       reward=float(data["rewards"][i]), truncated=bool(buffer.truncated[i]),
+                       reset_seed=traj.reset_seed, task=traj.task, **common)
+        if groups:
+            episode["group"] = int(buffer.groups[i])
+        episode.update(per_episode[i] if per_episode is not None else {})
+        out.append(episode)
+    return out
+
+
+def write_dump(path: str | pathlib.Path, rows: Sequence[dict[str, Any]]) -> None:
+    """Write ``rows`` as one JSON object per line to ``path`` (its folder made if needed)."""
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
+def loss_fields(loss_mode: str, norm_const: float | None, mask_truncated: bool, estimator: str) -> dict[str, Any]:
+    """The fields that say how the loss is normalised (``loss_type`` is our aggregation's name, which
+    the conformance checks read as they read TRL's) and how the advantages were made."""
+    fields: dict[str, Any] = dict(loss_type=loss_mode, mask_truncated_completions=bool(mask_truncated),
+                                  advantage_estimator=estimator)
+    if loss_mode == "seq_mean_token_sum_norm":
+        fields["max_completion_length"] = norm_const
+    elif loss_mode == "constant":
+        fields["loss_norm_const"] = norm_const
+    return fields
