@@ -21,6 +21,7 @@ from agents import make_text_vec_env  # noqa: E402
 from agents.algorithms.callbacks import StopAfterIterations  # noqa: E402
 from agents.algorithms.ppo import TokenPPO  # noqa: E402
 from agents.algorithms.presets import make_algorithm  # noqa: E402
+from agents.cli import main  # noqa: E402
 from agents.files import checkpoint  # noqa: E402
 from agents.model.hf_adapter import HFAgent  # noqa: E402
 from agents.model.tinyagent import score_tokens  # noqa: E402
@@ -164,7 +165,7 @@ def test_a_few_iterations_of_learn_train_the_hf_model(name):
 
 
 # ---------------------------------------------------------------------- files
-def test_save_and_load_rebuild_the_hf_model_with_identical_predictions(tok, tmp_path):
+def test_save_and_load_rebuild_the_hf_model_with_identical_predictions(tok, tmp_path, capsys):
     model = ppo(tok)
     model.learn(10**6, callback=StopAfterIterations(1))
     model.save(tmp_path / "hf.zip")
@@ -182,10 +183,19 @@ def test_save_and_load_rebuild_the_hf_model_with_identical_predictions(tok, tmp_
     with torch.no_grad():
         for x, y in zip(model.policy.model(ids), loaded.policy.model(ids)):
             assert torch.equal(x, y)
+    real = model.policy.model.lm.num_parameters()
+    assert 0.5 * real < checkpoint.estimated_hf_parameters(saved["hf_config"]) <= real  # a lower bound
+    assert main(["eval", str(tmp_path / "hf.zip"), "--generated", "test", "--n", "2", "--episodes", "1"]) == 0
+    assert "pass" in capsys.readouterr().out
 
 
-def test_a_model_file_whose_hf_config_asks_for_more_than_its_weights_is_refused(tok, tmp_path):
+def test_a_model_file_whose_hf_config_asks_for_more_than_its_weights_is_refused(tok, tmp_path, monkeypatch):
     model = ppo(tok)
+    with monkeypatch.context() as patch:  # weights over the model file's limit: refused at saving, not loading
+        patch.setitem(checkpoint.ENTRY_LIMITS, "policy.pth", 1000)
+        with pytest.raises(ValueError, match=r"save_pretrained\(DIR\)"):
+            model.save(tmp_path / "too_big.zip")
+    assert not (tmp_path / "too_big.zip").exists()
     data, params = model.model_file_contents()
     data["policy_kwargs"]["hf_config"]["num_hidden_layers"] = 100_000
     checkpoint.write(tmp_path / "big.zip", data, params)

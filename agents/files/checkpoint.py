@@ -101,11 +101,16 @@ def write(path: str | pathlib.Path | io.BufferedIOBase, data: dict[str, Any], pa
         path.parent.mkdir(parents=True, exist_ok=True)
     from stable_baselines3 import __version__ as sb3_version
 
+    blobs = {entry: _tensor_bytes(params[key]) for entry, key in PARAM_ENTRIES.items() if key in params}
+    for entry, blob in blobs.items():
+        if len(blob) > ENTRY_LIMITS[entry]:  # read() would refuse the file: say so now, before writing it
+            raise ValueError(f"the {PARAM_ENTRIES[entry]} weights take {len(blob)} bytes, more than a model file's "
+                             f"{entry} holds ({ENTRY_LIMITS[entry]}): save a large HF model with "
+                             "model.policy.model.lm.save_pretrained(DIR) instead")
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         archive.writestr("data", text)
-        for entry, key in PARAM_ENTRIES.items():
-            if key in params:
-                archive.writestr(entry, _tensor_bytes(params[key]))
+        for entry, blob in blobs.items():
+            archive.writestr(entry, blob)
         archive.writestr("pytorch_variables.pth", _tensor_bytes({}))
         archive.writestr("_stable_baselines3_version", sb3_version)
         archive.writestr("system_info.txt", f"Python: {platform.python_version()}\nPyTorch: {th.__version__}\n"

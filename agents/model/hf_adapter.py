@@ -267,9 +267,12 @@ def lm_from_config(data: dict[str, Any]) -> nn.Module:
 
     :param data: the config as JSON data, with its ``model_type``
     """
-    from transformers import AutoModelForCausalLM
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-
+    try:
+        from transformers import AutoModelForCausalLM
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+    except ImportError:
+        raise ValueError("this policy is an HF model (hf_config): install transformers (make trl-venv) "
+                         "to build it") from None
     model_type = data.get("model_type")
     if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING:
         raise ValueError(f"hf_config's model_type {str(model_type)[:40]!r} is not one transformers knows")
