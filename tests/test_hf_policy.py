@@ -30,7 +30,7 @@ warnings.filterwarnings("ignore", message=".*past_key_values.*")
 
 
 def tiny_llama(vocab_size: int, dropout: float = 0.0, seed: int = 0, kv_heads: int = 4):
-    """A random-init LlamaForCausalLM of about 20k parameters for a vocabulary of ``vocab_size``."""
+    """A random-init LlamaForCausalLM (28k parameters for the default 230-id vocabulary)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
@@ -74,8 +74,25 @@ def _feed(model, cache, seqs, plan, fed):
     return out
 
 
-def test_the_kv_cache_gives_the_full_forward_with_ragged_rows_restarts_and_compaction():
-    model = HFAgent(tiny_llama(50, kv_heads=2))  # grouped-query attention: 2 key/value heads
+def tiny_lm(arch: str, vocab_size: int = 50):
+    """A random-init causal LM of another architecture: Llama with grouped-query attention, GPT-2 (absolute
+    positions, dropout 0.1 in its config), Qwen2."""
+    from transformers import GPT2Config, GPT2LMHeadModel, Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    if arch == "gpt2":
+        return GPT2LMHeadModel(GPT2Config(vocab_size=vocab_size, n_embd=32, n_layer=2, n_head=4, n_positions=128,
+                                          bos_token_id=0, eos_token_id=1))
+    if arch == "qwen2":
+        return Qwen2ForCausalLM(Qwen2Config(vocab_size=vocab_size, hidden_size=32, intermediate_size=64,
+                                            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                            max_position_embeddings=128))
+    return tiny_llama(vocab_size, kv_heads=2)  # grouped-query attention: 2 key/value heads
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2", "qwen2"])
+def test_the_kv_cache_gives_the_full_forward_with_ragged_rows_restarts_and_compaction(arch):
+    model = HFAgent(tiny_lm(arch))
     seqs = [torch.randint(0, 50, (n,), generator=torch.Generator().manual_seed(n)) for n in (7, 12, 3)]
     cache, fed = model.new_cache(3), [0, 0, 0]
     got = [[] for _ in seqs]
@@ -218,3 +235,13 @@ def test_a_tinyagent_base_agent_with_an_hf_model_is_a_one_line_error(tok, shared
     with pytest.raises(ValueError, match="base_agent=None") as err:
         ppo(tok, base_agent=shared_base_agent)
     assert "\n" not in str(err.value)
+
+
+def test_importing_agents_and_the_adapter_imports_no_trainer_library():
+    import subprocess
+    import sys
+
+    probe = ("import sys, agents, agents.model.hf_adapter, agents.algorithms.ppo, agents.cli; "
+             "print(sorted(m for m in ('trl', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
