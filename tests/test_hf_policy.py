@@ -148,11 +148,17 @@ def test_the_sampler_s_log_probs_are_the_trainer_s_scores(tok):
     torch.testing.assert_close(critic[where], values[where], atol=1e-6, rtol=0)
 
 
-@pytest.mark.parametrize("dropout", [0.0, 0.5])
-def test_the_first_ppo_ratio_is_exactly_one_even_with_dropout_in_the_config(tok, dropout):
-    model = ppo(tok, tiny_llama(tok.vocab_size, dropout=dropout), cls=RecordingPPO, n_minibatches=2, n_epochs=2,
-                learning_rate=3e-3)
+@pytest.mark.parametrize("dropout, foresight", [(0.0, None), (0.5, None), (0.0, 0.5)])
+def test_the_first_ppo_ratio_is_exactly_one_even_with_dropout_in_the_config(tok, dropout, foresight, monkeypatch):
+    peeks = []
+    real_peek = HFAgent.peek
+    monkeypatch.setattr(HFAgent, "peek", lambda self, *a: peeks.append(1) or real_peek(self, *a))
+    grammar = {} if foresight is None else {"call_grammar": list(bugfix_gym.CALLS), "foresight": foresight}
+    model = RecordingPPO("TinyAgentPolicy", vec(), n_episodes=8, n_minibatches=2, n_epochs=2, seed=0,
+                         critic_warmup_steps=0, target_kl=None, learning_rate=3e-3,
+                         policy_kwargs={"model": tiny_llama(tok.vocab_size, dropout=dropout), **grammar})
     model.train_on_batch(model.sample_episodes(n=8))
+    assert bool(peeks) == (foresight is not None)  # foresight reads the edit ops through the HF cache
     first = model.seen[0]
     assert first["ratio_min"] == 1.0 and first["ratio_max"] == 1.0 and first["clip_frac"] == 0.0
     assert max(s["ratio_max"] for s in model.seen[1:]) > 1.0  # later minibatches see the updated policy
@@ -245,3 +251,19 @@ def test_importing_agents_and_the_adapter_imports_no_trainer_library():
              "print(sorted(m for m in ('trl', 'transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
+
+
+def test_the_benchmark_runs_and_reports_both_models(capsys):
+    import importlib.util
+    import math
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "hf_policy.py"
+    spec = importlib.util.spec_from_file_location("benchmark_hf_policy", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = bench.main(["--quick", "--envs", "2"])
+    assert {"tiny_steps_per_s", "hf_steps_per_s", "steps_per_s_ratio"} <= set(out)
+    assert all(math.isfinite(v) and v > 0 for v in out.values())
+    assert "Tiny / HF" in capsys.readouterr().out
