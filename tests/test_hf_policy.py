@@ -23,7 +23,7 @@ from agents.algorithms.ppo import TokenPPO  # noqa: E402
 from agents.algorithms.presets import make_algorithm  # noqa: E402
 from agents.cli import main  # noqa: E402
 from agents.files import checkpoint  # noqa: E402
-from agents.model.hf_adapter import HFAgent  # noqa: E402
+from agents.model.hf_adapter import HFAgent, config_dict  # noqa: E402
 from agents.model.tinyagent import score_tokens  # noqa: E402
 
 warnings.filterwarnings("ignore", message=".*past_key_values.*")
@@ -116,6 +116,13 @@ def test_the_kv_cache_gives_the_full_forward_with_ragged_rows_restarts_and_compa
         full = model(torch.cat([seqs[r][: fed[r]], cont[r, k]])[None])[0][0, -1]
         torch.testing.assert_close(peeked[r, k], full, atol=1e-5, rtol=0)
     assert cache.lengths.tolist() == [7, 12, 3]  # peek left the cache alone
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2", "qwen2"])
+def test_the_hf_parameter_estimate_is_a_lower_bound(arch):
+    lm = tiny_lm(arch, vocab_size=230)
+    estimate, real = checkpoint.estimated_hf_parameters(config_dict(lm)), lm.num_parameters()
+    assert 0.25 * real < estimate <= real  # GPT-2 names no MLP width (n_inner=None: 4 x n_embd), so less there
 
 
 def test_an_lm_whose_logits_are_not_its_head_of_the_hidden_state_is_refused():
@@ -237,9 +244,13 @@ def test_a_vocabulary_that_is_not_the_tokenizer_s_is_a_one_line_error(tok):
     assert "\n" not in str(err.value)
 
 
-def test_a_tinyagent_base_agent_with_an_hf_model_is_a_one_line_error(tok, shared_base_agent):
+def test_a_tinyagent_base_agent_or_model_config_with_an_hf_model_is_a_one_line_error(tok, shared_base_agent):
     with pytest.raises(ValueError, match="base_agent=None") as err:
         ppo(tok, base_agent=shared_base_agent)
+    assert "\n" not in str(err.value)
+    with pytest.raises(ValueError, match="leave it out") as err:
+        TokenPPO("TinyAgentPolicy", vec(), policy_kwargs={"model": tiny_llama(tok.vocab_size),
+                                                          "model_config": {"d_model": 32}})
     assert "\n" not in str(err.value)
 
 

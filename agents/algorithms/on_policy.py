@@ -175,7 +175,7 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         elif isinstance(tok, dict):
             tok = tokenizer_from_dict(tok)
         if kw.get("model") is not None or kw.get("hf_config") is not None:
-            base_agent = self._hf_base_agent(kw, base_agent)
+            base_agent = self._hf_base_agent(kw, base_agent)  # None: the HF model's own weights
         if isinstance(base_agent, TinyAgent):
             self._base_model = base_agent
         elif base_agent == "auto":
@@ -210,6 +210,9 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         if base_agent not in ("auto", None):
             raise ValueError("base_agent is a TinyAgent's weights; with an HF model (policy_kwargs['model']) pass "
                              "base_agent=None: the HF model's own weights are the initial ones")
+        if kw.get("model_config") is not None:
+            raise ValueError("model_config gives a TinyAgent's sizes; with an HF model (policy_kwargs['model']) "
+                             "leave it out: the HF model's config gives its sizes")
         if kw.get("model") is not None:
             kw["hf_config"] = config_dict(kw["model"])
         kw.pop("model_config", None)

@@ -327,6 +327,17 @@ def estimated_parameters(config: dict[str, Any]) -> int:
     return v * d + t * d + n * (4 * d * d + 2 * d * f + 4 * d) + d  # the output head shares the embedding
 
 
+#: the sizes an HF decoder config names, each under the names configs give it (Llama / GPT-2 / OPT style)
+HF_SIZES = {"vocab": ("vocab_size",), "hidden": ("hidden_size", "n_embd", "d_model"),
+            "mlp": ("intermediate_size", "n_inner", "ffn_dim"),
+            "layers": ("num_hidden_layers", "n_layer", "num_layers")}
+
+
+def _hf_size(config: dict[str, Any], size: str) -> int:
+    """The first of a size's names that an HF config sets (0 if none)."""
+    return next((int(config[k]) for k in HF_SIZES[size] if config.get(k) is not None), 0)
+
+
 def estimated_hf_parameters(config: dict[str, Any]) -> int:
     """A lower bound on the parameters an HF causal-LM config asks for, from the sizes every decoder
     config names: the embedding, and per layer the query and output projections and two MLP matrices
@@ -334,8 +345,7 @@ def estimated_hf_parameters(config: dict[str, Any]) -> int:
 
     :param config: ``policy_kwargs["hf_config"]`` of a model file
     """
-    keys = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers")
-    v, h, f, n = (int(config.get(k) or 0) for k in keys)
+    v, h, f, n = (_hf_size(config, size) for size in ("vocab", "hidden", "mlp", "layers"))
     return v * h + n * (2 * h * h + 2 * h * f)
 
 
@@ -347,8 +357,8 @@ def _check_hf_config(config: Any, policy_bytes: int, name: str) -> None:
         raise ModelFileError(f"{name}: its hf_config is not an object")
     if len(json.dumps(config)) > MAX_CONFIG_BYTES:
         raise ModelFileError(f"{name}: its hf_config takes more than {MAX_CONFIG_BYTES} bytes")
-    for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers"):
-        value = config.get(key, 0)
+    for key in [k for names in HF_SIZES.values() for k in names if config.get(k) is not None]:
+        value = config[key]
         if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 2**24:
             raise ModelFileError(f"{name}: its hf_config {key} is {printable(repr(value), 40)}, not a whole "
                                  f"number from 0 to {2**24}")
