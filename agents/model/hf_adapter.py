@@ -11,8 +11,8 @@ with a value head on the last hidden state as TRL's old ``AutoModelForCausalLMWi
 Decoding uses the LM's own KV cache (``DynamicCache``). Rows of a batch grow by different numbers
 of tokens, and a finished episode's row starts over, so :class:`HFCache` keeps one shared column
 axis plus a per-row mask of the columns that row holds (right-padded chunks leave masked columns,
-a restarted row masks its old ones); each token gets its own position id. When dead columns pile
-up the cache is compacted (every row's live columns moved to the front).
+a restarted row masks its old ones); each token gets its own position id. When the longest row holds
+less than half of the columns, every row's live columns move to the front.
 
 Dropout never runs: :meth:`HFAgent.train` keeps the wrapped LM in eval mode, so sampling, the
 frozen pi_old pass and the first update compute the same function and the first PPO ratio is
@@ -59,6 +59,11 @@ class HFCache:
     ``valid`` [B, P]: which of the cache's P columns each row attends to; ``lengths`` [B]: tokens per row
     (the next token's position). Setting a row's length to 0 (the sampler does, when an episode starts
     over) drops its columns at the next :meth:`HFAgent.extend`.
+
+    :param past: an empty ``transformers.DynamicCache``
+    :param batch_size: B, the rows
+    :param max_len: the most positions a row may hold
+    :param device: where the masks live (the model's device)
     """
 
     def __init__(self, past: Any, batch_size: int, max_len: int, device: torch.device):
