@@ -194,6 +194,26 @@ def test_a_few_iterations_of_learn_train_the_hf_model(name):
         assert isinstance(model.ref_model, HFAgent) and model.ref_model.lm is not lm
 
 
+def test_an_hf_model_with_an_hf_chat_tokenizer_samples_trains_saves_and_loads(tmp_path):
+    """The real-model path on the CPU: a Qwen2 ChatML tokenizer through ChatTemplateTokenizer and an LM of its
+    vocabulary; the sampler's log-probs are the trainer's, the first ratio is 1, and the file loads back."""
+    from bugfix_gym.integrations.hf_tokenizer import ChatTemplateTokenizer, chatml_tokenizer
+
+    tok = ChatTemplateTokenizer(chatml_tokenizer())
+    model = RecordingPPO("TinyAgentPolicy", vec(), n_episodes=8, n_minibatches=2, n_epochs=1, seed=0,
+                         critic_warmup_steps=0, target_kl=None, base_agent=None, recompute_old_logp=False,
+                         policy_kwargs={"model": tiny_llama(tok.vocab_size), "tokenizer": tok,
+                                        "call_grammar": list(bugfix_gym.CALLS)})
+    model.train_on_batch(model.sample_episodes(n=8))
+    first = model.seen[0]  # old_logp are the sampler's own: KV cache vs full forward
+    assert abs(first["ratio_min"] - 1) < 1e-5 and abs(first["ratio_max"] - 1) < 1e-5
+    model.save(tmp_path / "chat.zip")
+    loaded = RecordingPPO.load(tmp_path / "chat.zip")
+    ids = torch.tensor([tok.segment_ids(1, "fix the function clamp")])
+    with torch.no_grad():
+        assert torch.equal(model.policy.model(ids)[0], loaded.policy.model(ids)[0])
+
+
 # ---------------------------------------------------------------------- files
 def test_save_and_load_rebuild_the_hf_model_with_identical_predictions(tok, tmp_path, capsys):
     model = ppo(tok)
