@@ -97,7 +97,8 @@ trl: $(TRL_STAMP)
 
 # the tests that need trl / transformers / tokenizers / verifiers (they skip in .venv), in .venv-trl
 test-trl: $(TRL_STAMP)
-	$(TRL_PY) -m pytest tests/test_trl.py tests/test_conformance.py tests/test_hf_tokens.py tests/test_verifiers.py
+	$(TRL_PY) -m pytest tests/test_trl.py tests/test_conformance.py tests/test_hf_tokens.py tests/test_hf_policy.py \
+		tests/test_verifiers.py
 
 clean:
 	rm -rf $(VENV) $(RLLIB_VENV) $(TRL_VENV) build *.egg-info

@@ -67,6 +67,11 @@ CRAFTED = {
     "n_head 0": dict(edit_data=lambda d: _config(d, n_head=0)),
     "n_head negative": dict(edit_data=lambda d: _config(d, n_head=-4)),
     "805M parameters": dict(edit_data=lambda d: _config(d, d_model=4096, n_layer=4, d_ff=16384, n_head=8)),
+    "hf_config as a list": dict(edit_data=lambda d: d["policy_kwargs"].update(hf_config=[])),
+    "hf_config of 70B parameters": dict(edit_data=lambda d: d["policy_kwargs"].update(hf_config=dict(
+        model_type="llama", vocab_size=128256, hidden_size=8192, intermediate_size=28672, num_hidden_layers=80))),
+    "hf_config the weights do not fit": dict(edit_data=lambda d: d["policy_kwargs"].update(hf_config=dict(
+        model_type="llama", vocab_size=230, hidden_size=32, intermediate_size=64, num_hidden_layers=1))),
     "integer state-dict keys": dict(edit_policy=lambda s: {i: t for i, t in enumerate(s.values())}),
     "NaN weights": dict(edit_policy=_first_nan),
     "n_episodes 1e30": dict(edit_data=lambda d: d["args"].update(n_episodes=1e30)),

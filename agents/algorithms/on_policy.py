@@ -54,6 +54,7 @@ from agents.files import checkpoint
 from agents.algorithms.buffers import TokenRolloutBuffer
 from agents.algorithms.config import OnPolicyConfig, settings_doc
 from agents.algorithms.registry import load_entry_point
+from agents.model.hf_adapter import config_dict
 from agents.model.threads import ThreadSetting, check_thread_setting, use_threads
 from agents.model.tinyagent import TinyAgent, TinyAgentConfig
 from agents.algorithms.policies import TinyAgentPolicy
@@ -176,6 +177,8 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
             tok = self._env_default("tokenizer")()
         elif isinstance(tok, dict):
             tok = tokenizer_from_dict(tok)
+        if kw.get("model") is not None or kw.get("hf_config") is not None:
+            base_agent = self._hf_base_agent(kw, base_agent)  # None: the HF model's own weights
         if isinstance(base_agent, TinyAgent):
             self._base_model = base_agent
         elif base_agent == "auto":
@@ -202,6 +205,20 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         if kw.get("call_grammar") is not None:
             kw["call_grammar"] = list(kw["call_grammar"])
         self.policy_kwargs = kw
+
+    @staticmethod
+    def _hf_base_agent(kw: dict[str, Any], base_agent: Any) -> None:
+        """With an HF model (``policy_kwargs["model"]``), its weights are the initial ones: the base agent
+        must be ``"auto"`` or None. Its config goes into ``policy_kwargs["hf_config"]`` (saved with the model)."""
+        if base_agent not in ("auto", None):
+            raise ValueError("base_agent is a TinyAgent's weights; with an HF model (policy_kwargs['model']) pass "
+                             "base_agent=None: the HF model's own weights are the initial ones")
+        if kw.get("model_config") is not None:
+            raise ValueError("model_config gives a TinyAgent's sizes; with an HF model (policy_kwargs['model']) "
+                             "leave it out: the HF model's config gives its sizes")
+        if kw.get("model") is not None:
+            kw["hf_config"] = config_dict(kw["model"])
+        kw.pop("model_config", None)
 
     def _is_own_tokenizer(self, tok: TokenizerLike) -> bool:
         """Whether ``tok`` is not the env's advertised default tokenizer (or the env advertises none)."""
@@ -442,7 +459,8 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         """What :meth:`save` writes, as SB3's ``save`` assembles it: the plain ``data`` (algorithm,
         arguments, seed, policy kwargs, spaces, training progress) and the state dicts (``params``)."""
         data = {"algorithm": type(self).__name__, "args": self.saved_arguments(), "seed": self.seed,
-                "policy_kwargs": checkpoint.policy_kwargs_to_json(self.policy_kwargs),
+                "policy_kwargs": checkpoint.policy_kwargs_to_json(  # an HF model travels as hf_config + weights
+                    {k: v for k, v in self.policy_kwargs.items() if k != "model"}),
                 "spaces": {"observation": checkpoint.space_to_json(self.observation_space),
                            "action": checkpoint.space_to_json(self.action_space)},
                 **self.training_progress()}

@@ -12,7 +12,7 @@ decoder as the sampler, and what it expects is documented on :meth:`TinyAgentPol
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 import numpy as np
 import torch as th
@@ -23,6 +23,7 @@ from stable_baselines3.common.type_aliases import Schedule
 from bugfix_gym.tokens import OWNER_PAD, OWNER_PROMPT, OWNER_TOOL, TokenizerLike, encode_segment, tokenizer_from_dict
 
 from agents.decoding.grammar import CallGrammar
+from agents.model.hf_adapter import HFAgent, config_dict, lm_from_config
 from agents.model.threads import ThreadSetting, use_threads
 from agents.model.tinyagent import TinyAgent, TinyAgentConfig
 from agents.decoding.foresight import Foresight
@@ -58,6 +59,11 @@ class TinyAgentPolicy(BasePolicy):
     :param foresight_teach: with ``foresight``, it closes the ops for sampling only and the tokens are
         scored under the grammar (and call mask) alone (``Foresight(teach=True)``): training rolls out
         with foresight and a loss teaches the policy its choices, so the model can decode without it
+    :param model: a ``transformers`` causal LM to train instead of a TinyAgent (wrapped with a value head in
+        :class:`agents.model.hf_adapter.HFAgent`; its vocabulary must be the tokenizer's; trained in place).
+        Not saved as such: the algorithms save its config (``hf_config``) and its weights
+    :param hf_config: the config of such an LM as JSON data (``config.to_dict()``): the policy builds it with
+        random weights (a model file's weights then replace them); ignored when ``model`` is given
     :param optimizer_class: optimizer class (``Adam``)
     :param optimizer_kwargs: extra optimizer arguments, not the learning rate (default for Adam:
         ``eps=1e-5`` as SB3's PPO, and ``foreach=True``: the same update, computed over all parameters at once)
@@ -79,6 +85,8 @@ class TinyAgentPolicy(BasePolicy):
         call_mask_key: str | None = None,
         foresight: float | None = None,
         foresight_teach: bool = False,
+        model: th.nn.Module | None = None,
+        hf_config: dict[str, Any] | None = None,
         optimizer_class: type[th.optim.Optimizer] = th.optim.Adam,
         optimizer_kwargs: dict[str, Any] | None = None,
         use_sde: bool = False,
@@ -96,14 +104,9 @@ class TinyAgentPolicy(BasePolicy):
             raise ValueError("TinyAgentPolicy needs a tokenizer (the algorithms pass the env's default, or "
                              "policy_kwargs=dict(tokenizer=...))")
         self.tokenizer = tokenizer_from_dict(tokenizer) if isinstance(tokenizer, dict) else tokenizer
-        if model_config is None:
-            model_config = TinyAgentConfig(vocab_size=self.tokenizer.vocab_size)
-        elif isinstance(model_config, dict):
-            model_config = TinyAgentConfig(**model_config)
-        if model_config.vocab_size != self.tokenizer.vocab_size:
-            raise ValueError(f"model_config.vocab_size ({model_config.vocab_size}) differs from the tokenizer's "
-                             f"vocabulary ({self.tokenizer.vocab_size})")
-        self.model_config = model_config
+        self.hf_config = None if model is None and hf_config is None else (
+            config_dict(model) if model is not None else dict(hf_config or {}))
+        tiny_config = self._tiny_config(model_config) if self.hf_config is None else None
         self.max_call_tokens = int(max_call_tokens)
         self.call_grammar = tuple(call_grammar) if call_grammar else None
         self.grammar = CallGrammar(self.tokenizer, self.call_grammar) if self.call_grammar else None
@@ -118,13 +121,40 @@ class TinyAgentPolicy(BasePolicy):
             raise ValueError("foresight needs a call grammar (call_grammar=...): it closes edit ops of the grammar")
         self.foresight = None if foresight is None else Foresight(self.grammar, self.tokenizer, foresight,
                                                                   teach=foresight_teach)
-        self.model = TinyAgent(model_config)
+        self.model = TinyAgent(tiny_config) if tiny_config is not None else self._hf_agent(model, self.hf_config or {})
         self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1),  # type: ignore[call-arg]
                                               **self.optimizer_kwargs)
 
+    def _tiny_config(self, model_config: TinyAgentConfig | dict | None) -> TinyAgentConfig:
+        """The TinyAgent config of ``model_config`` (default sizes with the tokenizer's vocabulary)."""
+        if model_config is None:
+            model_config = TinyAgentConfig(vocab_size=self.tokenizer.vocab_size)
+        elif isinstance(model_config, dict):
+            model_config = TinyAgentConfig(**model_config)
+        if model_config.vocab_size != self.tokenizer.vocab_size:
+            raise ValueError(f"model_config.vocab_size ({model_config.vocab_size}) differs from the tokenizer's "
+                             f"vocabulary ({self.tokenizer.vocab_size})")
+        self.model_config: TinyAgentConfig | None = model_config
+        return model_config
+
+    def _hf_agent(self, lm: th.nn.Module | None, hf_config: dict[str, Any]) -> TinyAgent:
+        """The HF causal LM ``lm`` (or one built from ``hf_config``) with a value head, behind TinyAgent's
+        interface (:class:`agents.model.hf_adapter.HFAgent`)."""
+        if lm is None:
+            lm = lm_from_config(hf_config)
+        vocab = lm.get_output_embeddings().weight.shape[0]  # type: ignore[operator]
+        if vocab != self.tokenizer.vocab_size:
+            raise ValueError(f"the HF model's vocabulary ({vocab}) differs from the tokenizer's "
+                             f"({self.tokenizer.vocab_size}): call model.resize_token_embeddings("
+                             f"{self.tokenizer.vocab_size}) or use the model's own tokenizer")
+        self.model_config = None
+        return cast(TinyAgent, HFAgent(lm))  # HFAgent has TinyAgent's interface (agents/model/hf_adapter.py)
+
     def _get_constructor_parameters(self) -> dict[str, Any]:
         data = super()._get_constructor_parameters()
-        data.update(tokenizer=self.tokenizer.to_dict(), model_config=dataclasses.asdict(self.model_config),
+        data.update(tokenizer=self.tokenizer.to_dict(),
+                    model_config=None if self.model_config is None else dataclasses.asdict(self.model_config),
+                    hf_config=self.hf_config,
                     max_call_tokens=self.max_call_tokens, call_grammar=self.call_grammar,
                     call_mask_key=self.call_mask_key,
                     foresight=None if self.foresight is None else self.foresight.threshold,
@@ -156,7 +186,7 @@ class TinyAgentPolicy(BasePolicy):
         :param generator: seeds the sampling
         :return: each call's token ids (``<eoc>`` included when it was written)
         """
-        keep = self.model_config.max_len - self.max_call_tokens
+        keep = self.model.config.max_len - self.max_call_tokens
         feed = [list(p)[-keep:] for p in prefixes]
         cache = self.model.new_cache(len(feed))
         was_training = self.model.training

@@ -52,7 +52,7 @@ class ChatAgent:
     def __init__(self, model: TokenOnPolicyAlgorithm):
         self.policy = model.policy
         self.tok = self.policy.tokenizer
-        self.max_len = self.policy.model_config.max_len
+        self.max_len = self.policy.model.config.max_len  # a TinyAgent or an HF model (agents.model.hf_adapter)
         self.max_call_tokens = self.policy.max_call_tokens
         self._lock = threading.Lock()
 

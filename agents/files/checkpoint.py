@@ -49,6 +49,7 @@ from stable_baselines3.common.utils import ConstantSchedule, FloatSchedule
 from bugfix_gym.text_safety import printable
 from bugfix_gym.spaces import BufferedText
 
+from agents.model.hf_adapter import MAX_CONFIG_BYTES
 from agents.model.tinyagent import TinyAgent, TinyAgentConfig
 
 FORMAT = "bugfix_gym.token_algorithm/2"
@@ -100,11 +101,16 @@ def write(path: str | pathlib.Path | io.BufferedIOBase, data: dict[str, Any], pa
         path.parent.mkdir(parents=True, exist_ok=True)
     from stable_baselines3 import __version__ as sb3_version
 
+    blobs = {entry: _tensor_bytes(params[key]) for entry, key in PARAM_ENTRIES.items() if key in params}
+    for entry, blob in blobs.items():
+        if len(blob) > ENTRY_LIMITS[entry]:  # read() would refuse the file: say so now, before writing it
+            raise ValueError(f"the {PARAM_ENTRIES[entry]} weights take {len(blob)} bytes, more than a model file's "
+                             f"{entry} holds ({ENTRY_LIMITS[entry]}): save a large HF model with "
+                             "model.policy.model.lm.save_pretrained(DIR) instead")
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         archive.writestr("data", text)
-        for entry, key in PARAM_ENTRIES.items():
-            if key in params:
-                archive.writestr(entry, _tensor_bytes(params[key]))
+        for entry, blob in blobs.items():
+            archive.writestr(entry, blob)
         archive.writestr("pytorch_variables.pth", _tensor_bytes({}))
         archive.writestr("_stable_baselines3_version", sb3_version)
         archive.writestr("system_info.txt", f"Python: {platform.python_version()}\nPyTorch: {th.__version__}\n"
@@ -321,9 +327,51 @@ def estimated_parameters(config: dict[str, Any]) -> int:
     return v * d + t * d + n * (4 * d * d + 2 * d * f + 4 * d) + d  # the output head shares the embedding
 
 
+#: the sizes an HF decoder config names, each under the names configs give it (Llama / GPT-2 / OPT style)
+HF_SIZES = {"vocab": ("vocab_size",), "hidden": ("hidden_size", "n_embd", "d_model"),
+            "mlp": ("intermediate_size", "n_inner", "ffn_dim"),
+            "layers": ("num_hidden_layers", "n_layer", "num_layers")}
+
+
+def _hf_size(config: dict[str, Any], size: str) -> int:
+    """The first of a size's names that an HF config sets (0 if none)."""
+    return next((int(config[k]) for k in HF_SIZES[size] if config.get(k) is not None), 0)
+
+
+def estimated_hf_parameters(config: dict[str, Any]) -> int:
+    """A lower bound on the parameters an HF causal-LM config asks for, from the sizes every decoder
+    config names: the embedding, and per layer the query and output projections and two MLP matrices
+    (grouped-query attention, tied heads and gated MLPs only add to it).
+
+    :param config: ``policy_kwargs["hf_config"]`` of a model file
+    """
+    v, h, f, n = (_hf_size(config, size) for size in ("vocab", "hidden", "mlp", "layers"))
+    return v * h + n * (2 * h * h + 2 * h * f)
+
+
+def _check_hf_config(config: Any, policy_bytes: int, name: str) -> None:
+    """An HF config must be a bounded JSON object whose sizes are whole numbers, asking for no more
+    parameters than ``policy.pth`` holds at 2 bytes a parameter (bf16, the smallest dtype trained);
+    :func:`estimated_parameters` is TinyAgent's and does not apply."""
+    if not isinstance(config, dict):
+        raise ModelFileError(f"{name}: its hf_config is not an object")
+    if len(json.dumps(config)) > MAX_CONFIG_BYTES:
+        raise ModelFileError(f"{name}: its hf_config takes more than {MAX_CONFIG_BYTES} bytes")
+    for key in [k for names in HF_SIZES.values() for k in names if config.get(k) is not None]:
+        value = config[key]
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 2**24:
+            raise ModelFileError(f"{name}: its hf_config {key} is {printable(repr(value), 40)}, not a whole "
+                                 f"number from 0 to {2**24}")
+    if estimated_hf_parameters(config) * 2 > policy_bytes + MiB:
+        raise ModelFileError(f"{name}: its hf_config asks for at least {estimated_hf_parameters(config)} parameters, "
+                             f"more than its {policy_bytes}-byte policy.pth can hold")
+
+
 def _check_model_config(data: dict[str, Any], policy_bytes: int, name: str) -> None:
     """Refuse sizes that are not positive whole numbers, or that ask for more parameters than the
     ``policy.pth`` entry (4 bytes a parameter) holds, before anything is allocated."""
+    if "hf_config" in data["policy_kwargs"] and data["policy_kwargs"]["hf_config"] is not None:
+        _check_hf_config(data["policy_kwargs"]["hf_config"], policy_bytes, name)
     config = data["policy_kwargs"].get("model_config")
     if config is None:
         return
