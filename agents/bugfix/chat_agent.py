@@ -106,5 +106,11 @@ class ChatAgent:
             finally:
                 model.train(was_training)
         eoc = self.tok.eoc_id
-        return [WrittenCall(self.tok.decode(t), list(t), [self.tok.words[i] for i in t], list(lp),
+        return [WrittenCall(self.tok.decode(t), list(t), [self._token_text(i) for i in t], list(lp),
                             bool(t) and t[-1] == eoc) for t, lp in zip(calls.tokens, calls.logp)]
+
+    def _token_text(self, token: int) -> str:
+        """One token as text, for the response's log-probs: our tokenizer's word (``<eoc>`` included),
+        another tokenizer's decoding of the token alone."""
+        words = getattr(self.tok, "words", None)
+        return words[token] if words is not None else self.tok.decode([token])
