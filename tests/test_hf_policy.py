@@ -278,8 +278,10 @@ def test_importing_agents_and_the_adapter_imports_no_trainer_library():
     import subprocess
     import sys
 
-    probe = ("import sys, agents, agents.model.hf_adapter, agents.algorithms.ppo, agents.cli; "
-             "print(sorted(m for m in ('trl', 'transformers') if m in sys.modules))")
+    probe = ("import sys, bugfix_gym, agents, agents.model.hf_adapter, agents.algorithms.ppo, agents.cli, "
+             "agents.cli.serve, bugfix_gym.integrations.conformance, bugfix_gym.integrations.shims; "
+             "print(sorted(m for m in ('trl', 'transformers', 'tokenizers', 'datasets', 'verifiers') "
+             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
 
