@@ -594,7 +594,7 @@ def add_arguments(parser: Any) -> None:
     parser.add_argument("dump", help="one JSON episode per line (fields: docs/conformance.md)")
     parser.add_argument("--end-ids", default="", metavar="IDS",
                         help="comma-separated ids that end a model turn (EOS, a tool-call close), for "
-                             "eos_trained and truncation_masked")
+                             "eos_trained and truncation_masked (default: --tokenizer's end-of-turn id)")
     parser.add_argument("--tokenizer", default=None, metavar="FILE",
                         help="the ids' tokenizer as its to_dict() JSON (bugfix-gym train --dump writes it next to "
                              "the dump as DUMP.tokenizer.json), for retokenisation_stable")
@@ -622,6 +622,8 @@ def run_command(args: Any, prog: str = "bugfix-gym conformance") -> int:
     except ValueError as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2
+    if not end_ids and tokenizer is not None:  # the tokenizer's end-of-turn id ends a model turn
+        end_ids = [int(tokenizer.eoc_id)]
     try:
         results = run_checks(load_dump(args.dump), end_ids=end_ids, tokenizer=tokenizer)
     except OSError as err:
