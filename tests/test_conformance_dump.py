@@ -110,9 +110,29 @@ def test_bugfix_gym_train_dump_writes_the_dump_and_says_how_to_check_it(tmp_path
     out = capsys.readouterr().out
     assert f"wrote the first update's conformance dump to {dump}; check it with: " in out
     command = out.split("check it with: ")[1].splitlines()[0].split()
-    assert main(command[command.index("conformance"):]) == 0
+    assert command[-2:] == ["--tokenizer", str(tmp_path / "dumps" / "first.tokenizer.json")]
+    assert main(command[command.index("conformance"):] + ["--json"]) == 0
+    status = {c["name"]: c["status"] for c in json.loads(capsys.readouterr().out)["checks"]}
+    assert status["retokenisation_stable"] == "pass"  # the command read the tokenizer train wrote
     batch = [json.loads(line) for line in dump.read_text().splitlines()]
     assert len({e["group"] for e in batch}) == len(batch) // 4 and batch[0]["advantage_estimator"] == "rloo"
+
+
+@pytest.mark.parametrize("content, error", [
+    ('{"format": "bugfix_gym.Tokenizer/2", "wor', "is not JSON"),
+    ('{"format": "bugfix_gym.Tokenizer/2"}', "is not a tokenizer file (KeyError"),
+    ('{"format": "sentencepiece"}', "unknown tokenizer format"),
+    ('[1, 2]', "not a bugfix_gym tokenizer"),
+    (None, "cannot read --tokenizer"),
+])
+def test_a_corrupt_tokenizer_file_is_one_line(content, error, tmp_path, capsys):
+    dump, tokenizer = tmp_path / "d.jsonl", tmp_path / "d.tokenizer.json"
+    dump.write_text(json.dumps({"input_ids": [1, 2, 3], "loss_mask": [0, 1, 1]}) + "\n")
+    if content is not None:
+        tokenizer.write_text(content)
+    assert main(["conformance", str(dump), "--tokenizer", str(tokenizer)]) == 2
+    captured = capsys.readouterr()
+    assert error in captured.err and len(captured.err.strip().splitlines()) == 1 and captured.out == ""
 
 
 @pytest.mark.parametrize("argv, error", [
@@ -136,3 +156,19 @@ def test_a_run_whose_budget_ends_before_the_first_update_says_no_dump_was_writte
     assert "--dump: no update ran" in err and "nothing written to" in err
     _say_dump(SimpleNamespace(model=SimpleNamespace(first_update_dump=None), dump=None))  # no --dump: silent
     assert capsys.readouterr() == ("", "")
+
+
+def test_a_hugging_face_tokenizer_file_without_transformers_is_one_line(tmp_path, capsys):
+    import importlib.util
+
+    if importlib.util.find_spec("transformers") is not None:
+        pytest.skip("transformers is installed: the file would load (this checks .venv's message)")
+    from bugfix_gym.integrations.hf_tokenizer import _DICT_KEYS
+    from bugfix_gym.tokens import HF_FORMAT
+
+    dump, tokenizer = tmp_path / "d.jsonl", tmp_path / "d.tokenizer.json"
+    dump.write_text(json.dumps({"input_ids": [1, 2, 3], "loss_mask": [0, 1, 1]}) + "\n")
+    tokenizer.write_text(json.dumps({"format": HF_FORMAT, **{k: "x" for k in _DICT_KEYS if k != "format"}}))
+    assert main(["conformance", str(dump), "--tokenizer", str(tokenizer)]) == 2
+    err = capsys.readouterr().err
+    assert "needs transformers: run this command in .venv-trl" in err and len(err.strip().splitlines()) == 1

@@ -247,3 +247,16 @@ def test_what_needs_our_words_says_so_in_one_line():
     with pytest.raises(ValueError, match="tool_calls finds calls by their words"):
         TokenPPO("TinyAgentPolicy", gym.make("BugFix-v0"), base_agent=None, policy_kwargs=kwargs,
                  aux_losses=aux_losses_from_settings(tool_coef=0.1, tool_calls=["read"]))
+
+
+def test_the_conformance_command_reads_an_hf_tokenizer_file(adapter, tmp_path, capsys):
+    import json
+
+    from agents.cli import main
+
+    dump, tokenizer = tmp_path / "d.jsonl", tmp_path / "d.tokenizer.json"
+    dump.write_text(json.dumps(_play(adapter, _episode_calls())["batch"]) + "\n")
+    tokenizer.write_text(json.dumps(adapter.to_dict()))  # what bugfix-gym train --dump writes
+    assert main(["conformance", str(dump), "--tokenizer", str(tokenizer), "--json"]) == 0  # end id: its eoc_id
+    status = {c["name"]: c["status"] for c in json.loads(capsys.readouterr().out)["checks"]}
+    assert status["retokenisation_stable"] == "pass" and status["prefix_preserved"] == "pass"

@@ -6,7 +6,8 @@ What the trainer computes goes in as it is: the ids and owner codes of the batch
 log-probs, pi_old's log-probs (the frozen pass), the log-probs of the first update's loss with the
 weights before its first step (:func:`policy_loss_weights`: the per-token weight of the policy loss,
 ``d loss / d logp``, read off with autograd), the per-token advantages, the groups and resets, the
-truncation flags and the loss normaliser. Writing it draws no random number and changes no tensor
+truncation flags and the loss normaliser. The policy's tokenizer goes next to it (:func:`tokenizer_path`),
+for ``bugfix-gym conformance --tokenizer``. Writing it draws no random number and changes no tensor
 of the batch, so a run with a dump trains exactly as one without.
 """
 
@@ -91,11 +92,24 @@ def episodes(buffer: TokenRolloutBuffer, new_logp: th.Tensor, weights: th.Tensor
     return out
 
 
-def write_dump(path: str | pathlib.Path, rows: Sequence[dict[str, Any]]) -> None:
-    """Write ``rows`` as one JSON object per line to ``path`` (its folder made if needed)."""
+def tokenizer_path(path: str | pathlib.Path) -> pathlib.Path:
+    """Where the dump at ``path`` keeps its ids' tokenizer: ``path`` with the suffix ``.tokenizer.json``
+    (``dump.jsonl`` -> ``dump.tokenizer.json``), read by ``bugfix-gym conformance --tokenizer``."""
+    return pathlib.Path(path).with_suffix(".tokenizer.json")
+
+
+def write_dump(path: str | pathlib.Path, rows: Sequence[dict[str, Any]], tokenizer: Any = None) -> None:
+    """Write ``rows`` as one JSON object per line to ``path`` (its folder made if needed).
+
+    :param path: the dump file
+    :param rows: the episodes (:func:`episodes`)
+    :param tokenizer: the ids' tokenizer; its ``to_dict()`` goes to :func:`tokenizer_path` (None: not written)
+    """
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    if tokenizer is not None:
+        tokenizer_path(path).write_text(json.dumps(tokenizer.to_dict()))
 
 
 def loss_fields(loss_mode: str, norm_const: float | None, mask_truncated: bool, estimator: str) -> dict[str, Any]:

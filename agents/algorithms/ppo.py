@@ -304,7 +304,8 @@ class TokenPPO(TokenOnPolicyAlgorithm):
         common = dump.loss_fields(self.loss_mode, self.loss_norm_const, self.mask_truncated_completions,
                                   self.adv_estimator)
         dump.write_dump(self.first_update_dump, dump.episodes(buffer, new_logp, weights, buffer.advantages.cpu(),
-                                                              common, per_episode, groups=self.group_size > 1))
+                                                              common, per_episode, groups=self.group_size > 1),
+                        tokenizer=self.policy.tokenizer)
         self.first_update_dump = None
 
     @th.no_grad()

@@ -180,7 +180,8 @@ class Reinforce(TokenOnPolicyAlgorithm):
         common = dump.loss_fields(self.loss_mode, self.loss_norm_const, self.mask_truncated_completions,
                                   self.adv_estimator)
         dump.write_dump(self.first_update_dump, dump.episodes(buffer, logp.cpu(), weights.cpu(), per_token.cpu(),
-                                                              common, groups=self.group_size > 1))
+                                                              common, groups=self.group_size > 1),
+                        tokenizer=self.policy.tokenizer)
         self.first_update_dump = None
 
 

@@ -96,8 +96,11 @@ def override_decoding(model: TokenOnPolicyAlgorithm, args: argparse.Namespace, c
         model.policy.call_mask_key = None if args.call_mask == "none" else args.call_mask
     if args.foresight is not UNSET:
         grammar = _grammar(model, "--foresight", command)
-        model.policy.foresight = None if args.foresight is None else \
-            Foresight(grammar, model.policy.tokenizer, args.foresight)
+        try:
+            model.policy.foresight = None if args.foresight is None else \
+                Foresight(grammar, model.policy.tokenizer, args.foresight)
+        except ValueError as e:  # a tokenizer foresight cannot read (a Hugging Face one)
+            raise usage_error(command, f"--foresight: {e} (drop --foresight)") from None
 
 
 def _grammar(model: TokenOnPolicyAlgorithm, flag: str, command: str) -> CallGrammar:

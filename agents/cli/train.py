@@ -220,8 +220,11 @@ def _say_dump(run: TrainingRun) -> None:
         print(f"bugfix-gym train: --dump: no update ran (the budget ended before the first batch was complete); "
               f"nothing written to {run.dump}", file=sys.stderr)
     elif run.dump is not None:
+        from agents.algorithms.first_update_dump import tokenizer_path
+
         print(f"wrote the first update's conformance dump to {run.dump}; check it with: {program()} conformance "
-              f"{run.dump} --end-ids {run.model.policy.tokenizer.eoc_id}", flush=True)
+              f"{run.dump} --end-ids {run.model.policy.tokenizer.eoc_id} --tokenizer {tokenizer_path(run.dump)}",
+              flush=True)
 
 
 def _keep_best(run: TrainingRun) -> KeepBest | None:

@@ -561,6 +561,31 @@ def load_dump(path: str) -> list[Episode]:
     return episodes
 
 
+def load_tokenizer(path: str) -> Tokenizer:
+    """The tokenizer a ``to_dict()`` JSON file holds (ours, or a chat-template tokenizer: that one needs
+    ``transformers``); an unreadable or corrupt file is one clear ``ValueError`` (or ``OSError``).
+
+    :param path: the file (``bugfix-gym train --dump`` writes it as ``DUMP.tokenizer.json``)
+    """
+    from bugfix_gym.tokens import tokenizer_from_dict
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise ValueError(f"--tokenizer {path} is not JSON; give the tokenizer file bugfix-gym train --dump "
+                         "wrote next to the dump (DUMP.tokenizer.json)") from None
+    try:
+        return tokenizer_from_dict(data)
+    except ImportError:
+        raise ValueError(f"--tokenizer {path} is a Hugging Face tokenizer; reading it needs transformers: run "
+                         "this command in .venv-trl (make trl-venv)") from None
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        raise ValueError(f"--tokenizer {path} is not a tokenizer file ({type(err).__name__}: "
+                         f"{str(err).splitlines()[0] if str(err) else 'bad field'}); give the file "
+                         "bugfix-gym train --dump wrote next to the dump (DUMP.tokenizer.json)") from None
+
+
 def add_arguments(parser: Any) -> None:
     """The conformance command's arguments (``bugfix-gym conformance`` and ``python -m`` share them).
 
@@ -569,13 +594,16 @@ def add_arguments(parser: Any) -> None:
     parser.add_argument("dump", help="one JSON episode per line (fields: docs/conformance.md)")
     parser.add_argument("--end-ids", default="", metavar="IDS",
                         help="comma-separated ids that end a model turn (EOS, a tool-call close), for "
-                             "eos_trained and truncation_masked")
+                             "eos_trained and truncation_masked (default: --tokenizer's end-of-turn id)")
+    parser.add_argument("--tokenizer", default=None, metavar="FILE",
+                        help="the ids' tokenizer as its to_dict() JSON (bugfix-gym train --dump writes it next to "
+                             "the dump as DUMP.tokenizer.json), for retokenisation_stable")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the lines")
 
 
 def run_command(args: Any, prog: str = "bugfix-gym conformance") -> int:
     """Check the dump ``args`` names and print the report; returns the exit status (0 every check passed or
-    skipped, 1 one failed, 2 the dump or ``--end-ids`` cannot be read: one line on stderr).
+    skipped, 1 one failed, 2 the dump, ``--end-ids`` or ``--tokenizer`` cannot be read: one line on stderr).
 
     :param args: the parsed arguments of :func:`add_arguments`
     :param prog: the command's name, for errors
@@ -586,7 +614,18 @@ def run_command(args: Any, prog: str = "bugfix-gym conformance") -> int:
         print(f"{prog}: error: --end-ids takes comma-separated integer ids, got {args.end_ids!r}", file=sys.stderr)
         return 2
     try:
-        results = run_checks(load_dump(args.dump), end_ids=end_ids)
+        tokenizer = None if args.tokenizer is None else load_tokenizer(args.tokenizer)
+    except OSError as err:
+        print(f"{prog}: error: cannot read --tokenizer {args.tokenizer} ({err.strerror or err}); give the "
+              "tokenizer file bugfix-gym train --dump wrote (DUMP.tokenizer.json)", file=sys.stderr)
+        return 2
+    except ValueError as err:
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return 2
+    if not end_ids and tokenizer is not None:  # the tokenizer's end-of-turn id ends a model turn
+        end_ids = [int(tokenizer.eoc_id)]
+    try:
+        results = run_checks(load_dump(args.dump), end_ids=end_ids, tokenizer=tokenizer)
     except OSError as err:
         print(f"{prog}: error: cannot read {args.dump} ({err.strerror or err}); give a dump file "
               "(one JSON episode per line)", file=sys.stderr)
@@ -604,8 +643,8 @@ def run_command(args: Any, prog: str = "bugfix-gym conformance") -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m bugfix_gym.integrations.conformance DUMP.jsonl [--end-ids 2,7] [--json]``: the same
-    command as ``bugfix-gym conformance``."""
+    """``python -m bugfix_gym.integrations.conformance DUMP.jsonl [--end-ids 2,7] [--tokenizer FILE] [--json]``:
+    the same command as ``bugfix-gym conformance``."""
     import argparse
 
     prog = "python -m bugfix_gym.integrations.conformance"
