@@ -3,11 +3,13 @@
 Everything is local: the chat tokenizer is built from BugFix's vocabulary and the model is a random-init
 ``LlamaForCausalLM`` of ~150k parameters (``bugfix_gym.integrations``). Steps:
 
-1. SFT (``trl.SFTTrainer``) on a scripted policy's play (``--teacher blind``: one edit op drawn at random, then
-   submit; ``careful``), pre-tokenised the way TRL's tool loop lays out an episode (teachers never see the answer);
-2. GRPO (``trl.GRPOTrainer``) with ``environment_factory=BugFixToolEnv`` (the default), or with
-   ``--rollout-func``, TRL's other path: our token-in, token-out loop returning ``env_mask``; ``submit``
-   answers ``submitted`` (``BugFixToolEnv(show_verdict=False)``, whose docstring says why);
+1. SFT (``trl.SFTTrainer``) on a scripted policy's play (``--teacher retry``: random ops, another edit or submit
+   on a coin flip; ``blind``: one random op, then submit; ``careful``), pre-tokenised the way TRL's tool loop lays
+   out an episode (teachers never see the answer);
+2. GRPO (``trl.GRPOTrainer``) with ``environment_factory=BugFixToolEnv`` (the default) and a ``-1`` reward for a
+   rollout that does not stop (:func:`late_call_penalty`), or with ``--rollout-func``, TRL's other path: our
+   token-in, token-out loop returning ``env_mask``; ``submit`` answers ``submitted``
+   (``BugFixToolEnv(show_verdict=False)``, whose docstring says why);
 3. the train pass rate (sampled play of every train task, ``--eval-episodes`` each) before and after GRPO.
 
 ``--dump FILE`` writes the first GRPO batch as a conformance dump (rollout-func path: with ``turns``) and
@@ -55,7 +57,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def sft(model, tokenizer, args) -> None:
-    """Imitate the careful scripted policy (blind ops) with TRL's SFTTrainer on pre-tokenised episodes."""
+    """Imitate the ``--teacher`` scripted policy (blind ops) with TRL's SFTTrainer on pre-tokenised episodes."""
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
