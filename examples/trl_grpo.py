@@ -3,11 +3,13 @@
 Everything is local: the chat tokenizer is built from BugFix's vocabulary and the model is a random-init
 ``LlamaForCausalLM`` of ~150k parameters (``bugfix_gym.integrations``). Steps:
 
-1. SFT (``trl.SFTTrainer``) on a scripted policy's play (``--teacher blind``: one edit op drawn at random, then
-   submit; ``careful``), pre-tokenised the way TRL's tool loop lays out an episode (teachers never see the answer);
-2. GRPO (``trl.GRPOTrainer``) with ``environment_factory=BugFixToolEnv`` (the default), or with
-   ``--rollout-func``, TRL's other path: our token-in, token-out loop returning ``env_mask``; ``submit``
-   answers ``submitted`` (``BugFixToolEnv(show_verdict=False)``, whose docstring says why);
+1. SFT (``trl.SFTTrainer``) on a scripted policy's play (``--teacher retry``: random ops, another edit or submit
+   on a coin flip; ``blind``: one random op, then submit; ``careful``), pre-tokenised the way TRL's tool loop lays
+   out an episode (teachers never see the answer);
+2. GRPO (``trl.GRPOTrainer``) with ``environment_factory=BugFixToolEnv`` (the default) and a ``-1`` reward for a
+   rollout that does not stop (:func:`late_call_penalty`), or with ``--rollout-func``, TRL's other path: our
+   token-in, token-out loop returning ``env_mask``; ``submit`` answers ``submitted``
+   (``BugFixToolEnv(show_verdict=False)``, whose docstring says why);
 3. the train pass rate (sampled play of every train task, ``--eval-episodes`` each) before and after GRPO.
 
 ``--dump FILE`` writes the first GRPO batch as a conformance dump (rollout-func path: with ``turns``) and
@@ -31,14 +33,21 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--sft-episodes", type=int, default=400, help="scripted episodes to imitate")
     p.add_argument("--sft-epochs", type=float, default=6.0)
-    p.add_argument("--teacher", default="blind", choices=("blind", "careful"),
-                   help="the scripted policy imitated (both pick edit ops at random)")
-    p.add_argument("--grpo-steps", type=int, default=50)
+    p.add_argument("--teacher", default="retry", choices=("blind", "retry", "careful"),
+                   help="the scripted policy imitated (all pick edit ops at random)")
+    p.add_argument("--grpo-steps", type=int, default=180)
     p.add_argument("--num-generations", type=int, default=8, help="G, the rollouts of one task")
     p.add_argument("--batch", type=int, default=32, help="rollouts per GRPO step (a multiple of G)")
-    p.add_argument("--lr", type=float, default=3e-4, help="GRPO learning rate")
-    p.add_argument("--max-completion-length", type=int, default=640, help="model and tool tokens of one rollout")
-    p.add_argument("--eval-episodes", type=int, default=5, help="sampled episodes per train task, for the pass rate")
+    p.add_argument("--lr", type=float, default=1e-3, help="GRPO learning rate (constant after the warm-up)")
+    p.add_argument("--max-completion-length", type=int, default=128, help="model and tool tokens of one rollout")
+    p.add_argument("--num-iterations", type=int, default=1, help="GRPO updates per generated batch")
+    p.add_argument("--beta", type=float, default=0.02, help="the KL coefficient (0: no reference model)")
+    p.add_argument("--warmup-steps", type=int, default=10, help="GRPO learning-rate warm-up")
+    p.add_argument("--stop-penalty", type=float, default=1.0, help="reward subtracted from a rollout that calls a "
+                   "tool after its episode ended (environment_factory path)")
+    p.add_argument("--mask-truncated", action="store_true", help="leave rollouts cut at --max-completion-length "
+                   "out of the loss")
+    p.add_argument("--eval-episodes", type=int, default=10, help="sampled episodes per train task, for the pass rate")
     p.add_argument("--rollout-func", action="store_true", help="GRPO through rollout_func (env_mask) instead of "
                    "environment_factory")
     p.add_argument("--dump", default="", help="write the first GRPO batch here (JSON lines) and check it")
@@ -48,7 +57,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def sft(model, tokenizer, args) -> None:
-    """Imitate the careful scripted policy (blind ops) with TRL's SFTTrainer on pre-tokenised episodes."""
+    """Imitate the ``--teacher`` scripted policy (blind ops) with TRL's SFTTrainer on pre-tokenised episodes."""
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
@@ -87,8 +96,10 @@ def grpo_trainer(model, tokenizer, args):
     rows = dataset_rows("train", n=n_rows, seed=args.seed + 2)
     config = GRPOConfig(output_dir=f"{args.out}/grpo", per_device_train_batch_size=args.batch,
                         num_generations=args.num_generations, max_completion_length=args.max_completion_length,
-                        max_steps=args.grpo_steps,
-                        learning_rate=args.lr, beta=0.0, temperature=1.0, top_k=0, logging_steps=5,
+                        max_steps=args.grpo_steps, num_iterations=args.num_iterations, warmup_steps=args.warmup_steps,
+                        lr_scheduler_type="constant_with_warmup",
+                        mask_truncated_completions=args.mask_truncated, disable_tqdm=True,
+                        learning_rate=args.lr, beta=args.beta, temperature=1.0, top_k=0, logging_steps=5,
                         max_tool_calling_iterations=7, save_strategy="no", report_to="none", use_cpu=True,
                         seed=args.seed, log_completions=False)
     if args.rollout_func:
@@ -98,7 +109,22 @@ def grpo_trainer(model, tokenizer, args):
                                   rollout_func=make_rollout_func(rows, tokenizer), dump=args.dump)
     return DumpingGRPOTrainer(model=model, args=config, train_dataset=Dataset.from_list(rows),
                               processing_class=tokenizer, dump=args.dump,
+                              reward_funcs=[late_call_penalty(args.stop_penalty, tokenizer.eos_token_id)],
                               environment_factory=partial(BugFixToolEnv, show_verdict=False))
+
+
+def late_call_penalty(penalty: float, eos_token_id: int):
+    """A reward function: ``-penalty`` for each rollout that did not stop, else 0.
+
+    A rollout did not stop if it called a tool after its episode ended or was cut at the completion budget
+    (its last id is not EOS). TRL samples one more model turn after every tool answer, the one that should
+    stop; without this term nothing rewards stopping there, and GRPO drifts into rollouts that run on.
+    """
+    def late_calls(completions: list, environments: list, completion_ids: list, **kwargs) -> list[float]:
+        return [-penalty if env.late_calls or not ids or ids[-1] != eos_token_id else 0.0
+                for env, ids in zip(environments, completion_ids)]
+
+    return late_calls
 
 
 def _dumping_trainer_class():
@@ -140,6 +166,8 @@ def main(argv=None) -> None:
     model = tiny_causal_lm(tokenizer, seed=args.seed)
     start = time.time()
     sft(model, tokenizer, args)
+    model.save_pretrained(f"{args.out}/sft/model")  # beta > 0: TRL loads its reference model from this path
+    model.config._name_or_path = f"{args.out}/sft/model"
     before = train_pass(model, tokenizer, args.eval_episodes, seed=args.seed + 10)
     print(f"after SFT: train pass {before:.3f} ({time.time() - start:.0f} s)", flush=True)
     if args.grpo_steps == 0:

@@ -141,6 +141,33 @@ def test_get_reward_is_the_hidden_tests_verdict_and_calls_after_the_end_change_n
         quiet.reset(**row)
         quiet.edit(op)
         assert quiet.submit() == SUBMITTED and quiet.get_reward() == reward and quiet.submit() == ENDED
+    assert quiet.late_calls == 1 and quiet.read() == ENDED and quiet.late_calls == 2
+    quiet.reset(**row)
+    assert quiet.late_calls == 0
+
+
+def _example():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "examples" / "trl_grpo.py"
+    spec = importlib.util.spec_from_file_location("trl_grpo_example", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    return example
+
+
+def test_the_stop_penalty_hits_rollouts_that_call_after_the_end_or_run_out_of_budget():
+    row = dataset_rows("train", n=1, seed=5)[0]
+    envs = [BugFixToolEnv(show_verdict=False) for _ in range(3)]
+    for env in envs:
+        env.reset(**row)
+        env.submit()
+    envs[1].read()
+    eos = 2
+    penalty = _example().late_call_penalty(0.5, eos)
+    rewards = penalty(completions=[[]] * 3, environments=envs, completion_ids=[[5, eos], [5, eos], [5, 6]])
+    assert rewards == [0.0, -0.5, -0.5]
 
 
 def test_bad_rows_are_one_clear_error():
@@ -157,6 +184,24 @@ def test_scripted_sft_rows_train_only_the_model_calls(tokenizer):
         assert len(ids) == len(mask) and ids[-1] == tokenizer.eos_token_id and mask[-1] == 1
         trained = tokenizer.decode([i for i, m in zip(ids, mask) if m])
         assert trained.startswith("<call>") and "hidden tests" not in trained and "def " not in trained
+
+
+def test_the_retry_teacher_plays_the_same_op_sequence_on_every_task_and_stops_within_the_budget():
+    from bugfix_gym.integrations.trl_rollout import retry_policy
+
+    env, plays = BugFixToolEnv(show_verdict=False), []
+    for row in dataset_rows("train", n=20, seed=4):
+        policy, calls = retry_policy(seed=7), []
+        env.reset(**row)
+        while env.info["stop"] is None:
+            calls.append(policy("", env.info))
+            name, *op = calls[-1].split()
+            getattr(env, name)(*op)
+        assert calls[-1] == "submit" and 2 <= len(calls) <= 6 and len(set(calls)) == len(calls)
+        plays.append(tuple(calls))
+    assert len(set(plays)) == 1  # the plan comes from the seed alone, never from the task
+    with pytest.raises(ValueError, match="p_again must be a probability"):
+        retry_policy(p_again=2.0)
 
 
 def test_rollout_func_returns_env_mask_and_its_episodes_pass_the_conformance_checks(tokenizer):
@@ -182,13 +227,7 @@ def test_rollout_func_returns_env_mask_and_its_episodes_pass_the_conformance_che
 
 
 def test_a_few_grpo_steps_of_the_example_run_and_their_batch_passes_the_checks(tmp_path, capsys):
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parent.parent / "examples" / "trl_grpo.py"
-    spec = importlib.util.spec_from_file_location("trl_grpo_example", path)
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
+    example = _example()
     dump = tmp_path / "batch.jsonl"
     example.main(["--sft-episodes", "16", "--sft-epochs", "1", "--grpo-steps", "1", "--batch", "4",
                   "--num-generations", "2", "--eval-episodes", "1", "--max-completion-length", "96",

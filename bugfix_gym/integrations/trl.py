@@ -59,6 +59,8 @@ class BugFixToolEnv:
         self.info: dict[str, Any] = {}
         """the env's ``info`` after the last reset or call (what a scripted policy reads)"""
         self.reward = 0.0
+        self.late_calls = 0
+        """tool calls made after the episode ended (each answered :data:`ENDED`), since the last reset"""
 
     def reset(self, tasks: str = "book", task: str = "", seed: int = 0, split: str = "train", pack: str = "",
               **row: Any) -> str:
@@ -80,6 +82,7 @@ class BugFixToolEnv:
         else:
             obs, self.info = self.env.reset(seed=int(seed), options={"task": task})
         self.reward = 0.0
+        self.late_calls = 0
         return obs
 
     def _env_for(self, tasks: str, split: str, pack: str) -> BugFixEnv:
@@ -99,6 +102,7 @@ class BugFixToolEnv:
         if self.env is None:
             raise RuntimeError("call reset(**row) before a tool (TRL does this before every rollout)")
         if self.env.stop is not None:
+            self.late_calls += 1
             return ENDED
         obs, reward, terminated, truncated, self.info = self.env.step(action)
         if self.info["hidden_pass"]:

@@ -15,7 +15,10 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ..scripted import scripted_policy
+import numpy as np
+
+from ..ops import FIX_OPS
+from ..scripted import Policy, scripted_policy
 from ..tools import parse_call
 from .hf_tokenizer import ChatIds, call_ids
 from .trl import BugFixToolEnv
@@ -149,25 +152,60 @@ def env_reward(prompts: list, completions: list, env_reward: list[float], **kwar
     return [float(r) for r in env_reward]
 
 
+TEACHERS = ("careful", "blind", "retry", "random")
+
+
+def retry_policy(seed: int = 0, p_again: float = 0.5) -> Policy:
+    """Blind ops, a random shape: edit, then edit again (a coin of ``p_again``) or submit.
+
+    At the start of every episode it draws, from its own generator and nothing else, the order in which it
+    will try the five ops; after each edit it flips a coin: edit the next op of that order with probability
+    ``p_again`` (while one is left), else ``submit``. It reads nothing, neither the source nor any tool answer,
+    so which op it edits and when it stops never depend on the task. What it leaves to learn: the env answers
+    ``no change`` to an op that does not apply, so "edit again after ``no change``, submit after a changed
+    line" passes about 0.8 of the train tasks where the coin passes 0.3 (docs/llm_trainers.md).
+
+    :param seed: seeds the policy's generator
+    :param p_again: the probability of another edit after an edit
+    """
+    if not 0.0 <= p_again <= 1.0:
+        raise ValueError(f"p_again must be a probability, got {p_again}")
+    rng = np.random.default_rng(seed)
+    plan: dict[str, Any] = {}
+
+    def retry(observation: str, info: dict[str, Any]) -> str:
+        if info["turn"] == 0:
+            plan["order"], plan["next"] = [FIX_OPS[i] for i in rng.permutation(len(FIX_OPS))], 0
+        again = plan["next"] == 0 or (plan["next"] < len(FIX_OPS) and rng.random() < p_again)
+        if not again:
+            return "submit"
+        plan["next"] += 1
+        return f"edit {plan['order'][plan['next'] - 1]}"
+
+    return retry
+
+
 def scripted_sft_rows(tokenizer: Any, rows: Sequence[dict[str, Any]], seed: int = 0, teacher: str = "careful",
                       show_verdict: bool = True) -> list[dict[str, list[int]]]:
     """Pre-tokenised SFT rows (``input_ids``, ``assistant_masks``) from a scripted policy's play.
 
     The teacher never sees the answer: ``careful`` (read or test, edit, test, revert on failure, edit again,
-    submit) and ``blind`` (one edit, then submit) both choose their edit ops at random
-    (:func:`bugfix_gym.scripted.scripted_policy`); the oracles are refused.
+    submit), ``blind`` (one edit, then submit; both :func:`bugfix_gym.scripted.scripted_policy`) and ``retry``
+    (:func:`retry_policy`: edit, then another edit or submit at random) all choose their edit ops at random;
+    the oracles are refused.
     Each episode is laid out exactly as :func:`play_episode` and TRL's tool loop lay one out (the model's call
     ids, the env's tool-suffix ids, a final EOS after the last tool answer), and only the model's ids count.
 
     :param tokenizer: a :func:`~bugfix_gym.integrations.hf_tokenizer.chat_tokenizer`
     :param rows: the dataset rows to play
     :param seed: the policy's seed
-    :param teacher: ``"careful"``, ``"blind"`` or ``"random"`` (uniform over the legal calls)
+    :param teacher: ``"careful"``, ``"blind"``, ``"retry"`` or ``"random"`` (uniform over the legal calls)
     :param show_verdict: what ``submit`` answers (:class:`~bugfix_gym.integrations.trl.BugFixToolEnv`'s argument)
     """
-    if teacher not in ("careful", "blind", "random"):
-        raise ValueError(f"teacher must be careful, blind or random (a teacher never sees the answer), got {teacher!r}")
-    policy = scripted_policy(teacher, seed=seed)
+    if teacher not in TEACHERS:
+        raise ValueError(f"teacher must be one of {', '.join(TEACHERS)} (a teacher never sees the answer), "
+                         f"got {teacher!r}")
+    policy = retry_policy(seed) if teacher == "retry" else scripted_policy(teacher, seed=seed)
     env, out = BugFixToolEnv(show_verdict=show_verdict), []
     for row in rows:
         chat, text = ChatIds(tokenizer, env.reset(**row)), ""
