@@ -5,7 +5,8 @@
     python examples/verifiers_serve.py runs/tokenppo-.../tokenppo.zip --n 20 --rollouts 8
 
 Needs .venv-trl (``make trl-venv``: verifiers 0.4). Prints the mean reward, how episodes ended and the calls per
-episode, to compare with ``bugfix-gym eval MODEL --split train --episodes 8`` (docs/verifiers.md).
+episode, to compare with ``bugfix-gym eval MODEL --split train --episodes 8`` (docs/verifiers.md). verifiers'
+traces and the server's log go to a new folder under runs/verifiers_serve/.
 """
 
 from __future__ import annotations
@@ -18,6 +19,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
+
+
+def _output_dir() -> Path:
+    """Where verifiers writes its results: a new folder under runs/verifiers_serve/ (created)."""
+    root = Path("runs") / "verifiers_serve"
+    root.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix="eval-", dir=root))
 
 
 def main() -> int:
@@ -37,27 +46,31 @@ def main() -> int:
 
     from bugfix_gym.integrations.verifiers import load_environment
 
+    output = _output_dir()
+    log = open(output / "serve.log", "w")  # the server's request log and errors
     server = subprocess.Popen([sys.executable, "-m", "agents.cli", "serve", args.model, "--port", "0",
-                               "--model-name", "tinyagent"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                              text=True)
+                               "--model-name", "tinyagent"], stdout=subprocess.PIPE, stderr=log, text=True)
     try:
         line = server.stdout.readline() if server.stdout else ""
         found = re.search(r" at (http://\S+/v1) ", line)
         if not found:
-            print(f"bugfix-gym serve did not start (it printed {line.strip()!r}); check the model file",
+            server.wait(timeout=30)
+            said = (output / "serve.log").read_text().strip().splitlines()
+            print(said[-1] if said else f"bugfix-gym serve did not start (it printed {line.strip()!r})",
                   file=sys.stderr)
-            return 1
+            return 2
         env = load_environment(args.split, tasks="book", n=args.n, seed=0)
         config = EvalConfig(env=env.config, model="tinyagent", num_rollouts=args.rollouts, rich=None, push=False,
                             max_concurrent=args.max_concurrent,
                             client=vf.EvalClientConfig(base_url=found.group(1), api_key_var="BUGFIX_NO_KEY"),
-                            output_dir=tempfile.mkdtemp(prefix="vf-bugfix-"))
+                            output_dir=str(output))
         start = time.time()
         episodes = asyncio.run(run_eval(config))
         wall = time.time() - start
     finally:
         server.terminate()
         server.wait(timeout=30)
+        log.close()
     failed = [e for e in episodes if not e.ok]
     for episode in failed[:3]:
         errors = [*episode.errors, *(err for t in episode.traces for err in t.errors)]
