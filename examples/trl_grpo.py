@@ -51,6 +51,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--rollout-func", action="store_true", help="GRPO through rollout_func (env_mask) instead of "
                    "environment_factory")
     p.add_argument("--dump", default="", help="write the first GRPO batch here (JSON lines) and check it")
+    p.add_argument("--time-budget", type=float, default=0.0, help="seconds in all (SFT, GRPO, both evaluations): "
+                   "GRPO stops early when what is left would not hold the last evaluation (0: no budget)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="runs/trl_grpo")
     return p.parse_args(argv)
@@ -155,6 +157,23 @@ def DumpingGRPOTrainer(*a, **kw):
     return _dumping_trainer_class()(*a, **kw)
 
 
+def time_budget_callback(deadline: float, reserve: float):
+    """A TrainerCallback that stops training once fewer than ``reserve`` seconds are left before ``deadline``.
+
+    :param deadline: the ``time.time()`` by which the whole run must be done
+    :param reserve: the seconds kept back for what comes after training (the last evaluation)
+    """
+    from transformers import TrainerCallback
+
+    class TimeBudget(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if time.time() + reserve >= deadline:
+                control.should_training_stop = True
+            return control
+
+    return TimeBudget()
+
+
 def main(argv=None) -> None:
     torch.set_num_threads(1)
     args = parse_args(argv)
@@ -168,14 +187,18 @@ def main(argv=None) -> None:
     sft(model, tokenizer, args)
     model.save_pretrained(f"{args.out}/sft/model")  # beta > 0: TRL loads its reference model from this path
     model.config._name_or_path = f"{args.out}/sft/model"
+    eval_start = time.time()
     before = train_pass(model, tokenizer, args.eval_episodes, seed=args.seed + 10)
+    eval_s = time.time() - eval_start
     print(f"after SFT: train pass {before:.3f} ({time.time() - start:.0f} s)", flush=True)
     if args.grpo_steps == 0:
         return
     trainer = grpo_trainer(model, tokenizer, args)
+    if args.time_budget > 0:  # the last evaluation plays longer episodes than the first: keep 1.5 times its time
+        trainer.add_callback(time_budget_callback(start + args.time_budget, 1.5 * eval_s + 10))
     trainer.train()
     after = train_pass(model, tokenizer, args.eval_episodes, seed=args.seed + 10)
-    print(f"after GRPO ({args.grpo_steps} steps): train pass {after:.3f} (SFT start {before:.3f}, "
+    print(f"after GRPO ({trainer.state.global_step} steps): train pass {after:.3f} (SFT start {before:.3f}, "
           f"{after - before:+.3f}; {time.time() - start:.0f} s in all)", flush=True)
     if args.dump:
         from bugfix_gym.integrations.conformance import format_report, load_dump, run_checks

@@ -170,6 +170,18 @@ def test_the_stop_penalty_hits_rollouts_that_call_after_the_end_or_run_out_of_bu
     assert rewards == [0.0, -0.5, -0.5]
 
 
+def test_the_time_budget_stops_training_only_once_the_reserve_would_not_fit():
+    import time
+
+    from transformers import TrainerControl
+
+    example = _example()
+    now = time.time()
+    for deadline, stops in ((now + 3600, False), (now + 30, True)):
+        control = example.time_budget_callback(deadline, reserve=60).on_step_end(None, None, TrainerControl())
+        assert control.should_training_stop is stops
+
+
 def test_bad_rows_are_one_clear_error():
     with pytest.raises(ValueError, match="'tasks' must be one of book, generated, pack"):
         BugFixToolEnv().reset(tasks="nope")
