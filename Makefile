@@ -7,7 +7,8 @@ STAMP := $(VENV)/.installed
 RLLIB_VENV := .venv-rllib
 RLLIB_PY := $(RLLIB_VENV)/bin/python
 RLLIB_STAMP := $(RLLIB_VENV)/.installed
-# TRL, transformers, tokenizers, datasets and verifiers: a venv of their own too (constraints-trl.txt says why)
+# TRL, transformers, tokenizers, datasets and verifiers: a venv of their own too (constraints-trl.txt says why);
+# environments/bugfix_gym_verifiers is the verifiers env package `vf-eval bugfix_gym_verifiers` imports
 TRL_VENV := .venv-trl
 TRL_PY := $(TRL_VENV)/bin/python
 TRL_STAMP := $(TRL_VENV)/.installed
@@ -85,10 +86,10 @@ test-rllib: $(RLLIB_STAMP)
 
 trl-venv: $(TRL_STAMP)
 
-$(TRL_STAMP): pyproject.toml constraints-trl.txt
+$(TRL_STAMP): pyproject.toml constraints-trl.txt environments/bugfix_gym_verifiers/pyproject.toml
 	test -x $(TRL_PY) || $(PYTHON) -m venv $(TRL_VENV)
 	$(TRL_PY) -m pip install -q --upgrade pip
-	$(TRL_PY) -m pip install -q -c constraints-trl.txt -e ".[trl,verifiers]" pytest
+	$(TRL_PY) -m pip install -q -c constraints-trl.txt -e ".[trl,verifiers]" -e environments/bugfix_gym_verifiers pytest
 	touch $(TRL_STAMP)
 
 # SFT on scripted play, then TRL's GRPO with environment_factory=BugFixToolEnv (examples/trl_grpo.py), in .venv-trl

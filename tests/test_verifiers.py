@@ -1,6 +1,7 @@
 """BugFix as a verifiers environment (``make test-trl``; skipped where verifiers is missing), rolled out by
-verifiers' own eval runner (``run_eval``, the function behind ``vf-eval``) against OpenAI-compatible chat
-servers on 127.0.0.1: a scripted one here, and ``bugfix-gym serve`` with a TinyAgent."""
+verifiers' own eval runner (``run_eval``, the function behind ``vf-eval``, and the ``vf-eval`` command line with
+the env package environments/bugfix_gym_verifiers) against OpenAI-compatible chat servers on 127.0.0.1: a
+scripted one here, and ``bugfix-gym serve`` with a TinyAgent."""
 
 from __future__ import annotations
 
@@ -242,3 +243,25 @@ def test_verifiers_rollouts_through_bugfix_gym_serve(served, tmp_path):
         assert trace.rewards["hidden_tests"].score == replay(episode.task.data.row, calls)
         stops.append(trace.info["bugfix_stop"])
     assert "submit" in stops
+
+
+def test_vf_eval_cli_through_bugfix_gym_serve(served, tmp_path):
+    """The ``vf-eval`` command line finds the env by its id (the package environments/bugfix_gym_verifiers)."""
+    cmd = [str(Path(sys.executable).parent / "vf-eval"), "bugfix_gym_verifiers", "-m", "tinyagent", "-n", "3",
+           "-r", "2", "--env.taskset.seed", "1", "--client.base-url", served,
+           "--client.api-key-var", "BUGFIX_NO_KEY", "--no-push", "-o", str(tmp_path / "out"), "--run.dir", "vf"]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=_cli_env(), cwd=tmp_path, timeout=120)
+    assert out.returncode == 0, ("is the env package installed? make trl-venv (pip install -e "
+                                 "environments/bugfix_gym_verifiers)\n" + out.stdout[-2000:] + out.stderr[-2000:])
+    assert "hidden_tests" in out.stdout
+    results = [json.loads(line) for line in (tmp_path / "out" / "vf" / "traces.jsonl").read_text().splitlines()]
+    assert len(results) == 6 and all(r["ok"] and not r["errors"] for r in results), [r["errors"] for r in results]
+    assert len({r["task"]["data"]["name"] for r in results}) == 3
+    for result in results:
+        (trace,) = result["traces"]
+        calls = trace["info"]["bugfix_calls"]
+        # one model call per call the env played, each answered with a tool call
+        assert [c["finish_reason"] for c in trace["calls"]] == ["tool_calls"] * len(calls)
+        assert trace["info"]["bugfix_stop"] in ("submit", "budget")
+        score = trace["rewards"]["hidden_tests"]["score"]
+        assert score in (0.0, 1.0) and score == replay(result["task"]["data"]["row"], calls)
