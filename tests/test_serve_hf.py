@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 import pytest
 
 pytest.importorskip("tokenizers")
@@ -24,6 +23,7 @@ from agents.algorithms.presets import load_algorithm  # noqa: E402
 from agents.cli.serve import serving  # noqa: E402
 from bugfix_gym.integrations.chat import call_of_tool_call, tool_schemas  # noqa: E402
 from bugfix_gym.integrations.hf_tokenizer import ChatTemplateTokenizer, chatml_tokenizer  # noqa: E402
+from test_serve import _predicted  # noqa: E402  (the policy's own greedy predict on an episode)
 
 torch.set_num_threads(1)
 NAME = "hf-tiny"
@@ -66,20 +66,6 @@ def _play(url: str, task: Any, tools: bool) -> tuple[list[str], list[dict]]:
         answer = {"role": "tool", "tool_call_id": message["tool_calls"][0]["id"]} if tools else {"role": "user"}
         messages += [message, dict(answer, content=obs)]
     return calls, choices
-
-
-def _predicted(model_file: Path, task: Any, n_calls: int) -> list[str]:
-    """The policy's own greedy ``predict`` on the same episode (its history in ``state``)."""
-    model = load_algorithm(model_file)
-    env = gym.make("BugFix-v0")
-    obs, _ = env.reset(seed=0, options={"task": task})
-    state, start, calls = None, np.array([True]), []
-    for _ in range(n_calls):
-        action, state = model.predict(obs, state=state, episode_start=start, deterministic=True)
-        calls.append(str(action))
-        obs, *_ = env.step(calls[-1])
-        start = np.array([False])
-    return calls
 
 
 @pytest.mark.parametrize("tools", [False, True], ids=["text", "tool_calls"])

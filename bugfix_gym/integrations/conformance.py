@@ -601,6 +601,14 @@ def add_arguments(parser: Any) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the lines")
 
 
+def _read(read: Callable[[str], Any], path: str, what: str, hint: str) -> Any:
+    """``read(path)``, its failures as one ``ValueError`` line: ``cannot read WHAT PATH (why); HINT``."""
+    try:
+        return read(path)
+    except OSError as err:
+        raise ValueError(f"cannot read {what}{path} ({err.strerror or err}); {hint}") from None
+
+
 def run_command(args: Any, prog: str = "bugfix-gym conformance") -> int:
     """Check the dump ``args`` names and print the report; returns the exit status (0 every check passed or
     skipped, 1 one failed, 2 the dump, ``--end-ids`` or ``--tokenizer`` cannot be read: one line on stderr).
@@ -614,22 +622,13 @@ def run_command(args: Any, prog: str = "bugfix-gym conformance") -> int:
         print(f"{prog}: error: --end-ids takes comma-separated integer ids, got {args.end_ids!r}", file=sys.stderr)
         return 2
     try:
-        tokenizer = None if args.tokenizer is None else load_tokenizer(args.tokenizer)
-    except OSError as err:
-        print(f"{prog}: error: cannot read --tokenizer {args.tokenizer} ({err.strerror or err}); give the "
-              "tokenizer file bugfix-gym train --dump wrote (DUMP.tokenizer.json)", file=sys.stderr)
-        return 2
-    except ValueError as err:
-        print(f"{prog}: error: {err}", file=sys.stderr)
-        return 2
-    if not end_ids and tokenizer is not None:  # the tokenizer's end-of-turn id ends a model turn
-        end_ids = [int(tokenizer.eoc_id)]
-    try:
-        results = run_checks(load_dump(args.dump), end_ids=end_ids, tokenizer=tokenizer)
-    except OSError as err:
-        print(f"{prog}: error: cannot read {args.dump} ({err.strerror or err}); give a dump file "
-              "(one JSON episode per line)", file=sys.stderr)
-        return 2
+        tokenizer = None if args.tokenizer is None else _read(
+            load_tokenizer, args.tokenizer, "--tokenizer ",
+            "give the tokenizer file bugfix-gym train --dump wrote (DUMP.tokenizer.json)")
+        if not end_ids and tokenizer is not None:  # the tokenizer's end-of-turn id ends a model turn
+            end_ids = [int(tokenizer.eoc_id)]
+        episodes = _read(load_dump, args.dump, "", "give a dump file (one JSON episode per line)")
+        results = run_checks(episodes, end_ids=end_ids, tokenizer=tokenizer)
     except ValueError as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2
