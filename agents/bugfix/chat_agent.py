@@ -110,8 +110,6 @@ class ChatAgent:
                             bool(t) and t[-1] == eoc) for t, lp in zip(calls.tokens, calls.logp)]
 
     def _token_text(self, token: int) -> str:
-        """One token as text, for the response's log-probs: our tokenizer's word (``<eoc>`` included),
-        another tokenizer's decoding of the token alone, its end-of-turn token included (``<|im_end|>``,
-        which a plain ``decode`` stops before)."""
-        words = getattr(self.tok, "words", None)
-        return words[token] if words is not None else self.tok.decode([token], stop_at_eoc=False)
+        """One token as text, for the response's log-probs, its end-of-turn token included (``<eoc>``,
+        ``<|im_end|>``, which a plain ``decode`` stops before)."""
+        return self.tok.decode([token], stop_at_eoc=False)
