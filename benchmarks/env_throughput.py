@@ -22,9 +22,9 @@ from typing import Callable
 import gymnasium as gym
 
 import bugfix_gym
-from bugfix_gym import runner
-from bugfix_gym.ops import apply_op
-from bugfix_gym.wrappers import DiscreteCalls
+from bugfix_gym.execution import runner
+from bugfix_gym.edits.ops import apply_op
+from bugfix_gym.views.wrappers import DiscreteCalls
 
 SCRIPT = ("read", "test", "edit fix_comparison", "test", "edit swap_minmax", "revert", "edit fix_init", "submit",
           "read", "edit add_zero_guard", "edit fix_range_end", "test", "submit", "garbage call")

@@ -3,7 +3,7 @@
     python benchmarks/sandbox_containment.py            # every mode this user can run
     python benchmarks/sandbox_containment.py --markdown # the table for docs/environment.md
 
-Each probe is one pack function run by :func:`bugfix_gym.sandbox.run_cases_sandboxed`; it returns
+Each probe is one pack function run by :func:`bugfix_gym.execution.sandbox.run_cases_sandboxed`; it returns
 what it managed, and the table prints ``contained`` or ``DONE`` per mode. The script loads only
 ``sandbox.py`` and ``execution.py`` (standard library), so it also runs under a system Python as
 an unprivileged user, e.g. ``setpriv --reuid 65534 --regid 65534 --clear-groups python3 ...``
@@ -26,7 +26,7 @@ if "bugfix_gym" not in sys.modules:  # the sandbox alone: no numpy or gymnasium 
     stub = types.ModuleType("bugfix_gym")
     stub.__path__ = [str(PACKAGE)]  # type: ignore[attr-defined]
     sys.modules["bugfix_gym"] = stub
-from bugfix_gym import sandbox  # noqa: E402
+from bugfix_gym.execution import sandbox  # noqa: E402
 
 TRY = ("def f(kind, arg):\n    import os\n    try:\n{body}\n        return 'DONE'\n"
        "    except ImportError:\n        return 'untried: the module does not import'\n"

@@ -4,8 +4,8 @@
     python benchmarks/sandbox_overhead.py --rounds 50
 
 Every round times, in turn: the same cases run in-process (what built-in tasks cost), a
-bare child (``python -I -S`` importing ``execution`` and ``json``: the floor of any design
-with one fresh interpreter per call), and :func:`bugfix_gym.sandbox.run_cases_sandboxed`
+bare child (``python -I -S`` importing ``cases`` and ``json``: the floor of any design
+with one fresh interpreter per call), and :func:`bugfix_gym.execution.sandbox.run_cases_sandboxed`
 in each isolation mode this machine offers (``namespace`` needs ``unshare`` and user
 namespaces, ``uid`` needs root). The task is ``bounded_score`` from
 ``examples/task_pack_example.json``: its repaired source on its five hidden cases. The
@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from bugfix_gym import sandbox
-from bugfix_gym.execution import run_cases
+from bugfix_gym.execution import sandbox
+from bugfix_gym.execution.cases import run_cases
 
 SOURCE = "def bounded_score(score, top):\n    return max(0, min(score, top))\n"
 CASES = [((5, 10), 5), ((-3, 10), 0), ((12, 10), 10), ((0, 10), 0), ((10, 10), 10)]
@@ -33,7 +33,7 @@ PACKAGE = Path(sandbox.__file__).resolve().parent
 
 
 def _bare_child() -> None:
-    code = "import sys, json; sys.path.append(sys.argv[1]); import execution"
+    code = "import sys, json; sys.path.append(sys.argv[1]); import cases"
     subprocess.run([sys.executable, "-I", "-S", "-c", code, str(PACKAGE)], check=True, env={}, cwd="/")
 
 

@@ -46,8 +46,8 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
 
 from bugfix_gym import CALLS
-from bugfix_gym.text_wrappers import ToolLatency
-from bugfix_gym.wrappers import DiscreteCalls
+from bugfix_gym.views.text_wrappers import ToolLatency
+from bugfix_gym.views.wrappers import DiscreteCalls
 
 if TYPE_CHECKING:
     from agents import TokenPPO

@@ -30,8 +30,8 @@ import torch
 from agents.algorithms.ppo import TokenPPO
 from agents.bugfix.evaluation import sample_episodes
 from bugfix_gym import episode_stats, generate_tasks, parse_call
-from bugfix_gym.env import HIDEABLE
-from bugfix_gym.text_wrappers import make_bugfix_env
+from bugfix_gym.core.env import HIDEABLE
+from bugfix_gym.views.text_wrappers import make_bugfix_env
 
 REPORT = (("pass_rate", "pass rate"), ("valid_calls", "valid calls"), ("read_rate", "read rate"),
           ("test_rate", "test rate"), ("revert_rate", "revert use"), ("edits_per_episode", "edits / episode"),

@@ -20,7 +20,7 @@ import numpy as np
 import bugfix_gym  # noqa: F401  (registers BugFix-v0 and the views)
 
 ENV_ID = "BugFixCalls-v0"
-MAX_LEN = 128  # the prompt plus a few short turns; longer episodes keep the prompt (see bugfix_gym.wrappers)
+MAX_LEN = 128  # the prompt plus a few short turns; longer episodes keep the prompt (see bugfix_gym.views.wrappers)
 EVAL_EPISODES = 200
 EVAL_SEED = 10_000
 SPLITS = ("train", "heldout")

@@ -1,6 +1,6 @@
 """TokenPPO on a text env that is not BugFix: LookThenAnswer-v0, from a random TinyAgent.
 
-LookThenAnswer-v0 (``bugfix_gym.look``) uses gymnasium's own ``Text`` spaces: a box holds a
+LookThenAnswer-v0 (``bugfix_gym.core.look``) uses gymnasium's own ``Text`` spaces: a box holds a
 colour, ``look`` shows it, ``answer <colour>`` ends the episode (reward 1 only after a look).
 The recipe is the one of tests/test_look_env.py: a tokenizer built from the env's own words
 (a word outside the tokenizer encodes to ``<unk>``, so the policy could never write it), the
@@ -24,7 +24,7 @@ from stable_baselines3.common.env_util import make_vec_env
 
 import bugfix_gym
 from agents import TextDummyVecEnv, TokenPPO
-from bugfix_gym.look import COLOURS, LookThenAnswerEnv
+from bugfix_gym.core.look import COLOURS, LookThenAnswerEnv
 
 
 def run(seed: int, timesteps: int, n_colours: int) -> dict[str, float]:

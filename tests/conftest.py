@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import bugfix_gym
-from bugfix_gym.tasks import Task
+from bugfix_gym.tasks.library import Task
 
 
 @pytest.fixture(scope="session", autouse=True)

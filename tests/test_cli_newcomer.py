@@ -10,7 +10,7 @@ import pytest
 
 import bugfix_gym
 from agents.cli import flags, main
-from bugfix_gym.play import did_you_mean, main as play_main
+from bugfix_gym.views.play import did_you_mean, main as play_main
 
 
 def test_version(capsys):

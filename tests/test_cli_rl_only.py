@@ -17,7 +17,7 @@ from agents.cli.parser import build_parser
 from agents.cli.settings import train_settings
 from agents.decoding.foresight import Foresight
 from agents.decoding.grammar import CallGrammar
-from bugfix_gym.tokens import OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL
+from bugfix_gym.contract.tokens import OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL
 
 
 def _settings(*flags: str) -> dict:

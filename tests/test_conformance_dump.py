@@ -164,7 +164,7 @@ def test_a_hugging_face_tokenizer_file_without_transformers_is_one_line(tmp_path
     if importlib.util.find_spec("transformers") is not None:
         pytest.skip("transformers is installed: the file would load (this checks .venv's message)")
     from bugfix_gym.integrations.hf_tokenizer import _DICT_KEYS
-    from bugfix_gym.tokens import HF_FORMAT
+    from bugfix_gym.integrations.hf_tokenizer import HF_FORMAT
 
     dump, tokenizer = tmp_path / "d.jsonl", tmp_path / "d.tokenizer.json"
     dump.write_text(json.dumps({"input_ids": [1, 2, 3], "loss_mask": [0, 1, 1]}) + "\n")

@@ -12,7 +12,7 @@ from stable_baselines3.common.evaluation import evaluate_policy
 import bugfix_gym
 from agents import TokenPPO, make_text_vec_env
 from agents.algorithms.on_policy import TEXT_SPACE_ADVICE
-from bugfix_gym.look import COLOURS, LookThenAnswerEnv
+from bugfix_gym.core.look import COLOURS, LookThenAnswerEnv
 
 
 def make_env() -> LookThenAnswerEnv:

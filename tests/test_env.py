@@ -15,10 +15,10 @@ from gymnasium.utils.env_checker import check_env
 
 import bugfix_gym
 from bugfix_gym import CALLS, BugFixEnv, get_task, make_tasks, scripted_policy
-from bugfix_gym.execution import MAX_LOOP_TICKS, call_one, compile_function, run_cases
-from bugfix_gym.runner import run_tests
-from bugfix_gym.tasks import Task, task_from_correct, task_problems
-from bugfix_gym.text_wrappers import HideOutputs, InertLines, StatementDropout
+from bugfix_gym.execution.cases import MAX_LOOP_TICKS, call_one, compile_function, run_cases
+from bugfix_gym.execution.runner import run_tests
+from bugfix_gym.tasks.library import Task, task_from_correct, task_problems
+from bugfix_gym.views.text_wrappers import HideOutputs, InertLines, StatementDropout
 
 INFO_KEYS = {"task", "turn", "n_turns", "actions", "ops", "n_invalid", "valid", "submitted", "hidden_pass", "stop",
              "call_mask", "useful_calls"}
@@ -384,7 +384,7 @@ def test_bad_reset_options_give_one_clear_line(options, error, message):
     (dict(ambiguous_share=0.3), ValueError, "ambiguous_share needs generated='train'"),
     (dict(statement_dropout=0.3), TypeError, r"statement_dropout is a wrapper, not a BugFixEnv argument: use "
                                              r"gym.make\('BugFix-v0', statement_dropout=...\) or wrap the env in "
-                                             r"bugfix_gym.text_wrappers.StatementDropout"),
+                                             r"bugfix_gym.views.text_wrappers.StatementDropout"),
     (dict(hide_outputs=["read"]), TypeError, "hide_outputs is a wrapper, not a BugFixEnv argument"),
     (dict(max_turn=6), TypeError, r"BugFixEnv.__init__\(\) got an unexpected keyword argument 'max_turn'"),
 ])
@@ -408,7 +408,8 @@ def test_a_huge_statement_is_cut_and_the_prompt_keeps_its_call_menu():
     env = BugFixEnv(tasks=[task], render_mode="ansi")
     obs, _ = env.reset(seed=0)
     assert len(obs) == 4096 and env.observation_space.contains(obs)
-    assert obs.startswith("fix the function big : x x ") and obs.endswith(" ... . calls : " + bugfix_gym.tools.MENU)
+    assert obs.startswith("fix the function big : x x ")
+    assert obs.endswith(" ... . calls : " + bugfix_gym.core.tools.MENU)
     assert len(env.render()) < 5000
 
 
@@ -454,7 +455,7 @@ def test_generated_mode_draws_from_the_named_template_split():
 
 
 def test_ambiguous_share_draws_that_share_from_the_ambiguous_templates():
-    from bugfix_gym.generator import AMBIGUOUS, TEMPLATES
+    from bugfix_gym.tasks.generator import AMBIGUOUS, TEMPLATES
 
     env = BugFixEnv(generated="train", ambiguous_share=0.5)
     keys = []
@@ -469,7 +470,7 @@ def test_ambiguous_share_draws_that_share_from_the_ambiguous_templates():
 
 def test_inert_lines_add_one_statement_that_changes_no_op_site_test_or_fix():
     from bugfix_gym import FIX_OPS, apply_op
-    from bugfix_gym.generator import NOUNS
+    from bugfix_gym.tasks.generator import NOUNS
 
     plain, noisy = BugFixEnv(generated="train"), InertLines(BugFixEnv(generated="train"), 1.0)
     changed = 0
@@ -499,7 +500,7 @@ def test_inert_lines_add_one_statement_that_changes_no_op_site_test_or_fix():
 
 
 def test_statement_dropout_leaves_out_statement_words_and_nothing_else():
-    from bugfix_gym import tools
+    from bugfix_gym.core import tools
 
     plain, dropped = BugFixEnv(generated="train"), StatementDropout(BugFixEnv(generated="train"), 0.5)
     kept = total = 0
@@ -521,8 +522,8 @@ def test_statement_dropout_leaves_out_statement_words_and_nothing_else():
 
 
 def test_generated_tasks_stay_registered_only_while_recent(monkeypatch):
-    from bugfix_gym import generator
-    from bugfix_gym.tasks import REGISTRY
+    from bugfix_gym.tasks import generator
+    from bugfix_gym.tasks.library import REGISTRY
 
     monkeypatch.setattr(generator, "RECENT_LIMIT", 8)
     env = BugFixEnv(generated="heldout")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from bugfix_gym import CALLS, BugFixEnv, FIX_OPS, build_tokenizer, parse_call
-from bugfix_gym.wrappers import TokenObservation
+from bugfix_gym.views.wrappers import TokenObservation
 
 NEAR_MISSES = ["READ", "read ", " read", "edit", "edit  fix_init", "edit fix_init now", "edit\tswap_minmax",
                "editfix_init", "submit submit", "revert\n", "tests", "edit fix_Init", "<eoc>", "read<eoc>"]

@@ -8,10 +8,10 @@ from collections import Counter
 import pytest
 
 from bugfix_gym import BugFixEnv, FIX_OPS, evaluate, generate_tasks, get_task, scripted_policy
-from bugfix_gym.runner import run_tests
-from bugfix_gym.generator import GENERATED_SPLITS, TEMPLATES
-from bugfix_gym.ops import apply_op
-from bugfix_gym.tasks import task_problems
+from bugfix_gym.execution.runner import run_tests
+from bugfix_gym.tasks.generator import GENERATED_SPLITS, TEMPLATES
+from bugfix_gym.edits.ops import apply_op
+from bugfix_gym.tasks.library import task_problems
 
 GENERATED = {split: generate_tasks(split, 40, seed=0) for split in GENERATED_SPLITS}
 
@@ -101,7 +101,7 @@ def test_bad_arguments_are_rejected():
 def test_every_template_and_defect_yields_checked_tasks_whose_visible_tests_show_the_bug():
     import numpy as np
 
-    from bugfix_gym.generator import make_task
+    from bugfix_gym.tasks.generator import make_task
 
     assert len(TEMPLATES["train"]) >= 50  # many distinct training shapes (Procgen's lesson)
     assert sum(not isinstance(t.statement, str) for t in TEMPLATES["train"]) >= 30  # several phrasings
@@ -118,7 +118,7 @@ def test_every_template_and_defect_yields_checked_tasks_whose_visible_tests_show
 def test_phrasings_are_drawn_per_task():
     import numpy as np
 
-    from bugfix_gym.generator import make_task
+    from bugfix_gym.tasks.generator import make_task
 
     template = next(t for t in TEMPLATES["train"] if not isinstance(t.statement, str))
     rng = np.random.default_rng(0)
@@ -140,7 +140,7 @@ def test_with_inert_line_keeps_book_tasks_valid_and_leaves_one_statement_functio
     import numpy as np
 
     from bugfix_gym import make_tasks
-    from bugfix_gym.generator import with_inert_line
+    from bugfix_gym.tasks.generator import with_inert_line
 
     rng = np.random.default_rng(0)
     changed = 0
@@ -169,7 +169,7 @@ def _statements(source: str) -> set[str]:
 def test_recombined_functions_parse_vary_and_come_from_the_train_templates_only():
     import numpy as np
 
-    from bugfix_gym.generator import WORDS, recombined_function
+    from bugfix_gym.tasks.generator import WORDS, recombined_function
 
     rng = np.random.default_rng(0)
     sources = [recombined_function(rng) for _ in range(300)]
@@ -188,7 +188,7 @@ def test_recombined_functions_parse_vary_and_come_from_the_train_templates_only(
         return " ".join(f"{{{roles[w]}}}" if w in roles else w for w in stmt.replace("(", " ( ").replace(")", " ) ")
                         .replace(",", " , ").replace("[", " [ ").replace("]", " ] ").replace(":", " : ").split())
 
-    from bugfix_gym.ops import inject_defect
+    from bugfix_gym.edits.ops import inject_defect
 
     def template_statements(split: str) -> set[str]:
         out = set()
@@ -208,8 +208,8 @@ def test_recombined_functions_parse_vary_and_come_from_the_train_templates_only(
 def test_edit_practice_answers_as_the_env_does():
     import numpy as np
 
-    from bugfix_gym.generator import edit_practice
-    from bugfix_gym.ops import describe_change
+    from bugfix_gym.tasks.generator import edit_practice
+    from bugfix_gym.edits.ops import describe_change
 
     rng = np.random.default_rng(3)
     for _ in range(50):

@@ -15,7 +15,7 @@ import bugfix_gym  # noqa: E402,F401  (registers BugFix-v0)
 import gymnasium as gym  # noqa: E402
 from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
 
-from bugfix_gym.look import COLOURS, LookThenAnswerEnv  # noqa: E402
+from bugfix_gym.core.look import COLOURS, LookThenAnswerEnv  # noqa: E402
 
 from agents import make_text_vec_env  # noqa: E402
 from agents.algorithms.callbacks import StopAfterIterations  # noqa: E402

@@ -19,7 +19,8 @@ from bugfix_gym.integrations.conformance import run_checks  # noqa: E402
 from bugfix_gym.integrations.hf_tokenizer import (CHATML_TEMPLATE, MAX_TOKENIZER_CHARS,  # noqa: E402
                                                   ChatTemplateTokenizer, chat_tokenizer, chatml_tokenizer,
                                                   tool_suffix_ids)
-from bugfix_gym.tokens import OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL, TokenizerLike, tokenizer_from_dict  # noqa: E402
+from bugfix_gym.contract.tokens import (  # noqa: E402
+    OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL, TokenizerLike, tokenizer_from_dict)
 
 torch.set_num_threads(1)
 MAKERS = {"chat": chat_tokenizer, "chatml": chatml_tokenizer}

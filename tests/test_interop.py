@@ -17,7 +17,7 @@ import torch
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 from bugfix_gym import CALLS, BugFixEnv, build_tokenizer, episode_tokens, get_task, make_tasks
-from bugfix_gym.wrappers import LAYOUTS, STOP_REASONS, VIEW_INFO_KEYS, DiscreteCalls, TokenObservation
+from bugfix_gym.views.wrappers import LAYOUTS, STOP_REASONS, VIEW_INFO_KEYS, DiscreteCalls, TokenObservation
 
 TOK = build_tokenizer()
 REVERT = CALLS.index("revert")
@@ -152,18 +152,18 @@ def test_registered_ids_pass_view_and_env_arguments_and_rebuild_from_their_spec(
 def test_view_segments_come_from_encode_segment_so_a_turn_marker_flows_in(monkeypatch):
     # Simulates a tokenizer change that appends a marker after every prompt and tool segment:
     # the view must follow it, as episode_tokens does, without code of its own.
-    import bugfix_gym.tokens
-    import bugfix_gym.wrappers
+    import bugfix_gym.contract.tokens
+    import bugfix_gym.views.wrappers
 
-    plain = bugfix_gym.tokens.encode_segment
+    plain = bugfix_gym.contract.tokens.encode_segment
     marker = TOK.ids["read"]  # any id; owner codes, not ids, say who wrote it
 
     def with_marker(tokenizer, owner, text):
         ids = plain(tokenizer, owner, text)
         return ids if owner == 2 else ids + [marker]
 
-    monkeypatch.setattr(bugfix_gym.tokens, "encode_segment", with_marker)
-    monkeypatch.setattr(bugfix_gym.wrappers, "encode_segment", with_marker)
+    monkeypatch.setattr(bugfix_gym.contract.tokens, "encode_segment", with_marker)
+    monkeypatch.setattr(bugfix_gym.views.wrappers, "encode_segment", with_marker)
     env = DiscreteCalls(BugFixEnv(), TOK, max_len=256)
     obs, _ = env.reset(options={"task": "clamp"})
     for call in ("read", "edit swap_minmax", "submit"):

@@ -1,4 +1,5 @@
-"""Layering: ``execution.py`` (and the sandbox child) are standard-library leaves; no package has an import cycle."""
+"""Layering: ``bugfix_gym``'s sub-packages and ``agents``' layers import only what lies below them; the execution
+leaf and the sandbox child are standard library only; no module takes part in an import cycle."""
 
 from __future__ import annotations
 
@@ -39,56 +40,157 @@ def _imports(path: Path, skip_type_checking: bool = False) -> list[tuple[int, st
     return found
 
 
-@pytest.mark.parametrize("leaf, allowed", [("execution.py", set()), ("sandbox_child.py", {"execution"})])
+@pytest.mark.parametrize("leaf, allowed", [("cases.py", set()), ("sandbox_child.py", {"cases"})])
 def test_leaf_modules_import_only_the_standard_library(leaf, allowed):
-    for level, module in _imports(PACKAGE / leaf):
+    for level, module in _imports(PACKAGE / "execution" / leaf):
         top = module.split(".")[0]
         assert top in allowed or (level == 0 and (top in sys.stdlib_module_names or top == "__future__")), \
             f"{leaf} imports {'.' * level}{module}"
 
 
 def test_execution_loads_alone_in_an_isolated_interpreter():
-    probe = ("import sys; sys.path.append(sys.argv[1]); import execution; "
+    probe = ("import sys; sys.path.append(sys.argv[1]); import cases; "
              "print(sorted(m for m in sys.modules if m.split('.')[0] not in {*sys.stdlib_module_names, '__main__'}))")
-    out = subprocess.run([sys.executable, "-I", "-S", "-c", probe, str(PACKAGE)], capture_output=True, text=True,
-                         timeout=60)
-    assert out.returncode == 0 and out.stdout.strip() == "['execution']", out.stderr
+    out = subprocess.run([sys.executable, "-I", "-S", "-c", probe, str(PACKAGE / "execution")], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "['cases']", out.stderr
 
 
-def _package_graph(package: str) -> dict[str, set[str]]:
-    """Module -> the modules of the same package it imports at run time (``if TYPE_CHECKING:`` skipped)."""
-    folder = ROOT / package
+# ---------------------------------------------------------------------- the layers of bugfix_gym/
+#: bugfix_gym's sub-packages, lowest first: a module may import its own sub-package and those before it
+#: (the package's ``__init__`` is above them all: it registers the envs and re-exports the public names)
+PACKAGE_LAYERS = ("contract", "execution", "edits", "tasks", "core", "views", "integrations")
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _resolved_imports(path: Path, skip_type_checking: bool = False) -> list[str]:
+    """Every import of a file as an absolute dotted name (``from . import x`` -> ``package.x``)."""
+    package = _module_name(path).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
+    out = []
+    for level, dotted in _imports(path, skip_type_checking):
+        if level:
+            dotted = ".".join([*package[: len(package) - level + 1], dotted])
+        out.append(dotted)
+    return out
+
+
+def _sub_package(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "bugfix_gym" and len(parts) > 1 and parts[1] in PACKAGE_LAYERS else None
+
+
+def _package_violations(path: Path) -> list[str]:
+    layer = _sub_package(_module_name(path))
+    if layer is None:  # the package's own __init__: above every layer
+        return []
+    rank = PACKAGE_LAYERS.index(layer)
+    found = []
+    for dotted in _resolved_imports(path):
+        parts = dotted.split(".")
+        if parts[0] == "agents":
+            found.append(f"{layer} -> agents: {dotted} (bugfix_gym never imports agents)")
+        elif parts[0] == "bugfix_gym":
+            other = parts[1] if len(parts) > 1 else None
+            if other not in PACKAGE_LAYERS:
+                found.append(f"{layer}: {dotted} (import from the sub-package's module, not the package's names)")
+            elif PACKAGE_LAYERS.index(other) > rank:
+                found.append(f"{layer} -> {other}: {dotted}")
+    return found
+
+
+def test_bugfix_gym_modules_all_live_in_a_sub_package():
+    loose = sorted(p.name for p in PACKAGE.glob("*.py") if p.stem != "__init__")
+    assert loose == [], f"modules outside a sub-package: {loose}"
+    folders = sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__")
+    assert folders == sorted(PACKAGE_LAYERS)
+
+
+def test_each_bugfix_gym_sub_package_imports_only_those_before_it():
+    found = {v for path in sorted(PACKAGE.rglob("*.py")) for v in _package_violations(path)}
+    assert sorted(found) == [], "imports against the sub-package order"
+
+
+def test_the_sub_package_check_sees_lazy_type_checking_and_relative_imports(tmp_path, monkeypatch):
+    fake = tmp_path / "bugfix_gym" / "tasks"
+    fake.mkdir(parents=True)
+    source = fake / "m.py"
+    source.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..core.env import BugFixEnv\n"
+                      "def f():\n    from ..views import wrappers\n    from bugfix_gym.integrations.trl import x\n"
+                      "    from ..edits.ops import FIX_OPS\n    from . import generator\n"
+                      "    from bugfix_gym import Task\n"
+                      "    import agents.algorithms.ppo\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert sorted(_package_violations(source)) == sorted([
+        "tasks -> core: bugfix_gym.core.env.BugFixEnv", "tasks -> views: bugfix_gym.views.wrappers",
+        "tasks -> integrations: bugfix_gym.integrations.trl.x",
+        "tasks: bugfix_gym.Task (import from the sub-package's module, not the package's names)",
+        "tasks -> agents: agents.algorithms.ppo (bugfix_gym never imports agents)"])
+
+
+def _module_graph(folder: Path) -> dict[str, set[str]]:
+    """Module -> the modules below ``folder`` it imports at run time (``if TYPE_CHECKING:`` skipped), sub-packages
+    included; ``from pkg import name`` counts as an edge to ``pkg.name`` when that is a module, else to ``pkg``."""
+    modules = {_module_name(path): path for path in folder.rglob("*.py")}
     graph = {}
-    for path in folder.glob("*.py"):
+    for name, path in modules.items():
         edges = set()
-        for level, module in _imports(path, skip_type_checking=True):
-            parts = module.split(".")
-            if level == 1:
-                edges.add(parts[0])
-            elif parts[0] == package:
-                edges.add(parts[1] if len(parts) > 1 else "__init__")
-        graph[path.stem] = {e for e in edges if (folder / f"{e}.py").exists()} - {path.stem}
+        for dotted in _resolved_imports(path, skip_type_checking=True):
+            while dotted and dotted not in modules:
+                dotted = dotted.rpartition(".")[0]
+            if dotted and dotted != name:
+                edges.add(dotted)
+        graph[name] = edges
     return graph
 
 
-@pytest.mark.parametrize("package", ["bugfix_gym"])
-def test_the_package_import_graph_has_no_cycle(package):
-    graph, done, path = _package_graph(package), set(), []
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    done: set[str] = set()
 
-    def visit(module: str) -> None:
-        assert module not in path, f"import cycle: {' -> '.join(path[path.index(module):] + [module])}"
+    def visit(module: str, path: list[str]) -> list[str] | None:
+        if module in path:
+            return path[path.index(module):] + [module]
         if module in done:
-            return
-        path.append(module)
-        for dependency in sorted(graph[module]):
-            visit(dependency)
-        path.pop()
+            return None
+        for dependency in sorted(graph.get(module, ())):
+            found = visit(dependency, [*path, module])
+            if found:
+                return found
         done.add(module)
+        return None
 
     for module in sorted(graph):
-        visit(module)
-    if package == "bugfix_gym":
-        assert graph["execution"] == set() and graph["sandbox"] == {"execution"}
+        found = visit(module, [])
+        if found:
+            return found
+    return None
+
+
+def test_bugfix_gym_has_no_import_cycle():
+    """Module by module, sub-packages included; a package's ``__init__`` that re-exports a module of its own counts
+    (the package imports it), while a module importing its own package's ``__init__`` is the normal way in."""
+    graph = _module_graph(PACKAGE)
+    # importing bugfix_gym.x.y runs bugfix_gym/__init__ and bugfix_gym/x/__init__ first: those are not edges
+    graph = {k: {e for e in v if not k.startswith(e + ".")} for k, v in graph.items()}
+    assert _cycle(graph) is None, f"import cycle: {' -> '.join(_cycle(graph) or [])}"
+    assert graph["bugfix_gym.execution.cases"] == set()
+    assert graph["bugfix_gym.execution.sandbox"] == {"bugfix_gym.execution.cases"}
+
+
+def test_the_cycle_check_sees_a_cycle_through_a_lazy_import(tmp_path, monkeypatch):
+    (tmp_path / "bugfix_gym" / "contract").mkdir(parents=True)
+    (tmp_path / "bugfix_gym" / "integrations").mkdir()
+    (tmp_path / "bugfix_gym" / "contract" / "tokens.py").write_text(
+        "def load():\n    from ..integrations.hf_tokenizer import ChatTemplateTokenizer\n")
+    (tmp_path / "bugfix_gym" / "integrations" / "hf_tokenizer.py").write_text("from ..contract.tokens import load\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert _cycle(_module_graph(tmp_path / "bugfix_gym")) == [
+        "bugfix_gym.contract.tokens", "bugfix_gym.integrations.hf_tokenizer", "bugfix_gym.contract.tokens"]
 
 
 def test_type_checking_imports_are_skipped_and_the_rest_counted(tmp_path):
@@ -101,20 +203,37 @@ def test_type_checking_imports_are_skipped_and_the_rest_counted(tmp_path):
     assert (1, "a.A") in _imports(source) and (0, "c") in _imports(source)
 
 
-def test_owner_codes_live_in_tokens_and_every_old_import_path_still_gives_them():
+def test_owner_codes_live_in_the_contract_and_every_old_import_path_still_gives_them():
     import bugfix_gym
-    import bugfix_gym.env
-    import bugfix_gym.tokens
+    import bugfix_gym.core.env
+    import bugfix_gym.contract.tokens
 
-    defined_in = {path.name for path in PACKAGE.glob("*.py") for node in ast.walk(ast.parse(path.read_text()))
+    defined_in = {str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py")
+                  for node in ast.walk(ast.parse(path.read_text()))
                   if isinstance(node, ast.Assign) and any(isinstance(n, ast.Name) and n.id.startswith("OWNER_")
                                                           for t in node.targets for n in ast.walk(t))}
-    assert defined_in == {"tokens.py"}
+    assert defined_in == {"contract/tokens.py"}
     names = ("OWNER_PAD", "OWNER_PROMPT", "OWNER_POLICY", "OWNER_TOOL")
-    codes = tuple(getattr(bugfix_gym.tokens, name) for name in names)
+    codes = tuple(getattr(bugfix_gym.contract.tokens, name) for name in names)
     assert codes == (0, 1, 2, 3)
     assert tuple(getattr(bugfix_gym, name) for name in names) == codes
-    assert tuple(getattr(bugfix_gym.env, name) for name in names) == codes
+    assert tuple(getattr(bugfix_gym.core.env, name) for name in names) == codes
+
+
+def test_the_flat_layout_s_module_paths_are_the_moved_modules_themselves():
+    import importlib
+
+    import bugfix_gym
+
+    for old, new in bugfix_gym.MOVED.items():
+        assert importlib.import_module(f"bugfix_gym.{old}") is importlib.import_module(f"bugfix_gym.{new}"), old
+    assert bugfix_gym.sandbox.ALLOW_ROOT_PLAIN is bugfix_gym.execution.sandbox.ALLOW_ROOT_PLAIN
+    from bugfix_gym.tokenizer import Tokenizer, build_tokenizer  # noqa: F401 (the old module had both)
+    from bugfix_gym.execution import run_cases  # noqa: F401 (bugfix_gym.execution was a module)
+    from bugfix_gym.tasks import Task, make_tasks  # noqa: F401 (so was bugfix_gym.tasks)
+    out = subprocess.run([sys.executable, "-m", "bugfix_gym.play", "--help"], capture_output=True, text=True,
+                         timeout=120, cwd=ROOT)
+    assert out.returncode == 0 and "--task" in out.stdout, out.stderr
 
 
 # ---------------------------------------------------------------------- the layers of agents/
@@ -122,9 +241,7 @@ def test_owner_codes_live_in_tokens_and_every_old_import_path_still_gives_them()
 LAYERS = ("model", "decoding", "rollout", "files", "algorithms", "bugfix", "cli")
 #: what the layers below ``bugfix`` may take from bugfix_gym: the token contract (owner codes, the
 #: tokenizer class, the text spaces), never the env, the tasks or BugFix's own vocabulary
-TOKEN_CONTRACT = {"bugfix_gym.tokens", "bugfix_gym.tokenizer", "bugfix_gym.spaces",
-                  "bugfix_gym.text_safety"}  # a leaf that knows nothing of BugFix: text made safe to show
-BUGFIX_VOCABULARY = {"build_tokenizer", "fixed_tokenizer"}
+TOKEN_CONTRACT = "bugfix_gym.contract"
 AGENTS = ROOT / "agents"
 
 
@@ -160,7 +277,7 @@ def _violations(path: Path) -> list[str]:
             elif LAYERS.index(parts[1]) > rank:
                 found.append(f"{layer} -> {parts[1]}: {full}")
         elif parts[0] == "bugfix_gym" and rank < LAYERS.index("bugfix"):
-            if not any(full.startswith(m + ".") or full == m for m in TOKEN_CONTRACT) or name in BUGFIX_VOCABULARY:
+            if not full.startswith(TOKEN_CONTRACT + "."):
                 found.append(f"{layer} -> bugfix_gym: {full}")
     return found
 
@@ -182,14 +299,15 @@ def test_the_layer_check_sees_lazy_type_checking_and_relative_imports(tmp_path, 
     source = fake / "m.py"
     source.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
                       "    from agents.algorithms.ppo import TokenPPO\n"
-                      "def f():\n    from ..bugfix import recipes\n    from bugfix_gym.env import BugFixEnv\n"
-                      "    from bugfix_gym.tokenizer import build_tokenizer\n"
+                      "def f():\n    from ..bugfix import recipes\n    from bugfix_gym.core.env import BugFixEnv\n"
+                      "    from bugfix_gym.core.vocabulary import build_tokenizer\n"
+                      "    from bugfix_gym.contract.text import printable\n"
                       "    from ..model.tinyagent import TinyAgent\n    from agents import TokenPPO\n")
     monkeypatch.setattr(sys.modules[__name__], "AGENTS", tmp_path / "agents")
     assert sorted(_violations(source)) == sorted([
         "rollout -> algorithms: agents.algorithms.ppo.TokenPPO", "rollout -> bugfix: agents.bugfix.recipes",
-        "rollout -> bugfix_gym: bugfix_gym.env.BugFixEnv",
-        "rollout -> bugfix_gym: bugfix_gym.tokenizer.build_tokenizer",
+        "rollout -> bugfix_gym: bugfix_gym.core.env.BugFixEnv",
+        "rollout -> bugfix_gym: bugfix_gym.core.vocabulary.build_tokenizer",
         "rollout: agents.TokenPPO (import from the layer's module, not the package's lazy names)"])
 
 

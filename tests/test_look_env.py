@@ -11,7 +11,7 @@ from stable_baselines3.common.env_util import make_vec_env
 
 import bugfix_gym
 from agents import TextDummyVecEnv, TokenPPO
-from bugfix_gym.look import COLOURS, LookThenAnswerEnv
+from bugfix_gym.core.look import COLOURS, LookThenAnswerEnv
 
 
 def test_the_env_passes_gymnasiums_checker_and_pays_only_a_looked_answer():

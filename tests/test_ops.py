@@ -8,12 +8,12 @@ import random
 import pytest
 
 from bugfix_gym import FIX_OPS, apply_op, inject_defect, make_tasks
-from bugfix_gym import execution, runner
-from bugfix_gym.execution import run_cases, same_value
-from bugfix_gym.generator import TEMPLATES, WORDS
-from bugfix_gym.ops import describe_change
-from bugfix_gym.runner import run_tests
-from bugfix_gym.tasks import correct_source
+from bugfix_gym.execution import cases as execution, runner
+from bugfix_gym.execution.cases import run_cases, same_value
+from bugfix_gym.tasks.generator import TEMPLATES, WORDS
+from bugfix_gym.edits.ops import describe_change
+from bugfix_gym.execution.runner import run_tests
+from bugfix_gym.tasks.library import correct_source
 
 TASKS = make_tasks("all")
 INVOLUTIONS = ("swap_minmax", "fix_comparison", "fix_init")

@@ -8,8 +8,9 @@ import threading
 
 import pytest
 
-from bugfix_gym import load_task_pack, packs
-from bugfix_gym.ops import apply_op
+from bugfix_gym import load_task_pack
+from bugfix_gym.tasks import packs
+from bugfix_gym.edits.ops import apply_op
 
 TASK = {"name": "limit_cap", "statement": "return x, but never more than 10", "source":
         "def limit_cap(x):\n    return max(x, 10)\n", "fix_op": "swap_minmax",

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from bugfix_gym import BugFixEnv, TaskPackError, evaluate, get_task, load_task_pack, scripted_policy
-from bugfix_gym import tasks as tasks_module
-from bugfix_gym.sandbox import run_cases_sandboxed
+from bugfix_gym.tasks import library as tasks_module
+from bugfix_gym.execution.sandbox import run_cases_sandboxed
 
 DIGITS = sys.get_int_max_str_digits()  # the longest integer literal Python reads
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "task_pack_example.json"
@@ -214,10 +214,10 @@ def test_sandbox_memory_limit_turns_a_huge_allocation_into_a_failed_test():
 
 
 def test_pack_cli_checks_files(tmp_path):
-    ok = subprocess.run([sys.executable, "-m", "bugfix_gym.packs", str(EXAMPLE)], capture_output=True, text=True,
+    ok = subprocess.run([sys.executable, "-m", "bugfix_gym.tasks.packs", str(EXAMPLE)], capture_output=True, text=True,
                         timeout=60)
     assert ok.returncode == 0 and "3 tasks ok" in ok.stdout
     bad = _write(tmp_path, [_mutated(fix_op="fix_init")])
-    out = subprocess.run([sys.executable, "-m", "bugfix_gym.packs", str(bad)], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "bugfix_gym.tasks.packs", str(bad)], capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 1 and out.stderr.count("\n") == 1 and "does not repair" in out.stderr

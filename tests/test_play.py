@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from bugfix_gym.play import main
+from bugfix_gym.views.play import main
 
 
 def _play(argv: list[str], lines: str) -> tuple[int, str]:
@@ -65,7 +65,7 @@ def test_bad_arguments_give_a_one_line_error(argv, message, capsys):
 
 
 def test_module_entry_point_and_pack_tasks():
-    out = subprocess.run([sys.executable, "-m", "bugfix_gym.play", "--pack", "examples/task_pack_example.json",
+    out = subprocess.run([sys.executable, "-m", "bugfix_gym.views.play", "--pack", "examples/task_pack_example.json",
                           "--task", "count_long"], input="edit fix_comparison\nsubmit\n", capture_output=True,
                          text=True, timeout=60, cwd=__file__.rsplit("/tests/", 1)[0])
     assert out.returncode == 0 and out.stderr == ""
@@ -73,7 +73,7 @@ def test_module_entry_point_and_pack_tasks():
 
 
 def test_escape_sequences_in_a_task_never_reach_the_terminal(hostile_task, monkeypatch):
-    from bugfix_gym.tasks import REGISTRY
+    from bugfix_gym.tasks.library import REGISTRY
 
     monkeypatch.setitem(REGISTRY, hostile_task.name, hostile_task)
     code, text = _play(["--task", hostile_task.name], "read\ntest\nedit\x1b[2Jfix_init\nsubmit\n")

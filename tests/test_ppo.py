@@ -415,7 +415,7 @@ def test_predict_threads_text_history_in_state(base):
 
 
 def test_predict_on_the_token_view(base):
-    from bugfix_gym.wrappers import TokenObservation
+    from bugfix_gym.views.wrappers import TokenObservation
 
     model = small(base_agent=base)
     env = TokenObservation(gym.make("BugFix-v0"))

@@ -245,7 +245,7 @@ def test_eval_foresight_overrides_the_models_own_and_needs_a_grammar(tmp_path, s
 
 
 def _wrapper_option(env, name, default=None):
-    """The option ``name`` of the text wrapper around ``env`` that has it (bugfix_gym.text_wrappers), else ``default``
+    """The option ``name`` of the text wrapper around ``env`` that has it (views.text_wrappers), else ``default``
     (``gym.make`` applies a wrapper only where its option is not the default)."""
     try:
         return env.get_wrapper_attr(name)

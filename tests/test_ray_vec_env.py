@@ -17,8 +17,8 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 
 import bugfix_gym
 from bugfix_gym import BugFixEnv
-from bugfix_gym.text_wrappers import ToolLatency
-from bugfix_gym.wrappers import DiscreteCalls
+from bugfix_gym.views.text_wrappers import ToolLatency
+from bugfix_gym.views.wrappers import DiscreteCalls
 
 
 @pytest.fixture(scope="module")

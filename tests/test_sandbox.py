@@ -18,8 +18,9 @@ import tracemalloc
 
 import pytest
 
-from bugfix_gym import load_task_pack, sandbox
-from bugfix_gym.sandbox import REPORT_BYTES, available_isolation, run_cases_sandboxed
+from bugfix_gym import load_task_pack
+from bugfix_gym.execution import sandbox
+from bugfix_gym.execution.sandbox import REPORT_BYTES, available_isolation, run_cases_sandboxed
 
 ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 CONTAINED = [

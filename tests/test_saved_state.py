@@ -7,10 +7,10 @@ import json
 import pytest
 
 from bugfix_gym import BugFixEnv
-from bugfix_gym.runner import run_tests
-from bugfix_gym.saved_state import restore_task
-from bugfix_gym.text_safety import printable
-from bugfix_gym.tasks import get_task, task_to_data
+from bugfix_gym.execution.runner import run_tests
+from bugfix_gym.core.saved_state import restore_task
+from bugfix_gym.contract.text import printable
+from bugfix_gym.tasks.library import get_task, task_to_data
 
 HOSTILE = "def count_above(xs, t):\n    open({path!r}, 'w').write('ran')\n    return 0\n"
 

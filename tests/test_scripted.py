@@ -114,7 +114,7 @@ def test_careful_teacher_chooses_its_ops_blind_same_seed_same_op_sequence_on_eve
 
 
 def test_careful_teacher_shape_look_edit_test_revert_edit_submit():
-    from bugfix_gym.scripted import tests_passed
+    from bugfix_gym.core.scripted import tests_passed
 
     env = BugFixEnv()
     seen_revert = seen_pass = 0

@@ -28,7 +28,7 @@ from agents.cli.serve import MAX_BODY_BYTES, ChatServer, serving
 from agents.rollout.sampler import EpisodeSampler
 from agents.rollout.vec_env import TextDummyVecEnv
 from bugfix_gym.integrations.chat import call_of_tool_call, tool_call_of, tool_schemas, transcript_of
-from bugfix_gym.tokens import episode_tokens
+from bugfix_gym.contract.tokens import episode_tokens
 
 ROOT = Path(__file__).resolve().parent.parent
 NAME = "tiny"

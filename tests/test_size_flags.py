@@ -10,7 +10,7 @@ import agents.cli.evaluate
 import agents.cli.train
 from agents.cli import main
 from agents.cli.flags import MAX_EVAL_EPISODES, MAX_EVAL_TASKS, MAX_N_ENVS
-from bugfix_gym import play
+from bugfix_gym.views import play
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ import dataclasses
 import pytest
 
 from bugfix_gym import BugFixEnv, DEFECTS, FIX_OPS, apply_op, get_task, make_tasks
-from bugfix_gym.runner import run_tests
-from bugfix_gym.tasks import correct_source, task_problems
+from bugfix_gym.execution.runner import run_tests
+from bugfix_gym.tasks.library import correct_source, task_problems
 
 ALL = make_tasks("all")
 

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 import bugfix_gym
-import bugfix_gym.text_wrappers
+import bugfix_gym.views.text_wrappers
 from bugfix_gym import CALLS, BugFixEnv
-from bugfix_gym.text_wrappers import HideOutputs, InertLines, StatementDropout, ToolLatency, make_bugfix_env
-from bugfix_gym.wrappers import DiscreteCalls
+from bugfix_gym.views.text_wrappers import HideOutputs, InertLines, StatementDropout, ToolLatency, make_bugfix_env
+from bugfix_gym.views.wrappers import DiscreteCalls
 
 WRAPPED_CONFIGS = [
     {"generated": "train", "statement_dropout": 0.3},
@@ -120,14 +120,14 @@ def test_spec_rebuilds_the_same_stack_without_wrapping_twice():
 # ---------------------------------------------------------------- what each wrapper does
 def test_hide_outputs_puts_its_handler_in_the_env_table_of_tools():
     env = HideOutputs(BugFixEnv(), ["test"])
-    assert env.unwrapped.tools["test"] is bugfix_gym.text_wrappers.hidden_output
+    assert env.unwrapped.tools["test"] is bugfix_gym.views.text_wrappers.hidden_output
     assert env.unwrapped.tools["read"] == env.unwrapped._read and env.hide_outputs == ("test",)
     assert HideOutputs(BugFixEnv()).hide_outputs == ("read", "test")  # both hideable tools by default
 
 
 def test_tool_latency_sleeps_on_valid_test_and_submit_calls_only(monkeypatch):
     slept: list[float] = []
-    monkeypatch.setattr(bugfix_gym.text_wrappers.time, "sleep", slept.append)
+    monkeypatch.setattr(bugfix_gym.views.text_wrappers.time, "sleep", slept.append)
     env = ToolLatency(BugFixEnv(), 0.02)
     env.reset(seed=0)
     for call in ["read", "test", "tset", "edit fix_init", "revert", "submit"]:

@@ -7,8 +7,8 @@ import pytest
 
 from bugfix_gym import (CALLS, FIX_OPS, OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL, BugFixEnv, Tokenizer,
                         apply_op, build_tokenizer, encode_segment, episode_tokens, make_tasks)
-from bugfix_gym.tokens import policy_mask
-from bugfix_gym.tools import VOCABULARY_TEXT, prompt
+from bugfix_gym.contract.tokens import policy_mask
+from bugfix_gym.core.tools import VOCABULARY_TEXT, prompt
 
 TOK = build_tokenizer()
 
@@ -106,8 +106,8 @@ def test_fixed_vocabulary_knows_code_and_train_templates_but_not_names_or_unseen
     import re
 
     from bugfix_gym import fixed_tokenizer, generate_tasks
-    from bugfix_gym.generator import TEMPLATES, WORDS
-    from bugfix_gym.tokenizer import PYTHON_WORDS, split_words
+    from bugfix_gym.tasks.generator import TEMPLATES, WORDS
+    from bugfix_gym.core.vocabulary import PYTHON_WORDS, split_words
 
     fixed = fixed_tokenizer()
     assert fixed == fixed_tokenizer() and fixed.words[:5] == ["<pad>", "<unk>", "<eoc>", "<nl>", "<turn>"]

@@ -10,7 +10,7 @@ import pytest
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 from bugfix_gym import CALLS, BugFixEnv, build_tokenizer, encode_segment, episode_tokens, generate_tasks, get_task
-from bugfix_gym.wrappers import DiscreteCalls, TokenObservation, TokenView
+from bugfix_gym.views.wrappers import DiscreteCalls, TokenObservation, TokenView
 
 TOK = build_tokenizer()
 

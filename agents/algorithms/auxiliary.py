@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Optional, Protocol, Sequence, TypeVar
 
 import torch
 
-from bugfix_gym.tokenizer import Tokenizer
+from bugfix_gym.contract.tokenizer import Tokenizer
 
 from agents.algorithms.registry import Registry, load_entry_point
 from agents.model.tinyagent import TinyAgent

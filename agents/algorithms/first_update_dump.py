@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch as th
 
-from bugfix_gym.tokens import OWNER_POLICY, OWNER_TOOL
+from bugfix_gym.contract.tokens import OWNER_POLICY, OWNER_TOOL
 
 if TYPE_CHECKING:
     from agents.algorithms.buffers import TokenRolloutBuffer

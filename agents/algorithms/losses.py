@@ -29,7 +29,7 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
-from bugfix_gym.tokens import OWNER_POLICY, OWNER_TOOL
+from bugfix_gym.contract.tokens import OWNER_POLICY, OWNER_TOOL
 
 from agents.algorithms.registry import Registry
 

@@ -47,8 +47,8 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback
 from stable_baselines3.common.vec_env import VecEnv
 from stable_baselines3.common.vec_env.patch_gym import _patch_env
 
-from bugfix_gym.text_safety import printable
-from bugfix_gym.tokens import TokenizerLike, tokenizer_from_dict
+from bugfix_gym.contract.text import printable
+from bugfix_gym.contract.tokens import TokenizerLike, tokenizer_from_dict
 
 from agents.files import checkpoint
 from agents.algorithms.buffers import TokenRolloutBuffer

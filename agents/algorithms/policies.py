@@ -20,7 +20,8 @@ from gymnasium import spaces
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import Schedule
 
-from bugfix_gym.tokens import OWNER_PAD, OWNER_PROMPT, OWNER_TOOL, TokenizerLike, encode_segment, tokenizer_from_dict
+from bugfix_gym.contract.tokens import (
+    OWNER_PAD, OWNER_PROMPT, OWNER_TOOL, TokenizerLike, encode_segment, tokenizer_from_dict)
 
 from agents.decoding.grammar import CallGrammar
 from agents.model.hf_adapter import HFAgent, config_dict, lm_from_config
@@ -29,7 +30,7 @@ from agents.model.tinyagent import TinyAgent, TinyAgentConfig
 from agents.decoding.foresight import Foresight
 from agents.decoding.decoder import write_calls
 
-# keys under which a token-view observation (bugfix_gym.wrappers.TokenObservation) may hold its arrays
+# keys under which a token-view observation (bugfix_gym.views.wrappers.TokenObservation) may hold its arrays
 _IDS_KEYS = ("ids", "input_ids", "token_ids", "tokens")
 _OWNER_KEYS = ("owner", "owners", "owner_ids")
 
@@ -41,7 +42,7 @@ class TinyAgentPolicy(BasePolicy):
         ``Dict`` of the token-view wrapper)
     :param action_space: the env's action space (``Text``: the call as a string)
     :param lr_schedule: learning-rate schedule; the optimizer starts at ``lr_schedule(1)``
-    :param tokenizer: the tokenizer (a ``Tokenizer``, any :class:`bugfix_gym.tokens.TokenizerLike` such as
+    :param tokenizer: the tokenizer (a ``Tokenizer``, any :class:`bugfix_gym.contract.tokens.TokenizerLike` such as
         :class:`bugfix_gym.integrations.hf_tokenizer.ChatTemplateTokenizer`, or its ``to_dict()``); required
         (TokenPPO and Reinforce pass the one in their ``policy_kwargs``, or the env's advertised default)
     :param model_config: ``TinyAgentConfig`` fields as a dict (or the dataclass); default sizes
@@ -224,7 +225,7 @@ class TinyAgentPolicy(BasePolicy):
 
         Two kinds of observation are accepted:
 
-        * **Token view** (``dict`` from ``bugfix_gym.wrappers.TokenObservation``: token ids of
+        * **Token view** (``dict`` from ``bugfix_gym.views.wrappers.TokenObservation``: token ids of
           the whole episode so far and their owner codes, ``[T]`` or ``[n_envs, T]``). It holds
           the history, so ``state`` is not needed and is returned unchanged. The actions are
           then that wrapper's: each call as ``max_call_tokens`` token ids (int64, ending at

@@ -18,7 +18,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from bugfix_gym.text_safety import printable
+from bugfix_gym.contract.text import printable
 
 from agents.algorithms.on_policy import TokenOnPolicyAlgorithm
 from agents.algorithms.ppo import TokenPPO

@@ -20,9 +20,9 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from bugfix_gym.tokenizer import Tokenizer
-from bugfix_gym.tokens import OWNER_POLICY
-from bugfix_gym.tools import CALLS
+from bugfix_gym.contract.tokenizer import Tokenizer
+from bugfix_gym.contract.tokens import OWNER_POLICY
+from bugfix_gym.core.tools import CALLS
 
 from agents.algorithms.auxiliary import register_aux_loss
 from agents.algorithms.losses import masked_mean, tool_output_mask

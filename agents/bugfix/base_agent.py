@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, Sequence
 import torch
 
 from bugfix_gym import Task, Tokenizer, make_tasks, scripted_policy
-from bugfix_gym.text_wrappers import make_bugfix_env
+from bugfix_gym.views.text_wrappers import make_bugfix_env
 
 from agents.algorithms.losses import masked_mean, tool_output_mask
 from agents.files.checkpoint import load_state_dict_file, save_state_dict_file

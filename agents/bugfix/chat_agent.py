@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import torch
 
-from bugfix_gym.tokens import OWNER_TOOL, encode_segment
+from bugfix_gym.contract.tokens import OWNER_TOOL, encode_segment
 
 from agents.decoding.decoder import write_calls
 from agents.model.threads import use_threads

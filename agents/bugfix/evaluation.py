@@ -8,8 +8,8 @@ from typing import Any, Sequence
 
 import torch
 from bugfix_gym import Tokenizer, episode_stats, get_task
-from bugfix_gym.text_wrappers import make_bugfix_env
-from bugfix_gym.tokens import TokenizerLike
+from bugfix_gym.views.text_wrappers import make_bugfix_env
+from bugfix_gym.contract.tokens import TokenizerLike
 
 from agents.algorithms.policies import TinyAgentPolicy
 from agents.model.tinyagent import TinyAgent

@@ -3,7 +3,7 @@ learning what each edit will answer (``no change`` or the line it changed).
 
 An agent that only learns the answers of the edits it chose on its own episodes ties each op's
 site to the shapes of the templates it trained on, and on unseen code it cannot tell which ops
-apply. Recombined statements (:func:`bugfix_gym.generator.recombined_function`) break that tie.
+apply. Recombined statements (:func:`bugfix_gym.tasks.generator.recombined_function`) break that tie.
 A practice transcript is ``read`` and the source, then three edits of distinct ops with their
 answers; only the answers are learnt (the calls are drawn at random, not play to imitate).
 Nothing of a task is in it: no statement, tests, defect or fix.
@@ -15,8 +15,8 @@ import numpy as np
 import torch
 
 from bugfix_gym import OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL, Tokenizer, episode_tokens
-from bugfix_gym.generator import edit_practice
-from bugfix_gym.tools import MENU
+from bugfix_gym.tasks.generator import edit_practice
+from bugfix_gym.core.tools import MENU
 
 from agents.algorithms.losses import masked_mean, tool_output_mask
 from agents.model.tinyagent import TinyAgent, sequence_log_probs

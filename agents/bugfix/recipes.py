@@ -139,7 +139,7 @@ def base_agent(recipe: dict[str, Any], tok, seed: int, verbose: int = 0):
     """The recipe's base agent: ``"auto"`` (TokenPPO's default, the book's) or the one builder,
     :func:`agents.bugfix.base_agent.cached_base_agent`, with the recipe's choices: behaviour cloning
     on ``n_tasks`` episodes of scripted play: on generated train tasks, ``ambiguous_share`` of them
-    from ``bugfix_gym.generator.AMBIGUOUS``, drawn with seed ``1000 + seed``; or, with
+    from ``bugfix_gym.tasks.generator.AMBIGUOUS``, drawn with seed ``1000 + seed``; or, with
     ``tasks="book"``, on the book's 20 train tasks, ``n_tasks / 20`` episodes each. ``env`` holds
     BugFix-v0 options of the demonstration env.
 
@@ -154,7 +154,7 @@ def base_agent(recipe: dict[str, Any], tok, seed: int, verbose: int = 0):
     import numpy as np
 
     from bugfix_gym import generate_tasks, make_tasks
-    from bugfix_gym.generator import AMBIGUOUS
+    from bugfix_gym.tasks.generator import AMBIGUOUS
 
     from agents.bugfix.base_agent import cached_base_agent
 

@@ -42,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "play":
-        from bugfix_gym.play import main as play_main
+        from bugfix_gym.views.play import main as play_main
 
         return int(play_main(argv[1:], prog="bugfix-gym play") or 0)
     try:

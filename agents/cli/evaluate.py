@@ -22,7 +22,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     """
     import torch
 
-    from bugfix_gym.env import HIDEABLE
+    from bugfix_gym.core.env import HIDEABLE
 
     from agents.bugfix.evaluation import evaluate
 

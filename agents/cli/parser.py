@@ -156,7 +156,7 @@ RESUME_FLAGS = ("--resume", "--no-progress")
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``bugfix-gym`` parser: ``train``, ``eval``, ``serve``, ``play`` (whose own parser is
-    bugfix_gym.play's) and ``conformance``."""
+    bugfix_gym.views.play's) and ``conformance``."""
     from bugfix_gym import __version__
 
     parser = OneLineParser(prog="bugfix-gym", description="Train and evaluate token-level agents on BugFix-v0.")
@@ -166,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train_command(sub)
     _add_eval_command(sub)
     _add_serve_command(sub)
-    sub.add_parser("play", help="play BugFix-v0 yourself in the terminal (bugfix_gym.play)", add_help=False)
+    sub.add_parser("play", help="play BugFix-v0 yourself in the terminal (bugfix_gym.views.play)", add_help=False)
     _add_conformance_command(sub)
     return parser
 

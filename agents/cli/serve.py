@@ -286,7 +286,7 @@ def _flag(body: dict[str, Any], key: str) -> bool:
 
 def _open_calls(body: dict[str, Any], call_mask_key: str | None) -> list[bool] | None:
     """With ``--call-mask KEY``: the env's ``info[KEY]`` the request carries under ``KEY`` (9 booleans)."""
-    from bugfix_gym.tools import CALLS
+    from bugfix_gym.core.tools import CALLS
 
     if call_mask_key is None:
         return None

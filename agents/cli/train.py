@@ -137,7 +137,7 @@ def resume_run(out: Path) -> TrainingRun:
     """
     from agents.algorithms.presets import load_algorithm
     from agents.files import runs
-    from bugfix_gym.text_safety import printable
+    from bugfix_gym.contract.text import printable
 
     try:
         settings, resume_state = runs.read_run_file(out / runs.RUN_FILE), runs.read_run_file(out / runs.RESUME_FILE)

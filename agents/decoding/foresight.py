@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from bugfix_gym.tokens import TokenizerLike
+from bugfix_gym.contract.tokens import TokenizerLike
 
 from agents.decoding.grammar import CallGrammar
 from agents.model.tinyagent import KVCache, TinyAgent

@@ -22,7 +22,7 @@ from typing import Sequence
 
 import torch
 
-from bugfix_gym.tokens import TokenizerLike
+from bugfix_gym.contract.tokens import TokenizerLike
 
 NO_STATE = -1  # positions written without a grammar (or not written by the policy)
 
@@ -35,7 +35,7 @@ class CallGrammar:
     ``node`` is the trie node and ``closed`` the bits of the calls closed by a call mask (0: none,
     so states below ``n_nodes`` are those of the plain grammar).
 
-    :param tokenizer: the policy's tokenizer (any :class:`bugfix_gym.tokens.TokenizerLike`: the trie is
+    :param tokenizer: the policy's tokenizer (any :class:`bugfix_gym.contract.tokens.TokenizerLike`: the trie is
         over its ``encode`` of each call, and ``eoc_id`` ends a call)
     :param calls: the legal calls as text (e.g. ``bugfix_gym.CALLS``)
     """

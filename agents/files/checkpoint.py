@@ -46,8 +46,8 @@ import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.utils import ConstantSchedule, FloatSchedule
 
-from bugfix_gym.text_safety import printable
-from bugfix_gym.spaces import BufferedText
+from bugfix_gym.contract.text import printable
+from bugfix_gym.contract.spaces import BufferedText
 
 from agents.model.hf_adapter import MAX_CONFIG_BYTES
 from agents.model.tinyagent import TinyAgent, TinyAgentConfig

@@ -14,8 +14,8 @@ import numpy as np
 import torch
 from stable_baselines3.common.vec_env import VecEnv
 
-from bugfix_gym.tokenizer import split_words
-from bugfix_gym.tokens import OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL, TokenizerLike, encode_segment
+from bugfix_gym.contract.tokenizer import split_words
+from bugfix_gym.contract.tokens import OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL, TokenizerLike, encode_segment
 
 from agents.decoding.decoder import write_calls
 from agents.decoding.foresight import Foresight
@@ -45,7 +45,7 @@ class EpisodeSampler:
 
     :param venv: the vector env; its observations and actions are text
     :param tokenizer: the policy's tokenizer (unknown words become ``<unk>``): a ``Tokenizer`` or any
-        :class:`bugfix_gym.tokens.TokenizerLike` (a chat-template tokenizer: its segments are the
+        :class:`bugfix_gym.contract.tokens.TokenizerLike` (a chat-template tokenizer: its segments are the
         template's, :class:`bugfix_gym.integrations.hf_tokenizer.ChatTemplateTokenizer`)
     :param max_call_tokens: the most tokens one call may have (``<eoc>`` included)
     :param grammar: constrain calls to a legal-call grammar (None: free text)

@@ -15,9 +15,9 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from bugfix_gym.tokenizer import Tokenizer
-from bugfix_gym.tokens import OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL, encode_segment
-from bugfix_gym.tokens import policy_mask
+from bugfix_gym.contract.tokenizer import Tokenizer
+from bugfix_gym.contract.tokens import OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL, encode_segment
+from bugfix_gym.contract.tokens import policy_mask
 
 from agents.decoding.grammar import NO_STATE, CallGrammar
 

@@ -3,7 +3,7 @@
 SB3's ``DummyVecEnv`` stores observations in fixed-shape numpy buffers, so it fails on a
 ``gymnasium.spaces.Text`` observation space, which has no shape (``TypeError: 'NoneType'
 object is not iterable``). BugFix-v0 does not need this module: its spaces are
-:class:`bugfix_gym.spaces.BufferedText` (``shape == ()``, object dtype), which SB3's own
+:class:`bugfix_gym.contract.spaces.BufferedText` (``shape == ()``, object dtype), which SB3's own
 vector envs, ``evaluate_policy`` and ``EvalCallback`` hold as they are. Other text envs
 that use the plain ``Text`` space get :class:`TextDummyVecEnv`, which keeps one Python
 string per sub-environment in an ``object`` array; everything else (auto-reset,
@@ -32,7 +32,7 @@ from stable_baselines3.common.vec_env.patch_gym import _patch_env
 
 def is_unshaped_text(space: spaces.Space) -> bool:
     """True for a ``Text`` space without a shape (gymnasium's own ``Text``; BugFix-v0's
-    :class:`bugfix_gym.spaces.BufferedText` has one and works in SB3's ``DummyVecEnv`` as is)."""
+    :class:`bugfix_gym.contract.spaces.BufferedText` has one and works in SB3's ``DummyVecEnv`` as is)."""
     return isinstance(space, spaces.Text) and space.shape is None
 
 

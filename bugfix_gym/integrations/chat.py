@@ -1,7 +1,7 @@
 """BugFix episodes as OpenAI chat conversations, and back: the mapping ``bugfix-gym serve`` uses
 (docs/serve.md) and that a chat-client adapter (verifiers, any OpenAI-client harness) can reuse.
 
-An episode's transcript is a list of ``(owner, text)`` segments (``bugfix_gym.tokens``): the prompt
+An episode's transcript is a list of ``(owner, text)`` segments (``bugfix_gym.contract.tokens``): the prompt
 (the env's reset observation), then each call the agent made and the tool output it got. As a chat:
 
 * ``system`` (or ``developer``) messages are instructions for chat models; the TinyAgent was never
@@ -21,9 +21,9 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
-from bugfix_gym.ops import FIX_OPS
-from bugfix_gym.tokens import OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL
-from bugfix_gym.tools import parse_call
+from bugfix_gym.edits.ops import FIX_OPS
+from bugfix_gym.contract.tokens import OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL
+from bugfix_gym.core.tools import parse_call
 
 #: what each tool does, as the env's tool docstrings say it (bugfix_gym.integrations.trl.BugFixToolEnv)
 TOOL_DESCRIPTIONS: dict[str, str] = {

@@ -567,7 +567,7 @@ def load_tokenizer(path: str) -> Tokenizer:
 
     :param path: the file (``bugfix-gym train --dump`` writes it as ``DUMP.tokenizer.json``)
     """
-    from bugfix_gym.tokens import tokenizer_from_dict
+    from bugfix_gym.contract.tokens import tokenizer_from_dict
 
     try:
         with open(path, encoding="utf-8") as f:

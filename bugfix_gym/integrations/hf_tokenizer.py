@@ -1,7 +1,7 @@
 """A Hugging Face chat tokenizer built from BugFix's vocabulary, with no download.
 
 :func:`chat_tokenizer` returns a ``transformers.PreTrainedTokenizerFast`` (a ``tokenizers`` WordLevel
-model) whose pieces are the words of :func:`bugfix_gym.tokenizer.fixed_tokenizer`, each with and without
+model) whose pieces are the words of :func:`bugfix_gym.core.vocabulary.fixed_tokenizer`, each with and without
 a leading space, plus single spaces, newlines and a few template words; its decoder concatenates
 pieces, so ``decode(encode(text)) == text`` for every text made of known pieces. It carries:
 
@@ -32,7 +32,10 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Sequence
 
-from ..ops import FIX_OPS
+from ..contract.tokens import register_tokenizer_format
+from ..edits.ops import FIX_OPS
+
+HF_FORMAT = "bugfix_gym.ChatTemplateTokenizer/1"  # to_dict()["format"] of ChatTemplateTokenizer
 
 EOS, PAD, UNK = "<|end|>", "<pad>", "<unk>"
 ROLES = ("<|system|>", "<|user|>", "<|assistant|>", "<|tool|>")
@@ -80,11 +83,11 @@ RESPONSE_TEMPLATE: dict[str, Any] = {
 def vocabulary(words: Sequence[str] | None = None, trap: bool = False) -> list[str]:
     """The pieces, in id order: specials, call tags, whitespace, then each word bare and with a leading space.
 
-    :param words: the words (default: :func:`bugfix_gym.tokenizer.fixed_tokenizer`'s, which cover the
+    :param words: the words (default: :func:`bugfix_gym.core.vocabulary.fixed_tokenizer`'s, which cover the
         book's tasks and the generator's train templates)
     :param trap: add the retokenisation trap's merged pieces at the end
     """
-    from ..tokenizer import SPECIALS, fixed_tokenizer
+    from ..core.vocabulary import SPECIALS, fixed_tokenizer
 
     words = fixed_tokenizer().words if words is None else list(words)
     pieces = [PAD, UNK, EOS, *ROLES, CALL_OPEN, CALL_CLOSE, "\n", " "]
@@ -100,7 +103,7 @@ def vocabulary(words: Sequence[str] | None = None, trap: bool = False) -> list[s
 def chat_tokenizer(words: Sequence[str] | None = None, *, trap: bool = False) -> Any:
     """A ``PreTrainedTokenizerFast`` with BugFix's pieces, :data:`CHAT_TEMPLATE` and :data:`RESPONSE_TEMPLATE`.
 
-    :param words: the vocabulary's words (default: :func:`bugfix_gym.tokenizer.fixed_tokenizer`'s)
+    :param words: the vocabulary's words (default: :func:`bugfix_gym.core.vocabulary.fixed_tokenizer`'s)
     :param trap: the retokenisation trap (module docstring): a text-level loop then fails loudly
     :return: a tokenizer with EOS ``<|end|>``, pad ``<pad>`` (left padding, as TRL's GRPO asks) and unk ``<unk>``
     """
@@ -150,11 +153,11 @@ def chatml_tokenizer(words: Sequence[str] | None = None, *, trap: bool = False) 
     id where the model's turn started after the generation prompt's newline; a loop that appends the
     sampled ids never sees it.
 
-    :param words: the vocabulary's words (default: :func:`bugfix_gym.tokenizer.fixed_tokenizer`'s)
+    :param words: the vocabulary's words (default: :func:`bugfix_gym.core.vocabulary.fixed_tokenizer`'s)
     :param trap: add the merged pieces
     :return: a tokenizer with EOS ``<|im_end|>``, pad ``<pad>`` and unk ``<unk>``
     """
-    from ..tokenizer import fixed_tokenizer
+    from ..core.vocabulary import fixed_tokenizer
 
     base = fixed_tokenizer().words if words is None else list(words)
     pieces = [*vocabulary([*base, *CHATML_WORDS]), *CHATML_SPECIALS]
@@ -247,7 +250,7 @@ _DICT_KEYS = ("tokenizer_json", "chat_template", "end_token", "eos_token", "pad_
 
 class ChatTemplateTokenizer:
     """Any Hugging Face ``PreTrainedTokenizerFast`` with a chat template, where :class:`bugfix_gym.Tokenizer`
-    stands (it has what :class:`bugfix_gym.tokens.TokenizerLike` lists): ``gym.make("BugFixTokens-v0",
+    stands (it has what :class:`bugfix_gym.contract.tokens.TokenizerLike` lists): ``gym.make("BugFixTokens-v0",
     tokenizer=...)``, ``EpisodeSampler(..., tokenizer=...)``, ``policy_kwargs=dict(tokenizer=...)``.
 
     Segments (:meth:`segment_ids`), token in, token out: the prompt is the template's rendering of the first
@@ -318,8 +321,6 @@ class ChatTemplateTokenizer:
 
     def to_dict(self) -> dict:
         """The ``tokenizer.json`` string, the chat template and the special tokens (:meth:`from_dict`)."""
-        from ..tokens import HF_FORMAT
-
         data = {"format": HF_FORMAT, "tokenizer_json": self.hf.backend_tokenizer.to_str(),
                 "chat_template": self.hf.chat_template, "end_token": self.end_token,
                 "eos_token": self.hf.eos_token, "pad_token": self.hf.pad_token, "unk_token": self.hf.unk_token,
@@ -358,8 +359,6 @@ class ChatTemplateTokenizer:
 
 def check_tokenizer_dict(data: Any) -> None:
     """A one-line ``ValueError`` unless ``data`` looks like a :meth:`ChatTemplateTokenizer.to_dict`."""
-    from ..tokens import HF_FORMAT
-
     if not isinstance(data, dict) or data.get("format") != HF_FORMAT:
         raise ValueError(f"not a saved chat-template tokenizer (expected format {HF_FORMAT!r})")
     missing = [k for k in _DICT_KEYS if k not in data]
@@ -374,3 +373,6 @@ def check_tokenizer_dict(data: Any) -> None:
     if len(data["tokenizer_json"]) > MAX_TOKENIZER_CHARS or len(data["chat_template"]) > MAX_TOKENIZER_CHARS:
         raise ValueError(f"the saved tokenizer is larger than {MAX_TOKENIZER_CHARS} characters; not a file this "
                          "package wrote")
+
+
+register_tokenizer_format(HF_FORMAT, ChatTemplateTokenizer.from_dict)

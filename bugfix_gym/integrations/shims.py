@@ -13,7 +13,7 @@ snippet for each that registers the shim with its library):
   ``reset(seed, episode_id, **row)`` and ``step(call)`` return the fields of an ``Observation`` (``text``,
   ``done``, ``reward``, ``metadata``), ``state`` those of a ``State`` (``episode_id``, ``step_count``).
 
-Each episode is a :class:`~bugfix_gym.env.BugFixEnv` episode: the reward is 1.0 on a ``submit`` that passes the
+Each episode is a :class:`~bugfix_gym.core.env.BugFixEnv` episode: the reward is 1.0 on a ``submit`` that passes the
 hidden tests, else 0.0; it ends on ``submit`` or the turn budget. No row or prompt holds the answer.
 """
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..env import BugFixEnv
+from ..core.env import BugFixEnv
 from .trl import ENDED, BugFixToolEnv
 
 ROW_KEYS = ("tasks", "task", "seed", "split", "pack")
@@ -88,7 +88,7 @@ class GemBugFix:
 
     def sample_random_action(self) -> str:
         """A random legal call, boxed."""
-        from ..tools import CALLS
+        from ..core.tools import CALLS
 
         return "\\boxed{" + CALLS[int(self.env.np_random.integers(len(CALLS)))] + "}"
 

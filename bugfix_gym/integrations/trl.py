@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from ..env import BugFixEnv
-from ..generator import GENERATED_SPLITS
-from ..tasks import make_tasks
+from ..core.env import BugFixEnv
+from ..tasks.generator import GENERATED_SPLITS
+from ..tasks.library import make_tasks
 
 SOURCES = ("book", "generated", "pack")
 ENDED = "the episode has ended : no more calls"
@@ -91,7 +91,7 @@ class BugFixToolEnv:
             if tasks == "generated":
                 self._envs[key] = BugFixEnv(generated=split, max_turns=self.max_turns)
             elif tasks == "pack":
-                from ..packs import load_task_pack
+                from ..tasks.packs import load_task_pack
 
                 self._envs[key] = BugFixEnv(tasks=load_task_pack(pack), max_turns=self.max_turns)
             else:
@@ -172,7 +172,7 @@ def dataset_rows(split: str = "train", n: int | None = None, seed: int = 0, task
     if tasks == "pack":
         if not pack:
             raise ValueError("tasks='pack' needs pack=PATH, a task pack file (docs/environment.md)")
-        from ..packs import load_task_pack
+        from ..tasks.packs import load_task_pack
 
         names = [t.name for t in load_task_pack(pack)]
     else:

@@ -17,9 +17,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..ops import FIX_OPS
-from ..scripted import Policy, scripted_policy
-from ..tools import parse_call
+from ..edits.ops import FIX_OPS
+from ..core.scripted import Policy, scripted_policy
+from ..core.tools import parse_call
 from .hf_tokenizer import ChatIds, call_ids
 from .trl import BugFixToolEnv
 
@@ -190,7 +190,7 @@ def scripted_sft_rows(tokenizer: Any, rows: Sequence[dict[str, Any]], seed: int 
     """Pre-tokenised SFT rows (``input_ids``, ``assistant_masks``) from a scripted policy's play.
 
     The teacher never sees the answer: ``careful`` (read or test, edit, test, revert on failure, edit again,
-    submit), ``blind`` (one edit, then submit; both :func:`bugfix_gym.scripted.scripted_policy`) and ``retry``
+    submit), ``blind`` (one edit, then submit; both :func:`bugfix_gym.core.scripted.scripted_policy`) and ``retry``
     (:func:`retry_policy`: edit, then another edit or submit at random) all choose their edit ops at random;
     the oracles are refused.
     Each episode is laid out exactly as :func:`play_episode` and TRL's tool loop lay one out (the model's call

@@ -14,7 +14,7 @@ opens ``agents.player.interaction(task)`` and answers each model turn itself, as
 and OpenEnv tasksets do. Here:
 
 - the tasks are :func:`bugfix_gym.integrations.trl.dataset_rows` (no row or prompt holds a defect kind or
-  a fix op), and each task resets a :class:`~bugfix_gym.env.BugFixEnv` from its row alone, so every
+  a fix op), and each task resets a :class:`~bugfix_gym.core.env.BugFixEnv` from its row alone, so every
   rollout of a row plays the same task;
 - the model's turns are the five calls as OpenAI tools (:data:`TOOLS`, the schemas of
   :func:`bugfix_gym.integrations.chat.tool_schemas`, which ``bugfix-gym serve`` reads): :class:`BugFixHarness` sends
@@ -37,7 +37,7 @@ from typing import Any, Iterator
 
 import verifiers.v1 as vf
 
-from ..env import BugFixEnv
+from ..core.env import BugFixEnv
 from .chat import call_of_tool_call, tool_schemas
 from .trl import BugFixToolEnv, dataset_rows
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from .env import BugFixEnv
-from .tasks import SPLITS, Task, get_task, make_tasks
+from ..tasks.library import SPLITS, Task, get_task, make_tasks
 
 
 def _called(info: dict, call: str) -> bool:

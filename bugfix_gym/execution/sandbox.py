@@ -1,7 +1,7 @@
 """Run task-pack code in a contained child process; the parent judges what comes back.
 
-User task packs (:mod:`bugfix_gym.packs`) carry code nobody has reviewed, so
-:func:`bugfix_gym.runner.run_tests` runs their tests here instead of in-process.
+User task packs (:mod:`bugfix_gym.tasks.packs`) carry code nobody has reviewed, so
+:func:`bugfix_gym.execution.runner.run_tests` runs their tests here instead of in-process.
 
 What the parent does for one test list:
 
@@ -12,10 +12,10 @@ What the parent does for one test list:
   (``REPORT_BYTES``); past either it kills the child's process group at once.
 * It checks the answer (one outcome per case sent, each a plain JSON value, a bounded
   exception name or a bounded type name) and compares the values itself with
-  :func:`bugfix_gym.execution.same_value`. Anything else is a failed :class:`TestReport`:
+  :func:`bugfix_gym.execution.cases.same_value`. Anything else is a failed :class:`TestReport`:
   a timeout, a crash, an oversized or malformed answer never raises and never hangs.
 
-What the child does (:mod:`bugfix_gym.sandbox_child`, standard library only): it limits its
+What the child does (:mod:`bugfix_gym.execution.sandbox_child`, standard library only): it limits its
 address space, CPU seconds, file size and core dumps, then isolates itself as far as the
 machine allows (:func:`available_isolation`):
 
@@ -53,7 +53,7 @@ import time
 import warnings
 from typing import Any, Sequence
 
-from .execution import Outcome, TestReport, is_plain, judge, safe_name
+from .cases import Outcome, TestReport, is_plain, judge, safe_name
 
 TIMEOUT_S = 5.0  # wall-clock seconds for one run of a test list (all its cases)
 MEMORY_MB = 512  # address-space limit of the worker
@@ -97,7 +97,7 @@ def run_cases_sandboxed(source: str, name: str, cases: Sequence[tuple[tuple, Any
     if mode == "plain" and _is_root() and not ALLOW_ROOT_PLAIN:
         return TestReport(0, total, "sandbox : refusing to run pack code as root in plain isolation (it would keep "
                                     "root's access); use namespace or uid isolation, or set "
-                                    "bugfix_gym.sandbox.ALLOW_ROOT_PLAIN = True")
+                                    "bugfix_gym.execution.sandbox.ALLOW_ROOT_PLAIN = True")
     code, data, stop = _run_child(mode, request.encode(), timeout_s, memory_mb)
     if stop == "start":
         return TestReport(0, total, f"sandbox : cannot start the child process ({data.decode()})")
@@ -278,7 +278,7 @@ def available_isolation() -> str:
             if probe.ok:
                 return "namespace"
         fallback = "uid" if _is_root() else "plain"
-        warnings.warn(f"bugfix_gym.sandbox: unshare is installed but namespace isolation failed "
+        warnings.warn(f"bugfix_gym.execution.sandbox: unshare is installed but namespace isolation failed "
                       f"{PROBE_TRIES} times ({probe.first_failure}); pack code runs in the weaker {fallback} mode",
                       RuntimeWarning, stacklevel=2)
         return fallback

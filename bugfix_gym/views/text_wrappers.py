@@ -24,10 +24,10 @@ from typing import Any, Sequence
 
 import gymnasium as gym
 
-from .env import BugFixEnv, nonnegative, prompt_observation
-from .generator import with_inert_line
-from .tokens import OWNER_PROMPT
-from .tools import HIDDEN_OUTPUT, HIDEABLE, parse_call
+from ..core.env import BugFixEnv, nonnegative, prompt_observation
+from ..tasks.generator import with_inert_line
+from ..contract.tokens import OWNER_PROMPT
+from ..core.tools import HIDDEN_OUTPUT, HIDEABLE, parse_call
 
 LATENCY_TOOLS = ("test", "submit")
 """The tools :class:`ToolLatency` sleeps on (those that run tests)."""
@@ -41,7 +41,7 @@ class _TextEnvWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         gym.Wrapper.__init__(self, env)
         if not isinstance(env.unwrapped, BugFixEnv) or not isinstance(env.observation_space, gym.spaces.Text):
             raise TypeError(f"{type(self).__name__} wraps the text env BugFix-v0 (apply it before the array views "
-                            f"of bugfix_gym.wrappers), got {env}")
+                            f"of bugfix_gym.views.wrappers), got {env}")
 
     @property
     def text_env(self) -> BugFixEnv:
@@ -81,7 +81,7 @@ class StatementDropout(_TextEnvWrapper):
 class InertLines(_TextEnvWrapper):
     """At each ``reset``, with probability ``inert_lines`` (drawn with the env's ``np_random``, after the
     task), the task's function gains one statement that does nothing (``<noun> = <parameter>``) between
-    two of its top-level statements (:func:`bugfix_gym.generator.with_inert_line`), and the episode is
+    two of its top-level statements (:func:`bugfix_gym.tasks.generator.with_inert_line`), and the episode is
     played on that task (a second ``reset`` with ``options={"task": ...}``, which draws nothing). A
     template's code is then not always the same shape; every op still changes the same code, and the
     tests and the fix are unchanged. Evaluate without it. Apply it inside :class:`StatementDropout`, whose

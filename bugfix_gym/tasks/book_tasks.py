@@ -1,5 +1,5 @@
 """The book's 30 tasks as data: 20 ``train`` and 10 ``heldout`` correct functions, each with the op that
-repairs the defect :func:`bugfix_gym.ops.inject_defect` puts in it and the inputs of its tests.
+repairs the defect :func:`bugfix_gym.edits.ops.inject_defect` puts in it and the inputs of its tests.
 
 :func:`bugfix_gym.tasks.make_tasks` builds the tasks from these rows (:func:`bugfix_gym.tasks.task_from_correct`).
 """

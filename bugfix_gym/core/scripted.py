@@ -18,8 +18,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .ops import FIX_OPS
-from .tasks import get_task
+from ..edits.ops import FIX_OPS
+from ..tasks.library import get_task
 from .tools import CALLS
 
 Policy = Callable[[str, dict], str]

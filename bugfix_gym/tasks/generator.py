@@ -1,12 +1,12 @@
 """Procedural tasks: templates x defects x renamed identifiers, with disjoint splits.
 
-Each template (its data is in :mod:`bugfix_gym.templates`) is a *correct* function written with
+Each template (its data is in :mod:`bugfix_gym.tasks.templates`) is a *correct* function written with
 placeholder identifiers, the edit ops whose defect it can carry, and an input generator.
 :func:`generate_tasks` picks a template of the split, a defect, fresh function and variable
 names from word lists, and random inputs; the buggy source comes from
-:func:`bugfix_gym.ops.inject_defect` and the expected values from running the correct function
-(:func:`bugfix_gym.tasks.task_from_correct`).
-A candidate is kept only if :func:`bugfix_gym.tasks.task_problems` finds nothing wrong
+:func:`bugfix_gym.edits.ops.inject_defect` and the expected values from running the correct function
+(:func:`bugfix_gym.tasks.library.task_from_correct`).
+A candidate is kept only if :func:`bugfix_gym.tasks.library.task_problems` finds nothing wrong
 (the oracle's op repairs it, the buggy source fails the hidden tests, visible tests are a
 strict subset of hidden ones); otherwise another is drawn.
 
@@ -32,8 +32,8 @@ from typing import Sequence
 
 import numpy as np
 
-from .ops import FIX_OPS, apply_op, describe_change, inject_defect
-from .tasks import REGISTRY, Task, make_tasks, register, task_from_correct, task_problems
+from ..edits.ops import FIX_OPS, apply_op, describe_change, inject_defect
+from .library import REGISTRY, Task, make_tasks, register, task_from_correct, task_problems
 from .templates import AMBIGUOUS, NOUNS, TEMPLATES, VERBS, WORDS, Template  # noqa: F401 (importable here too)
 
 GENERATED_SPLITS = ("train", "heldout", "test")
@@ -121,7 +121,7 @@ def _chosen_templates(split: str, keys: Sequence[str] | None) -> tuple[Template,
     wanted = set(keys)
     unknown = wanted - {t.key for t in TEMPLATES[split]}
     if unknown or not keys:
-        raise ValueError(f"unknown {split} template(s) {sorted(unknown)}; see bugfix_gym.generator.TEMPLATES")
+        raise ValueError(f"unknown {split} template(s) {sorted(unknown)}; see bugfix_gym.tasks.generator.TEMPLATES")
     return tuple(t for t in TEMPLATES[split] if t.key in wanted)
 
 

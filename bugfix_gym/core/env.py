@@ -10,21 +10,21 @@ import gymnasium as gym
 import numpy as np
 
 from . import tools
-from .generator import AMBIGUOUS, GENERATED_SPLITS, draw_task
-from .ops import FIX_OPS, apply_op, describe_change
-from .runner import run_tests
+from ..tasks.generator import AMBIGUOUS, GENERATED_SPLITS, draw_task
+from ..edits.ops import FIX_OPS, apply_op, describe_change
+from ..execution.runner import run_tests
 from .saved_state import check_episode
-from .spaces import BufferedText
-from .tasks import Task, get_task, make_tasks, task_to_data
-from .text_safety import printable
-from .tokens import OWNER_PAD, OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL  # noqa: F401 (bugfix_gym.env.OWNER_* still works)
-from .tools import CHARSET, HIDEABLE, MAX_ACTION_CHARS  # noqa: F401 (bugfix_gym.env.HIDEABLE still works)
+from ..contract.spaces import BufferedText
+from ..tasks.library import Task, get_task, make_tasks, task_to_data
+from ..contract.text import printable
+from ..contract.tokens import OWNER_PAD, OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL  # noqa: F401 (env.OWNER_* still works)
+from .tools import CHARSET, HIDEABLE, MAX_ACTION_CHARS  # noqa: F401 (bugfix_gym.core.env.HIDEABLE still works)
 
 MAX_OBS_CHARS = 4096
 MAX_KEPT_ACTION_CHARS = 256  # info["actions"] and the transcript keep at most this much of one action
 WRAPPER_OPTIONS = {"statement_dropout": "StatementDropout", "inert_lines": "InertLines",
                    "hide_outputs": "HideOutputs", "tool_latency_s": "ToolLatency"}
-"""``gym.make("BugFix-v0")`` options that are wrappers (:mod:`bugfix_gym.text_wrappers`), not env arguments."""
+"""``gym.make("BugFix-v0")`` options that are wrappers (:mod:`bugfix_gym.views.text_wrappers`), not env arguments."""
 
 Tool = Callable[[str | None], tuple[str, float]]
 """A tool's handler: the call's argument (the op of an ``edit``, else None) -> (the tool's output, its part of
@@ -44,13 +44,13 @@ class BugFixEnv(gym.Env):
 
     ## Action Space
     ``BufferedText(max_length=64, min_length=0, charset=string.printable)`` (a gymnasium ``Text``
-    with ``shape == ()`` and object dtype, see :mod:`bugfix_gym.spaces`): the call as text, one of
+    with ``shape == ()`` and object dtype, see :mod:`bugfix_gym.contract.spaces`): the call as text, one of
     the nine legal calls in ``bugfix_gym.CALLS``. A call is valid only if it lies inside the
     action space and parses; any other string (longer than 64 characters, a character outside
     the charset such as a unicode space, or text that does not parse) is an *invalid call*: it
     costs the turn, the observation says why and ``info["n_invalid"]`` counts it. The length is
     checked before anything else, so a huge action costs no more than a short one. A
-    non-string action raises ``TypeError``; use ``bugfix_gym.wrappers.DiscreteCalls`` for
+    non-string action raises ``TypeError``; use ``bugfix_gym.views.wrappers.DiscreteCalls`` for
     integer actions.
 
     ## Observation Space
@@ -62,7 +62,7 @@ class BugFixEnv(gym.Env):
     other than printable ASCII, newline and tab becomes ``?``, so no escape sequence from a
     task reaches the agent or a terminal.
     ``env.unwrapped.transcript`` holds the episode as ``(owner, text)`` segments (prompt 1,
-    policy 2, tool 3); :class:`bugfix_gym.wrappers.TokenObservation` turns it into arrays.
+    policy 2, tool 3); :class:`bugfix_gym.views.wrappers.TokenObservation` turns it into arrays.
 
     ## Rewards
     ``1.0`` on the ``submit`` step if every hidden test passes, else ``0.0``. Optional:
@@ -95,9 +95,9 @@ class BugFixEnv(gym.Env):
     render_mode=None, generated=None, invalid_cost=0.0, ambiguous_share=0.0, no_change_cost=0.0)``.
     ``gym.make("BugFix-v0", ...)`` takes these and four more, ``statement_dropout=0.0``,
     ``inert_lines=0.0``, ``hide_outputs=()`` and ``tool_latency_s=0.0``, which apply the wrappers of
-    :mod:`bugfix_gym.text_wrappers` (:class:`~bugfix_gym.text_wrappers.StatementDropout`,
-    :class:`~bugfix_gym.text_wrappers.InertLines`, :class:`~bugfix_gym.text_wrappers.HideOutputs`,
-    :class:`~bugfix_gym.text_wrappers.ToolLatency`): the env does the dynamics, they do the rest.
+    :mod:`bugfix_gym.views.text_wrappers` (:class:`~bugfix_gym.views.text_wrappers.StatementDropout`,
+    :class:`~bugfix_gym.views.text_wrappers.InertLines`, :class:`~bugfix_gym.views.text_wrappers.HideOutputs`,
+    :class:`~bugfix_gym.views.text_wrappers.ToolLatency`): the env does the dynamics, they do the rest.
 
     :param split: the book's task set, ``"train"``, ``"heldout"`` or ``"all"``
     :param tasks: a fixed list of :class:`Task` (e.g. from ``generate_tasks`` or
@@ -118,11 +118,11 @@ class BugFixEnv(gym.Env):
         gives the same task again. There is no fixed pool: ``env.tasks`` is empty, ``env.task``
         is the current task, and an index in ``options["task"]`` is refused (a name or a
         :class:`Task` still works). The most recent generated tasks stay registered by name,
-        a bounded number (``bugfix_gym.generator.RECENT_LIMIT``), so the scripted oracle
+        a bounded number (``bugfix_gym.tasks.generator.RECENT_LIMIT``), so the scripted oracle
         finds the task of a running episode in the same process. Not with ``tasks``.
     :param ambiguous_share: with ``generated="train"``: the share of episodes (in [0, 1]) drawn
         only from the train templates whose code carries two plausible defects
-        (``bugfix_gym.generator.AMBIGUOUS``), where reading narrows the choice and a test decides it
+        (``bugfix_gym.tasks.generator.AMBIGUOUS``), where reading narrows the choice and a test decides it
     :param invalid_cost: subtracted from the reward of every invalid call (finite, >= 0),
         so an invalid call is no longer a free "not yet"
     :param wrapper_options: none is taken; naming one of the four wrapper options above is a
@@ -135,9 +135,9 @@ class BugFixEnv(gym.Env):
 
     metadata = {"render_modes": ["ansi", "human"], "render_fps": 4,
                 # the defaults of the agents trained on it, as entry points (names: bugfix_gym imports no agent)
-                "agent_defaults": {"tokenizer": "bugfix_gym.tokenizer:build_tokenizer",
+                "agent_defaults": {"tokenizer": "bugfix_gym.core.vocabulary:build_tokenizer",
                                    "base_agent": "agents.bugfix.recipes:default_base_agent",
-                                   "episode_summary": "bugfix_gym.evaluation:episode_stats"}}
+                                   "episode_summary": "bugfix_gym.core.evaluation:episode_stats"}}
 
     def __init__(self, split: str = "train", tasks: Sequence[Task] | None = None, max_turns: int = 6,
                  call_cost: float = 0.0, edit_penalty: float = 0.0, render_mode: str | None = None,
@@ -237,7 +237,7 @@ class BugFixEnv(gym.Env):
         """One clear error for a step the env cannot take: a non-string action, or no episode running."""
         if not isinstance(action, str):
             raise TypeError(f"BugFix-v0 actions are call strings such as 'read' or 'edit fix_init', got "
-                            f"{type(action).__name__}; wrap the env in bugfix_gym.wrappers.DiscreteCalls "
+                            f"{type(action).__name__}; wrap the env in bugfix_gym.views.wrappers.DiscreteCalls "
                             "for integer actions")
         if self.task is None:
             raise RuntimeError("call reset() before step()")
@@ -319,7 +319,7 @@ class BugFixEnv(gym.Env):
         return {"episode": episode, "np_random": self.np_random.bit_generator.state}
 
     def set_state(self, state: dict[str, Any]) -> None:
-        """Restore what :meth:`get_state` returned, read as data (:mod:`bugfix_gym.saved_state`): a task
+        """Restore what :meth:`get_state` returned, read as data (:mod:`bugfix_gym.core.saved_state`): a task
         not registered here comes back sandboxed, a source its actions do not make is refused, the
         transcript is made printable; anything damaged is one ``ValueError`` line."""
         if type(state) is not dict or set(state) != {"episode", "np_random"}:
@@ -441,7 +441,7 @@ def _printable(text: str) -> str:
 
 
 def prompt_observation(task: Task, statement: str) -> str:
-    """The reset prompt showing ``statement`` (:func:`bugfix_gym.tools.prompt`) inside the observation space:
+    """The reset prompt showing ``statement`` (:func:`bugfix_gym.core.tools.prompt`) inside the observation space:
     a huge statement is cut, the call menu kept."""
     text = tools.prompt(task, statement)
     if len(text) > MAX_OBS_CHARS:
@@ -492,5 +492,5 @@ def _no_wrapper_options(options: dict[str, Any]) -> None:
     for name in options:
         if name in WRAPPER_OPTIONS:
             raise TypeError(f"{name} is a wrapper, not a BugFixEnv argument: use gym.make('BugFix-v0', {name}=...) "
-                            f"or wrap the env in bugfix_gym.text_wrappers.{WRAPPER_OPTIONS[name]}")
+                            f"or wrap the env in bugfix_gym.views.text_wrappers.{WRAPPER_OPTIONS[name]}")
         raise TypeError(f"BugFixEnv.__init__() got an unexpected keyword argument {name!r}")  # as Python words it

@@ -29,9 +29,9 @@ tool output as owner 3), so the view holds exactly the ids of
 produced each token, never from the ids: the policy segment of a turn is exactly the ids
 the agent gave (up to and including its ``<eoc>``) for :class:`TokenObservation`, and
 ``encode_segment(tokenizer, 2, call)`` for :class:`DiscreteCalls`; the token-level policy
-mask of a trainer is ``owner == 2`` (:func:`bugfix_gym.tokens.policy_mask`).
+mask of a trainer is ``owner == 2`` (:func:`bugfix_gym.contract.tokens.policy_mask`).
 
-``tokenizer=`` takes any :class:`bugfix_gym.tokens.TokenizerLike`: a Hugging Face tokenizer with a chat
+``tokenizer=`` takes any :class:`bugfix_gym.contract.tokens.TokenizerLike`: a Hugging Face tokenizer with a chat
 template through :class:`bugfix_gym.integrations.hf_tokenizer.ChatTemplateTokenizer` (its end-of-turn
 id plays ``<eoc>``'s role, its segments are the template's; docs/hf_tokenizers.md).
 
@@ -59,11 +59,11 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from .tasks import make_tasks
+from ..tasks.library import make_tasks
 from .text_wrappers import make_bugfix_env
-from .tokenizer import Tokenizer, build_tokenizer, fixed_tokenizer
-from .tokens import OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL, TokenizerLike, encode_segment
-from .tools import CALL_INDEX, CALLS
+from ..core.vocabulary import Tokenizer, build_tokenizer, fixed_tokenizer
+from ..contract.tokens import OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL, TokenizerLike, encode_segment
+from ..core.tools import CALL_INDEX, CALLS
 
 _DEFAULT_TOKENIZER: Tokenizer | None = None
 _FIXED_TOKENIZER: Tokenizer | None = None
@@ -81,7 +81,7 @@ LAYOUTS: tuple[str, ...] = ("dict", "tianshou", "rllib")
 
 def default_tokenizer(env: gym.Env) -> Tokenizer:
     """The book tokenizer (``build_tokenizer()``) for the book's tasks; for an env with any other
-    task (generated, a task pack), the fixed vocabulary :func:`bugfix_gym.tokenizer.fixed_tokenizer`,
+    task (generated, a task pack), the fixed vocabulary :func:`bugfix_gym.core.vocabulary.fixed_tokenizer`,
     in which unseen function names and words are ``<unk>``.
 
     Pass one tokenizer explicitly to every env of a vectorised set whose tasks differ, so
@@ -248,7 +248,7 @@ class TokenObservation(_TokenViewWrapper):
 
     ## Observation Space
     ``Dict(ids=Box(int64), owner=Box(int8), attention_mask=Box(int8))``, each ``[max_len]``:
-    the whole episode so far, see :mod:`bugfix_gym.wrappers`.
+    the whole episode so far, see :mod:`bugfix_gym.views.wrappers`.
 
     :param env: a BugFix-v0 env (``gym.make("BugFix-v0")`` or ``BugFixEnv()``)
     :param tokenizer: defaults to :func:`default_tokenizer`

@@ -1,7 +1,7 @@
 """Tasks: one small Python function with exactly one injected defect.
 
-The book-style library (its data is in :mod:`bugfix_gym.book_tasks`) is written as *correct*
-functions plus the op that repairs the defect; :func:`bugfix_gym.ops.inject_defect` derives the
+The book-style library (its data is in :mod:`bugfix_gym.tasks.book_tasks`) is written as *correct*
+functions plus the op that repairs the defect; :func:`bugfix_gym.edits.ops.inject_defect` derives the
 buggy source, and expected values come from running the correct function on each input.
 ``visible`` tests are the first few hidden cases, so they are a strict subset of what ``submit``
 checks.
@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from . import book_tasks
-from .execution import Case, compile_function
-from .ops import DEFECTS, FIX_OPS, apply_op, inject_defect
-from .runner import run_tests
+from ..execution.cases import Case, compile_function
+from ..edits.ops import DEFECTS, FIX_OPS, apply_op, inject_defect
+from ..execution.runner import run_tests
 
 SPLITS = ("train", "heldout", "all")
 
@@ -59,7 +59,7 @@ class Task:
 
 def task_to_data(task: Task) -> dict[str, Any]:
     """A task as plain (JSON-able) data; test cases are kept as Python literals (``repr``). Reading it back
-    is :func:`bugfix_gym.saved_state.restore_task`, which trusts no ``sandbox`` flag in the data."""
+    is :func:`bugfix_gym.core.saved_state.restore_task`, which trusts no ``sandbox`` flag in the data."""
     return dict(name=task.name, statement=task.statement, source=task.source, defect=task.defect, fix_op=task.fix_op,
                 visible=repr(task.visible), hidden=repr(task.hidden), split=task.split, sandbox=task.sandbox,
                 uid=task.uid, template=task.template)
@@ -89,7 +89,7 @@ def register(tasks: Iterable[Task]) -> list[Task]:
     A name stays with the first built-in or generated task that had it; a pack task holds a name
     only while no other task has it (a reloaded pack replaces its earlier version), so a pack
     never shadows a built-in or generated task, whatever the load order.
-    :mod:`bugfix_gym.packs` also refuses such names up front (:func:`name_taken`).
+    :mod:`bugfix_gym.tasks.packs` also refuses such names up front (:func:`name_taken`).
     """
     tasks = list(tasks)
     for task in tasks:

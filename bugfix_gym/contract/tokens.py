@@ -2,7 +2,7 @@
 
 Owner codes say who produced each token — prompt 1, policy 2, tool 3, pad 0 — and come
 from the episode's transcript segments, never from the token ids. They are defined here, the
-lowest module that needs them (``bugfix_gym.env`` and the wrappers import them from here).
+lowest module that needs them (``bugfix_gym.core.env`` and the wrappers import them from here).
 :func:`policy_mask` is ``owner == 2`` aligned with the targets ``ids[1:]``: only the tokens the
 policy wrote (each call followed by ``<eoc>``) get a policy gradient. It is not an action mask:
 ``action_mask`` only names the key under which the array views hand the nine-call mask
@@ -21,7 +21,7 @@ and nothing here special-cases it.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Iterable, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -68,21 +68,36 @@ def encode_segment(tokenizer: TokenizerLike, owner: int, text: str) -> list[int]
     return tokenizer.segment_ids(owner, text)
 
 
-HF_FORMAT = "bugfix_gym.ChatTemplateTokenizer/1"
+TOKENIZER_FORMATS: dict[str, Callable[[dict], TokenizerLike]] = {}
+"""``to_dict()["format"]`` -> the function that reads such a dict back. Each tokenizer kind registers its own
+format (:func:`register_tokenizer_format`), so this module names none but its own."""
+
+
+def register_tokenizer_format(name: str, from_dict: Callable[[dict], TokenizerLike]) -> None:
+    """Let :func:`tokenizer_from_dict` read tokenizers saved with ``to_dict()["format"] == name``.
+
+    :param name: the format string the tokenizer's ``to_dict`` writes
+    :param from_dict: reads that dict back into a tokenizer
+    """
+    TOKENIZER_FORMATS[name] = from_dict
 
 
 def tokenizer_from_dict(data: Any) -> TokenizerLike:
-    """A tokenizer from its ``to_dict()``: ours, or a chat-template tokenizer (needs ``transformers``).
+    """A tokenizer from its ``to_dict()``, by its registered format (:data:`TOKENIZER_FORMATS`).
 
     :param data: what ``to_dict()`` returned
     """
-    if isinstance(data, dict) and data.get("format") == HF_FORMAT:
-        from .integrations.hf_tokenizer import ChatTemplateTokenizer
+    kind = data.get("format") if isinstance(data, dict) else None
+    reader = TOKENIZER_FORMATS.get(kind) if isinstance(kind, str) else None
+    if reader is None:
+        if kind in (None, "bugfix_gym.Tokenizer/1"):  # ours, unmarked or too old: it says what is wrong
+            return Tokenizer.from_dict(data)
+        known = ", ".join(map(repr, sorted(TOKENIZER_FORMATS)))
+        raise ValueError(f"unknown tokenizer format {kind!r:.60}; expected one of {known}")
+    return reader(data)
 
-        return ChatTemplateTokenizer.from_dict(data)
-    if isinstance(data, dict) and data.get("format") not in (None, FORMAT, "bugfix_gym.Tokenizer/1"):
-        raise ValueError(f"unknown tokenizer format {data.get('format')!r}; expected {FORMAT!r} or {HF_FORMAT!r}")
-    return Tokenizer.from_dict(data)
+
+register_tokenizer_format(FORMAT, Tokenizer.from_dict)
 
 
 def episode_tokens(transcript: Sequence[tuple[int, str]], tokenizer: TokenizerLike) -> tuple[np.ndarray, np.ndarray]:

@@ -1,11 +1,11 @@
 """Play BugFix-v0 in the terminal: type calls, read the tool output.
 
-    python -m bugfix_gym.play                     # a random train task
-    python -m bugfix_gym.play --task clamp        # a named task
-    python -m bugfix_gym.play --split heldout --seed 3
-    python -m bugfix_gym.play --pack examples/task_pack_example.json
-    python -m bugfix_gym.play --generated test   # a fresh task from the generator's test templates
-    python -m bugfix_gym.play --list             # the task names of the split (or of --pack)
+    python -m bugfix_gym.views.play                     # a random train task
+    python -m bugfix_gym.views.play --task clamp        # a named task
+    python -m bugfix_gym.views.play --split heldout --seed 3
+    python -m bugfix_gym.views.play --pack examples/task_pack_example.json
+    python -m bugfix_gym.views.play --generated test   # a fresh task from the generator's test templates
+    python -m bugfix_gym.views.play --list             # the task names of the split (or of --pack)
 
 Each line you type is one tool call (``read``, ``test``, ``edit <fix_op>``, ``revert``,
 ``submit``), played exactly as an agent's action text would be. ``help`` shows the calls
@@ -23,10 +23,10 @@ import functools
 import sys
 from typing import Sequence, TextIO
 
-from .env import BugFixEnv
-from .generator import GENERATED_SPLITS
-from .tasks import SPLITS, Task, get_task, make_tasks
-from .tools import CALLS, parse_call
+from ..core.env import BugFixEnv
+from ..tasks.generator import GENERATED_SPLITS
+from ..tasks.library import SPLITS, Task, get_task, make_tasks
+from ..core.tools import CALLS, parse_call
 
 
 MAX_EPISODES = 100_000  # --episodes: more than anyone types, few enough to check before anything is built
@@ -47,7 +47,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout: TextIO | None = None,
-         prog: str = "python -m bugfix_gym.play") -> int:
+         prog: str = "python -m bugfix_gym.views.play") -> int:
     """Run the interactive game; returns the exit status (0 when the input ends normally, 130 on Ctrl-C).
 
     :param argv: command-line arguments (default ``sys.argv[1:]``)
@@ -91,7 +91,7 @@ def _chosen_tasks(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     or an unknown name is a usage error."""
     tasks = None
     if args.pack:
-        from .packs import TaskPackError, load_task_pack
+        from ..tasks.packs import TaskPackError, load_task_pack
 
         try:
             tasks = load_task_pack(args.pack)

@@ -1,6 +1,6 @@
 """The sandbox child: call task-pack code under limits and send back one outcome per call.
 
-:mod:`bugfix_gym.sandbox` starts this file as ``python -I -S sandbox_child.py MODE TIMEOUT_S
+:mod:`bugfix_gym.execution.sandbox` starts this file as ``python -I -S sandbox_child.py MODE TIMEOUT_S
 MEMORY_MB REPORT_BYTES`` (in ``namespace`` mode under ``unshare``) with an empty environment,
 ``/`` as the working directory and the request on stdin: JSON ``{"source", "name", "args"}``,
 the argument lists only, never the expected values. It answers with one JSON object on the
@@ -11,11 +11,11 @@ none of it: it checks the shape and the count and compares the values itself.
 
 Standard library only. ``-I`` keeps the script's folder off ``sys.path``, so the child appends
 it (after the standard library: no file there can shadow a standard module), imports its
-sibling leaf module ``execution.py`` as the top-level module ``execution``, and removes the
-folder again before any task code runs. (Imported as ``bugfix_gym.sandbox_child``, it uses
-``bugfix_gym.execution`` instead and touches no path.)
+sibling leaf module ``cases.py`` as the top-level module ``cases``, and removes the
+folder again before any task code runs. (Imported as ``bugfix_gym.execution.sandbox_child``, it uses
+``bugfix_gym.execution.cases`` instead and touches no path.)
 
-Modes (:func:`bugfix_gym.sandbox.available_isolation` picks one):
+Modes (:func:`bugfix_gym.execution.sandbox.available_isolation` picks one):
 
 * ``namespace``: this process is the init of fresh user, PID, network, IPC and mount namespaces
   (as root, started as ``nobody``, so the namespace's root is ``nobody`` outside). It makes every
@@ -36,11 +36,11 @@ import os
 import signal
 import sys
 
-if __package__:  # imported as bugfix_gym.sandbox_child (documentation tools, type checkers)
-    from . import execution
+if __package__:  # imported as bugfix_gym.execution.sandbox_child (documentation tools, type checkers)
+    from . import cases as execution
 else:  # run as the sandbox child: the leaf module next to this file, as a top-level module
     sys.path.append(os.path.dirname(os.path.abspath(__file__)))
-    import execution  # type: ignore[no-redef]
+    import cases as execution  # type: ignore[no-redef]
 
     del sys.path[-1]
 

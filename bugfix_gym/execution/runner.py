@@ -1,8 +1,8 @@
 """Running a task's tests: in-process or sandboxed, cached by content.
 
 :func:`run_tests` is the one entry point the env and the task checks use. Built-in and
-generated tasks run in this process (:func:`bugfix_gym.execution.run_cases`); task-pack
-tasks (``task.sandbox``) run in a contained child (:func:`bugfix_gym.sandbox.run_cases_sandboxed`).
+generated tasks run in this process (:func:`bugfix_gym.execution.cases.run_cases`); task-pack
+tasks (``task.sandbox``) run in a contained child (:func:`bugfix_gym.execution.sandbox.run_cases_sandboxed`).
 
 Results are cached by what decides them: the function name, the source, the test cases
 (their ``repr``, which tells ``1``, ``1.0`` and ``True`` apart) and where they ran. Two tasks
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .execution import Case, TestReport, run_cases
+from .cases import Case, TestReport, run_cases
 from .sandbox import run_cases_sandboxed
 
 CACHE_LIMIT = 50_000  # cached reports (tens of MB at most with generated tasks); the cache empties itself when full
@@ -26,7 +26,7 @@ stats = {"hits": 0, "misses": 0}
 def run_tests(task, source: str, which: str, *, cache: bool = True) -> TestReport:
     """Run the task's ``which`` (``'visible'`` | ``'hidden'``) tests on ``source``; never raises.
 
-    :param task: a :class:`bugfix_gym.tasks.Task`
+    :param task: a :class:`bugfix_gym.tasks.library.Task`
     :param source: the code to test (the task's current source)
     :param which: ``'visible'`` or ``'hidden'``
     :param cache: look the result up / store it (off: always run)

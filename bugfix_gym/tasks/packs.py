@@ -24,14 +24,14 @@ generated name (``..._3f2a91``); ``statement`` is one line of printable ASCII of
 pack that breaks one is refused with a message saying what to change, never silently
 rewritten: the pack's author sees exactly what the agent will see.
 
-Validation runs the code (in the sandbox, :mod:`bugfix_gym.sandbox`): the buggy source
+Validation runs the code (in the sandbox, :mod:`bugfix_gym.execution.sandbox`): the buggy source
 must fail the hidden tests and ``fix_op`` must make it pass them. Names are checked before
 any code runs. Every problem raises :class:`TaskPackError` with one line naming the file,
 the task and what to change. Pack tasks get ``split="pack"`` and ``sandbox=True`` (their
 code always runs in a contained child process) and are registered so the scripted oracle
 finds them.
 
-``python -m bugfix_gym.packs FILE`` checks a pack and lists its tasks.
+``python -m bugfix_gym.tasks.packs FILE`` checks a pack and lists its tasks.
 """
 
 from __future__ import annotations
@@ -47,9 +47,9 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from .execution import MAX_VALUE_DEPTH, is_plain
-from .ops import DEFECTS, FIX_OPS
-from .tasks import Task, name_taken, register, task_problems
+from ..execution.cases import MAX_VALUE_DEPTH, is_plain
+from ..edits.ops import DEFECTS, FIX_OPS
+from .library import Task, name_taken, register, task_problems
 
 REQUIRED = ("name", "statement", "source", "fix_op", "visible", "hidden")
 OPTIONAL = ("defect",)
@@ -277,10 +277,10 @@ def load_task_pack(path: str | Path) -> list[Task]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m bugfix_gym.packs FILE...``: validate packs, list their tasks."""
+    """``python -m bugfix_gym.tasks.packs FILE...``: validate packs, list their tasks."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m bugfix_gym.packs", description="Check BugFix task packs.")
+    parser = argparse.ArgumentParser(prog="python -m bugfix_gym.tasks.packs", description="Check BugFix task packs.")
     parser.add_argument("files", nargs="+", help=".json or .toml task pack")
     args = parser.parse_args(argv)
     status = 0

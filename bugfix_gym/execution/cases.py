@@ -1,7 +1,7 @@
 """Running task code: bounded, exception-safe, and judged by value.
 
 This module is a leaf: it imports only the standard library and nothing of this package,
-so the sandbox child (:mod:`bugfix_gym.sandbox_child`) can load it on its own under
+so the sandbox child (:mod:`bugfix_gym.execution.sandbox_child`) can load it on its own under
 ``python -I -S``. ``tests/test_layering.py`` checks that.
 
 Every loop body of task code is instrumented (an AST rewrite) with a tick that raises
@@ -13,8 +13,8 @@ Running a test list is split in two halves so that the sandbox can keep the judg
 trusted side: :func:`call_one` runs one call and returns an *outcome* (the value, or the
 name of the exception), :func:`judge` compares outcomes with the expected values. For
 built-in and generated tasks :func:`run_cases` does both in-process; for task packs the
-child only calls and the parent judges (:mod:`bugfix_gym.sandbox`). Dispatch between the
-two and the result cache live in :mod:`bugfix_gym.runner`.
+child only calls and the parent judges (:mod:`bugfix_gym.execution.sandbox`). Dispatch between the
+two and the result cache live in :mod:`bugfix_gym.execution.runner`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Reading an env state back (:meth:`bugfix_gym.env.BugFixEnv.set_state`): a saved state is data, never orders.
+"""Reading an env state back (:meth:`bugfix_gym.core.env.BugFixEnv.set_state`): a saved state is data, never orders.
 
 A run folder's ``resume.json`` is as shareable as a model file, so nothing in it decides where code
 runs. A restored task is the registered task of the same uid when the saved copy equals it (so it
@@ -16,8 +16,8 @@ import dataclasses
 from typing import Any
 
 from . import tools
-from .ops import apply_op
-from .tasks import REGISTRY, Task
+from ..edits.ops import apply_op
+from ..tasks.library import REGISTRY, Task
 
 MAX_SAVED_CHARS = 1_000_000  # the longest text field a saved episode may hold
 _TASK_TEXT = ("name", "statement", "source", "defect", "fix_op", "visible", "hidden", "split", "uid")
@@ -37,7 +37,7 @@ def restore_task(data: Any) -> Task:
     """The task a saved episode was on: the registered one when the saved copy equals it, else the saved
     copy with ``sandbox`` forced on. Cases are parsed with ``ast.literal_eval`` (no code runs).
 
-    :param data: what :func:`bugfix_gym.tasks.task_to_data` wrote
+    :param data: what :func:`bugfix_gym.tasks.library.task_to_data` wrote
     """
     if type(data) is not dict:
         raise ValueError("the saved episode's task is not an object; the state is damaged: start a new run")

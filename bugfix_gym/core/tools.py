@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import string
 
-from .ops import FIX_OPS
+from ..edits.ops import FIX_OPS
 
 CHARSET = string.printable  # explicit: gymnasium's Text default is alphanumeric only
 MAX_ACTION_CHARS = 64
@@ -21,7 +21,7 @@ CALLS: tuple[str, ...] = ("read", "test", *(f"edit {op}" for op in FIX_OPS), "re
 CALL_INDEX = {call: i for i, call in enumerate(CALLS)}
 REVERT = CALL_INDEX["revert"]
 MENU = " | ".join(CALLS)
-HIDEABLE = ("read", "test")  # tools whose output bugfix_gym.text_wrappers.HideOutputs can blank
+HIDEABLE = ("read", "test")  # tools whose output bugfix_gym.views.text_wrappers.HideOutputs can blank
 HIDDEN_OUTPUT = "output hidden"  # what a hidden tool answers
 
 # Words the tools can say, so the tokenizer knows them even before any task is seen.

@@ -3,7 +3,7 @@
 Each template (:class:`Template`) is a *correct* function written with placeholder identifiers, one
 or more phrasings of its statement, the edit ops whose defect it can carry, and an input generator.
 The ``train``, ``heldout`` and ``test`` splits hold disjoint template sets; every split covers all
-five defect kinds. :mod:`bugfix_gym.generator` turns them into tasks.
+five defect kinds. :mod:`bugfix_gym.tasks.generator` turns them into tasks.
 """
 
 from __future__ import annotations
