@@ -331,25 +331,25 @@ def _healthy_or_busy(server: ChatServer) -> bool:
     return _exchange(server, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")[0] == 200
 
 
-def test_past_the_queue_limit_a_request_is_503_and_the_connection_lives(model_file):
+def test_requests_take_the_model_in_the_order_they_came(model_file):
+    """A client behind a flood waits for the requests before it, never for ever (a Lock wakes in no order)."""
     import threading
 
-    with serving(model_file, NAME, log_requests=False, guard=ServeGuard(max_waiting=1)) as server:
-        server.agent._lock.acquire()  # the model is busy: the first request waits for it
-        answers: list[int] = []
-        first = threading.Thread(target=lambda: answers.append(
-            _exchange(server, _post(dict(model=NAME, messages=_prompt())))[0]))
-        first.start()
-        time.sleep(0.5)
-        with socket.create_connection(server.server_address[:2], timeout=30) as sock:
-            sock.sendall(_post(dict(model=NAME, messages=_prompt())))
-            status, headers, body = _read_response(sock)
-            assert status == 503 and _is_error(json.loads(body), "server_busy") and headers["retry-after"] == "1"
-            server.agent._lock.release()
-            first.join(timeout=60)
-            sock.sendall(_post(dict(model=NAME, messages=_prompt())))  # the same connection, served now
-            assert _read_response(sock)[0] == 200
-        assert answers == [200]
+    with serving(model_file, NAME, log_requests=False) as server:
+        done: list[int] = []
+        with server.turns.turn():  # the model is busy: every request below waits for its turn
+            threads = []
+            for k in range(6):
+                threads.append(threading.Thread(target=lambda k=k: (
+                    _exchange(server, _post(dict(model=NAME, messages=_prompt()))), done.append(k))))
+                threads[-1].start()
+                deadline = time.monotonic() + 10
+                while server.turns.waiting < k + 1 and time.monotonic() < deadline:
+                    time.sleep(0.01)
+            assert server.turns.waiting == 6
+        for t in threads:
+            t.join(timeout=60)
+        assert done == list(range(6))
 
 
 def test_a_slow_body_is_answered_408_at_the_deadline(model_file):
@@ -388,8 +388,8 @@ def test_an_idle_connection_is_closed_after_the_idle_timeout(model_file):
 
 
 def test_half_sent_bodies_hold_bounded_memory_and_others_are_still_served(model_file):
-    """The audit's 200 half-sent 1 MiB requests: 32 connections at most (the rest 503 at once), each holding
-    under 1 MiB, all cut at the deadline; a client on its own connection is served meanwhile."""
+    """The audit's 200 half-sent 1 MiB requests: ``max_connections`` at most (the rest 503 at once), each
+    holding under 1 MiB, all cut at the deadline; a client on its own connection is served meanwhile."""
     guard = ServeGuard(max_connections=8, request_deadline_s=1.0)
     with serving(model_file, NAME, log_requests=False, guard=guard) as server:
         with socket.create_connection(server.server_address[:2], timeout=30) as client:

@@ -11,6 +11,7 @@ else the call's text. Errors are OpenAI-shaped JSON, ``{"error": {"message", "ty
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import http.client
 import json
@@ -57,7 +58,7 @@ _ROUTES = "routes: GET /health, GET /v1/models, POST /v1/chat/completions"
 class ApiError(Exception):
     """An error answered as OpenAI's error JSON.
 
-    :param status: the HTTP status (400, 401, 404, 405, 408, 411, 413, 415, 503)
+    :param status: the HTTP status (400, 401, 404, 405, 408, 411, 413, 415)
     :param message: one line: what was wrong and what to send instead
     :param code: OpenAI's machine-readable code (``invalid_value``, ``model_not_found``, ...)
     :param param: the request field at fault, if any
@@ -93,7 +94,8 @@ class ChatServer(ThreadingHTTPServer):
     Each connection has a thread, at most ``guard.max_connections`` of them: the accept loop answers one
     more with 503 itself. A watchdog thread closes the reading side of a connection whose request has not
     arrived within ``guard.request_deadline_s`` (or that idled past ``guard.idle_timeout_s``), so a slow
-    client holds its thread for a bounded time; at most ``guard.max_waiting`` requests wait for the model.
+    client holds its thread for a bounded time. Requests take the model in the order they arrived
+    (:class:`Turns`), so one behind a flood waits for at most ``max_connections - 1`` others.
 
     :param address: ``(host, port)``: an IP address (:func:`~agents.cli.serve_guard.listen_address`: beyond
         loopback only with ``guard.allow_remote``); port 0 picks a free one (read it from ``server_address``)
@@ -121,7 +123,7 @@ class ChatServer(ThreadingHTTPServer):
         self.refused = 0  # connections answered 503 by the accept loop
         self._lock = threading.Lock()
         self._open = 0
-        self._waiting = threading.BoundedSemaphore(self.guard.max_waiting)
+        self.turns = Turns()
         self._deadlines: dict[int, tuple[float, ChatHandler]] = {}
         self._stop = threading.Event()
         super().__init__((host, address[1]), ChatHandler)
@@ -197,20 +199,44 @@ class ChatServer(ThreadingHTTPServer):
             for handler in late:
                 handler.expire()
 
-    @contextlib.contextmanager
-    def admitted(self) -> Iterator[None]:
-        """A place among the ``max_waiting`` requests that may wait for the model, or a 503."""
-        if not self._waiting.acquire(blocking=False):
-            raise ApiError(503, f"the server is busy ({self.guard.max_waiting} requests are waiting for the model, "
-                                "its limit); retry in a moment", "server_busy")
-        try:
-            yield
-        finally:
-            self._waiting.release()
-
     def server_close(self) -> None:
         self._stop.set()
         super().server_close()
+
+
+class Turns:
+    """First come, first served: one request at a time on the model, in the order they asked (a ``Lock``
+    wakes its waiters in no particular order, so a client behind a flood could wait for ever)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queue: collections.deque[threading.Event] = collections.deque()
+        self._busy = False
+
+    @property
+    def waiting(self) -> int:
+        """Requests waiting for their turn."""
+        return len(self._queue)
+
+    @contextlib.contextmanager
+    def turn(self) -> Iterator[None]:
+        """Wait for this request's turn, and hold it for the ``with`` block."""
+        mine = threading.Event()
+        with self._lock:
+            if self._busy:
+                self._queue.append(mine)
+            else:
+                self._busy = True
+                mine.set()
+        mine.wait()
+        try:
+            yield
+        finally:
+            with self._lock:
+                if self._queue:
+                    self._queue.popleft().set()
+                else:
+                    self._busy = False
 
 
 @contextlib.contextmanager
@@ -347,9 +373,9 @@ class ChatHandler(BaseHTTPRequestHandler):
             self.close_connection = True
             raise ApiError(415, f"the request's Content-Type is {kind[:60]!r}; send the chat as application/json",
                            "unsupported_media_type")
-        raw = self._body()
-        with self.server.admitted():
-            return chat_completion(self.server, parse_body(raw))
+        body = parse_body(self._body())
+        with self.server.turns.turn():
+            return chat_completion(self.server, body)
 
     def _authorised(self) -> None:
         """A 401 unless the request carries the API key (every route but ``/health``)."""

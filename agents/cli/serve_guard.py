@@ -10,10 +10,11 @@ field (:func:`add_guard_flags`), so the server's limits have one declaration eac
   time (:meth:`ServeGuard.key_matches`). Without one, a request must name the server by an IP address or
   ``localhost`` in its ``Host`` header (:func:`host_header_ok`): a web page that rebinds its own DNS name
   to 127.0.0.1 cannot reach it.
-* **How many, how long**: at most ``max_connections`` connections (one thread each) and ``max_waiting``
-  requests queued for the model (one runs at a time); beyond either, 503. A request's line, headers and
-  body must arrive within ``request_deadline_s`` of its first line, and an idle keep-alive connection is
-  closed after ``idle_timeout_s``.
+* **How many, how long**: at most ``max_connections`` connections (one thread each); one more is answered
+  503 at once. Requests reach the model (one at a time) in the order they arrived, so a client with a
+  connection waits behind at most ``max_connections - 1`` others. A request's line, headers and body must
+  arrive within ``request_deadline_s`` of its first line, and an idle keep-alive connection is closed after
+  ``idle_timeout_s``.
 """
 
 from __future__ import annotations
@@ -43,7 +44,6 @@ class ServeGuard:
         (None: no key)
     :param allow_remote: listen on an address beyond loopback (``--host 0.0.0.0`` or an interface's IP)
     :param max_connections: connections open at once (each holds a thread); one more is answered 503
-    :param max_waiting: requests waiting for, or running on, the model at once; one more is answered 503
     :param request_deadline_s: seconds from a request's first line to the end of its body
     :param idle_timeout_s: seconds a keep-alive connection may wait for its next request
     """
@@ -53,10 +53,8 @@ class ServeGuard:
                                  "--api-key", metavar="KEY")
     allow_remote: bool = _field(False, "allow a --host beyond loopback (0.0.0.0: every interface); a warning "
                                        "is printed", "--allow-remote")
-    max_connections: int = _field(32, "connections open at once; more are answered 503 (default: 32)",
-                                  "--max-connections", int, "N")
-    max_waiting: int = _field(8, "requests queued for the model at once; more are answered 503 (default: 8)",
-                              "--max-waiting", int, "N")
+    max_connections: int = _field(16, "connections open at once, each with one request at most; more are answered "
+                                      "503 (default: 16)", "--max-connections", int, "N")
     request_deadline_s: float = _field(30.0, "seconds a request may take to arrive, headers and body (default: 30)",
                                        "--request-deadline", float, "S")
     idle_timeout_s: float = _field(30.0, "seconds an idle keep-alive connection is kept (default: 30)",
@@ -65,7 +63,7 @@ class ServeGuard:
     def __post_init__(self) -> None:
         if self.api_key is not None:
             check_api_key(self.api_key)
-        for name, low, high in (("max_connections", 1, 4096), ("max_waiting", 1, 4096)):
+        for name, low, high in (("max_connections", 1, 4096),):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 raise ValueError(f"{name} must be a whole number from {low} to {high}, got {value!r}")
