@@ -85,6 +85,13 @@ def unit_interval(name: str, value: Any) -> None:
         raise ValueError(f"{name} must lie in [0, 1], got {value!r}")
 
 
+def temperature(name: str, value: Any) -> None:
+    """A sampling temperature from 0.001 to 100: below it float32 logits divided by it overflow (1e-300 is 0
+    in float32), above it sampling is uniform noise."""
+    if not _is_number(value) or not 1e-3 <= value <= 100:
+        raise ValueError(f"{name} must be a number from 0.001 to 100, got {value!r}")
+
+
 def dual_clip(name: str, value: Any) -> None:
     check_dual_clip(value)
 
@@ -153,7 +160,7 @@ class OnPolicyConfig(Config):
                               positive_int)
     gamma: float = setting(1.0, "discount per policy token (book: 1)", unit_interval)
     max_grad_norm: float = setting(1.0, "gradient-norm clip", positive)
-    temperature: float = setting(1.0, "sampling temperature of the rollouts", positive)
+    temperature: float = setting(1.0, "sampling temperature of the rollouts (0.001 to 100)", temperature)
     max_call_tokens: int = setting(8, "the most tokens one call may have", positive_int)
     fresh_batches: bool = setting(True, "on-policy batches: each iteration resets the envs and every env records "
                                   "its next ceil(n_episodes / n_envs) episodes; False lets episodes run on into "

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from bugfix_gym.contract.text import printable
 from bugfix_gym.integrations.chat import ChatError, tool_call_of, transcript_of
+from bugfix_gym.integrations.chat_template import ChatTemplateError
 
 from agents.cli.evaluate import load_model, override_decoding
 from agents.cli.serve_guard import ServeGuard, guard_from_args, host_header_ok, listen_address, remote_warning
@@ -506,6 +507,9 @@ def chat_completion(server: ChatServer, body: Any) -> dict[str, Any]:
         raise ApiError(400, str(e), "invalid_messages", "messages") from None
     except ContextFull as e:
         raise ApiError(400, str(e), "context_length_exceeded", "messages") from None
+    except ChatTemplateError as e:  # an HF tokenizer's template over its budget (or failing) on this chat
+        message = str(e) if e.over_budget else "the model's chat template or tokenizer cannot encode this chat"
+        raise ApiError(400, message, "chat_template_error", "messages") from None
     calls = server.agent.write(ids, n=request["n"], temperature=request["temperature"], seed=request["seed"],
                                max_tokens=request["max_tokens"], open_calls=request["open_calls"])
     choices = [choice(i, call, request["tools"], request["logprobs"]) for i, call in enumerate(calls)]

@@ -49,7 +49,7 @@ from stable_baselines3.common.utils import ConstantSchedule, FloatSchedule
 from bugfix_gym.contract.text import printable
 from bugfix_gym.contract.spaces import BufferedText
 
-from agents.model.hf_adapter import MAX_CONFIG_BYTES
+from agents.model.hf_adapter import MAX_CONFIG_BYTES, MAX_HF_BUFFER_BYTES, check_hf_config, meta_model_size
 from agents.model.tinyagent import TinyAgent, TinyAgentConfig
 
 FORMAT = "bugfix_gym.token_algorithm/2"
@@ -350,9 +350,12 @@ def estimated_hf_parameters(config: dict[str, Any]) -> int:
 
 
 def _check_hf_config(config: Any, policy_bytes: int, name: str) -> None:
-    """An HF config must be a bounded JSON object whose sizes are whole numbers, asking for no more
-    parameters than ``policy.pth`` holds at 2 bytes a parameter (bf16, the smallest dtype trained);
-    :func:`estimated_parameters` is TinyAgent's and does not apply."""
+    """An HF config must be a bounded JSON object whose sizes are whole numbers and whose fields build a model
+    (:func:`agents.model.hf_adapter.check_hf_config`), asking for no more parameters than ``policy.pth``
+    holds at 2 bytes a parameter (bf16, the smallest dtype trained): first a lower bound from the sizes every
+    decoder config names (:func:`estimated_hf_parameters`), then, where transformers is installed, the exact
+    count of the model built on the meta device (:func:`agents.model.hf_adapter.meta_model_size`: learned
+    positions, experts and untied heads included), all before anything is allocated."""
     if not isinstance(config, dict):
         raise ModelFileError(f"{name}: its hf_config is not an object")
     if len(json.dumps(config)) > MAX_CONFIG_BYTES:
@@ -365,6 +368,24 @@ def _check_hf_config(config: Any, policy_bytes: int, name: str) -> None:
     if estimated_hf_parameters(config) * 2 > policy_bytes + MiB:
         raise ModelFileError(f"{name}: its hf_config asks for at least {estimated_hf_parameters(config)} parameters, "
                              f"more than its {policy_bytes}-byte policy.pth can hold")
+    try:
+        check_hf_config(config)
+    except ValueError as e:
+        raise ModelFileError(f"{name}: {e}") from None
+    try:
+        import transformers  # noqa: F401 - without it the model cannot be built at all (one line later)
+    except ImportError:
+        return
+    try:
+        params, buffer_bytes = meta_model_size(config)  # every parameter counted, nothing allocated
+    except ValueError as e:
+        raise ModelFileError(f"{name}: {e}") from None
+    if params * 2 > policy_bytes + MiB:
+        raise ModelFileError(f"{name}: its hf_config builds a model of {params} parameters, more than its "
+                             f"{policy_bytes}-byte policy.pth can hold")
+    if buffer_bytes > MAX_HF_BUFFER_BYTES:
+        raise ModelFileError(f"{name}: its hf_config's model would allocate {buffer_bytes} bytes of buffers, more "
+                             f"than {MAX_HF_BUFFER_BYTES}")
 
 
 def _check_model_config(data: dict[str, Any], policy_bytes: int, name: str) -> None:

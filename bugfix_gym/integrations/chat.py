@@ -19,6 +19,7 @@ The five tools (:func:`tool_schemas`) are the env's calls: ``read``, ``test``, `
 from __future__ import annotations
 
 import json
+import re
 import reprlib
 from typing import Any, Sequence
 
@@ -40,6 +41,25 @@ ROLES = ("system", "developer", "user", "assistant", "tool")
 
 class ChatError(ValueError):
     """A request the mapping cannot read: one line saying what to send instead."""
+
+
+#: the shapes of chat templates' control tokens: ChatML / Llama 3 / Phi (``<|im_end|>``), DeepSeek's full-width
+#: bars, Llama 2 / Mistral (``</s>``, ``[INST]``), Gemma (``<end_of_turn>``), and bare ``<eos>``-style names
+CONTROL_TOKEN = re.compile(r"<\|[^<>|\s]{1,64}\|>|<\uff5c[^<>\uff5c]{1,64}\uff5c>|</?s>|\[/?INST\]|<</?SYS>>"
+                           r"|<(?:start|end)_of_turn>|<(?:eos|bos|pad|unk|eot|sep|cls|mask)>")
+
+
+def escape_control_tokens(text: str) -> str:
+    """``text`` with every substring shaped like a chat template's control token (:data:`CONTROL_TOKEN`) broken
+    by a zero-width space after its first character, so a tokenizer encodes it as plain text: env text (a task
+    statement, a tool's output) cannot end the turn it sits in and forge the next one. For a loop that renders
+    the env's text with a tokenizer it does not know (TRL's ``environment_factory``); where the tokenizer is
+    known, :func:`bugfix_gym.integrations.chat_template.apply_chat_template` encodes its own control tokens as
+    text instead.
+
+    :param text: env text
+    """
+    return CONTROL_TOKEN.sub(lambda m: m.group(0)[0] + "\u200b" + m.group(0)[1:], text)
 
 
 _SHORT = reprlib.Repr()

@@ -34,6 +34,7 @@ from typing import Any, Iterable, Sequence
 
 from ..contract.tokens import register_tokenizer_format
 from ..edits.ops import FIX_OPS
+from .chat_template import apply_chat_template
 
 HF_FORMAT = "bugfix_gym.ChatTemplateTokenizer/1"  # to_dict()["format"] of ChatTemplateTokenizer
 
@@ -198,8 +199,8 @@ class ChatIds:
 
     def __init__(self, tokenizer: Any, prompt: str):
         self.tokenizer = tokenizer
-        self.prompt_ids: list[int] = list(tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True, return_dict=False))
+        self.prompt_ids: list[int] = apply_chat_template(tokenizer, [{"role": "user", "content": prompt}],
+                                                         add_generation_prompt=True)
         self.completion_ids: list[int] = []
         self.mask: list[int] = []
         self.turns: list[dict[str, list[int]]] = []
@@ -228,12 +229,13 @@ def tool_suffix_ids(tokenizer: Any, name: str, content: str, end_id: int | None 
     :param content: the tool's answer
     :param end_id: the end-of-turn id (default: the EOS id)
     """
-    dummy = [{"role": "user", "content": "dummy"},
-             {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {
-                 "name": name, "arguments": {}}}]}]
-    before = list(tokenizer.apply_chat_template(dummy, tokenize=True, return_dict=False))
-    after = tokenizer.apply_chat_template(dummy + [{"role": "tool", "name": name, "content": content}],
-                                          add_generation_prompt=True, tokenize=True, return_dict=False)
+    dummy: list[dict[str, Any]] = [
+        {"role": "user", "content": "dummy"},
+        {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {
+            "name": name, "arguments": {}}}]}]
+    before = apply_chat_template(tokenizer, dummy)
+    after = apply_chat_template(tokenizer, dummy + [{"role": "tool", "name": name, "content": content}],
+                                add_generation_prompt=True)
     end = tokenizer.eos_token_id if end_id is None else end_id
     if end in before:
         before = before[: len(before) - before[::-1].index(end)]
@@ -283,9 +285,8 @@ class ChatTemplateTokenizer:
         self.unk_id = int(tokenizer.unk_token_id) if tokenizer.unk_token_id is not None else -1
         self.tool_name = str(tool_name)
         self._vocab_size = len(tokenizer)
-        turn = tokenizer.apply_chat_template([{"role": "user", "content": "x"}, {"role": "assistant",
-                                             "content": "x"}], tokenize=True, return_dict=False)
-        if self.eoc_id not in list(turn):
+        turn = apply_chat_template(tokenizer, [{"role": "user", "content": "x"}, {"role": "assistant", "content": "x"}])
+        if self.eoc_id not in turn:
             raise ValueError(f"the chat template does not end an assistant turn with {self.end_token!r}; pass "
                              "end_token= the token it does end one with")
 
@@ -295,8 +296,14 @@ class ChatTemplateTokenizer:
         return self._vocab_size
 
     def encode(self, text: str) -> list[int]:
-        """Plain text -> ids, no special tokens added."""
-        return list(self.hf.encode(text, add_special_tokens=False))
+        """Plain text -> ids, no special tokens added (a failure of the tokenizer's native code, a Rust panic
+        included, is a one-line ``ValueError``)."""
+        try:
+            return list(self.hf.encode(text, add_special_tokens=False))
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as err:  # noqa: BLE001 - tokenizers' Rust panics are BaseExceptions
+            raise ValueError(f"the tokenizer cannot encode this text ({_first_line(err)})") from None
 
     def decode(self, ids: Iterable[int], *, stop_at_eoc: bool = True) -> str:
         """Ids -> text up to the end-of-turn id, pads and ids outside the vocabulary left out: the text the
@@ -313,8 +320,7 @@ class ChatTemplateTokenizer:
     def segment_ids(self, owner: int, text: str) -> list[int]:
         """One transcript segment's ids: owner 1 the prompt, 2 a call, 3 a tool output (see the class)."""
         if owner == 1:
-            return list(self.hf.apply_chat_template([{"role": "user", "content": text}],
-                                                    add_generation_prompt=True, tokenize=True, return_dict=False))
+            return apply_chat_template(self.hf, [{"role": "user", "content": text}], add_generation_prompt=True)
         if owner == 2:
             return self.encode(text) + [self.eoc_id]
         return tool_suffix_ids(self.hf, self.tool_name, text, self.eoc_id)
@@ -342,11 +348,13 @@ class ChatTemplateTokenizer:
                               "transformers (make trl-venv) to load it") from None
         try:
             backend = Tokenizer.from_str(data["tokenizer_json"])
-        except Exception as err:  # tokenizers raises its own exception types
-            raise ValueError(f"the saved tokenizer.json does not load ({str(err).splitlines()[0][:120]}); the "
-                             "model file is damaged") from None
-        specials = {k: data[k] for k in ("eos_token", "pad_token", "unk_token", "bos_token") if data[k]}
-        hf = PreTrainedTokenizerFast(tokenizer_object=backend, clean_up_tokenization_spaces=False, **specials)
+            specials = {k: data[k] for k in ("eos_token", "pad_token", "unk_token", "bos_token") if data[k]}
+            hf = PreTrainedTokenizerFast(tokenizer_object=backend, clean_up_tokenization_spaces=False, **specials)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as err:  # noqa: BLE001 - tokenizers raises its own types, and Rust panics
+            raise ValueError(f"the saved tokenizer.json does not load ({_first_line(err)}); the model file is "
+                             "damaged") from None
         hf.chat_template = data["chat_template"]
         return cls(hf, end_token=data["end_token"], tool_name=data["tool_name"])
 
@@ -355,6 +363,12 @@ class ChatTemplateTokenizer:
 
     def __repr__(self) -> str:
         return f"ChatTemplateTokenizer(vocab_size={self.vocab_size}, end_token={self.end_token!r})"
+
+
+def _first_line(err: BaseException) -> str:
+    """``Type: first line of the message``, at most 160 characters."""
+    text = str(err).splitlines()[0][:120] if str(err).strip() else ""
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
 
 def check_tokenizer_dict(data: Any) -> None:
