@@ -306,7 +306,7 @@ def check_hf_config(data: dict[str, Any]) -> None:
             if value is None:
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-                raise ValueError(f"hf_config's {key} is {str(value)[:40]!r}, not a whole number from {low} to {high}")
+                raise ValueError(f"hf_config's {key} is {repr(value)[:40]}, not a whole number from {low} to {high}")
             found.setdefault(size, value)
     heads, kv = found.get("heads"), found.get("kv_heads")
     if heads is not None and kv is not None and heads % kv:
