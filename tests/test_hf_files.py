@@ -246,3 +246,17 @@ def test_what_trl_renders_itself_carries_no_forged_turn(tmp_path):
     ids = hf.apply_chat_template(messages, tokenize=True, return_dict=False)
     starts = ids.count(hf.convert_tokens_to_ids("<|im_start|>"))
     assert starts == 4  # the default system turn and the three messages: nothing forged
+
+
+@pytest.mark.parametrize("template", [NESTED, "{{ 'x' * 4000000000 }}", "{{ ''.__class__ }}", "{% for %}",
+                                      "{{ raise_exception('no') }}"])
+def test_conformance_refuses_a_hostile_tokenizer_file_in_one_line(template, tmp_path, capsys):
+    data = ChatTemplateTokenizer(chatml_tokenizer()).to_dict()
+    data["chat_template"] = template
+    tokenizer, dump = tmp_path / "t.json", tmp_path / "d.jsonl"
+    tokenizer.write_text(json.dumps(data))
+    dump.write_text(json.dumps({"input_ids": [1, 2, 3], "loss_mask": [0, 1, 1]}) + "\n")
+    started = time.monotonic()
+    assert main(["conformance", str(dump), "--tokenizer", str(tokenizer)]) == 2
+    err = capsys.readouterr().err
+    assert time.monotonic() - started < 30 and len(err.strip().splitlines()) == 1 and "chat template" in err
