@@ -498,6 +498,42 @@ def atomic_write(path: pathlib.Path, write: Callable[[BinaryIO], Any]) -> None:
             os.unlink(tmp)
 
 
+def write_regular(path: pathlib.Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` as a regular file, never through a symbolic link and never into a FIFO or a
+    device: opened with ``O_NOFOLLOW`` (a link at ``path`` is ``ELOOP``) and ``O_NONBLOCK`` (a FIFO without a
+    reader is ``ENXIO``, never a wait), and checked with ``fstat`` before anything is written or truncated.
+
+    :param path: the file (created, or replaced in place if it is a regular file)
+    :param data: the bytes
+    :raises OSError: it cannot be written (its ``strerror`` says why; ``not a regular file`` for a FIFO, a
+        device or a folder)
+    """
+    import errno
+    import stat
+
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file (a FIFO, a device or a folder)", str(path))
+        os.ftruncate(fd, 0)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+
+
+def why_not_writable(err: OSError) -> str:
+    """An ``OSError`` of :func:`write_regular` in words (a link is named as one)."""
+    import errno
+
+    if err.errno == errno.ELOOP:
+        return "it is a symbolic link; give the file itself"
+    if err.errno == errno.ENXIO:
+        return "it is a FIFO with no reader; give a regular file"
+    return err.strerror or type(err).__name__
+
+
 class ParameterSnapshot:
     """A copy, in memory, of a policy's parameters and (by default) its optimizer's state: taken before
     an update that may diverge, at the start of an iteration, or of weights worth keeping.
