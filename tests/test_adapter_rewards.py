@@ -38,10 +38,9 @@ def _deep(depth: int) -> list:
 OPS: list[Any] = [*FIX_OPS, *FIX_OPS, "fix_init extra", " fix_comparison ", "FIX_INIT", "", "x" * 200, "\u00e9dit",
                   12, 1.5, None, True, {"op": "fix_init"}, ["fix_init"], 10 ** 5000, _deep(20_000)]
 #: raw ``arguments`` strings of an OpenAI tool call
-ARGUMENTS = ['{"op": "%s"}' % op for op in FIX_OPS] + ["{}", "", "{broken", '{"op": 7}', '{"op": null}',
-                                                        '{"op": ' + "9" * 5000 + "}", "[" * 20_000 + "]" * 20_000,
-                                                        '{"op": ' + "[" * 300 + "]" * 300 + "}", '"fix_init"',
-                                                        '{"op": "fix_init", "op2": 1}']
+ARGUMENTS = ['{"op": "%s"}' % op for op in FIX_OPS] + [
+    "{}", "", "{broken", '{"op": 7}', '{"op": null}', '{"op": ' + "9" * 5000 + "}", "[" * 20_000 + "]" * 20_000,
+    '{"op": ' + "[" * 300 + "]" * 300 + "}", '"fix_init"', '{"op": "fix_init", "op2": 1}']
 
 
 def _legal(text: str) -> tuple[str, str | None] | None:
