@@ -218,7 +218,8 @@ class ChatIds:
         self.mask += [0] * len(suffix)
 
 
-def tool_suffix_ids(tokenizer: Any, name: str, content: str, end_id: int | None = None) -> list[int]:
+def tool_suffix_ids(tokenizer: Any, name: str, content: str, end_id: int | None = None,
+                    before: list[int] | None = None) -> list[int]:
     """The ids the template puts after an assistant turn for one tool result, up to the next generation
     prompt: rendered after a dummy conversation and cut off it right after the dummy assistant turn's
     last end-of-turn id, as TRL's ``_get_tool_suffix_ids`` does (a ChatML turn ends ``<|im_end|>\\n``: the
@@ -228,12 +229,10 @@ def tool_suffix_ids(tokenizer: Any, name: str, content: str, end_id: int | None 
     :param name: the tool's name (some templates write it)
     :param content: the tool's answer
     :param end_id: the end-of-turn id (default: the EOS id)
+    :param before: the dummy conversation's ids (:func:`dummy_turn_ids`), if the caller keeps them
     """
-    dummy: list[dict[str, Any]] = [
-        {"role": "user", "content": "dummy"},
-        {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {
-            "name": name, "arguments": {}}}]}]
-    before = apply_chat_template(tokenizer, dummy)
+    dummy = _dummy(name)
+    before = dummy_turn_ids(tokenizer, name) if before is None else before
     after = apply_chat_template(tokenizer, dummy + [{"role": "tool", "name": name, "content": content}],
                                 add_generation_prompt=True)
     end = tokenizer.eos_token_id if end_id is None else end_id
@@ -242,6 +241,19 @@ def tool_suffix_ids(tokenizer: Any, name: str, content: str, end_id: int | None 
     if list(after[:len(before)]) != before:
         raise ValueError("the chat template is not prefix-preserving: a tool result changes the turns before it")
     return list(after[len(before):])
+
+
+def _dummy(name: str) -> list[dict[str, Any]]:
+    return [
+        {"role": "user", "content": "dummy"},
+        {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {
+            "name": name, "arguments": {}}}]}]
+
+
+def dummy_turn_ids(tokenizer: Any, name: str) -> list[int]:
+    """The ids of :func:`tool_suffix_ids`' dummy conversation (a user message and an assistant tool call),
+    which do not depend on the tool's answer."""
+    return apply_chat_template(tokenizer, _dummy(name))
 
 
 MAX_TOKENIZER_CHARS = 6 << 20
@@ -285,6 +297,7 @@ class ChatTemplateTokenizer:
         self.unk_id = int(tokenizer.unk_token_id) if tokenizer.unk_token_id is not None else -1
         self.tool_name = str(tool_name)
         self._vocab_size = len(tokenizer)
+        self._dummy_ids: list[int] | None = None
         turn = apply_chat_template(tokenizer, [{"role": "user", "content": "x"}, {"role": "assistant", "content": "x"}])
         if self.eoc_id not in turn:
             raise ValueError(f"the chat template does not end an assistant turn with {self.end_token!r}; pass "
@@ -323,7 +336,13 @@ class ChatTemplateTokenizer:
             return apply_chat_template(self.hf, [{"role": "user", "content": text}], add_generation_prompt=True)
         if owner == 2:
             return self.encode(text) + [self.eoc_id]
-        return tool_suffix_ids(self.hf, self.tool_name, text, self.eoc_id)
+        if self._dummy_ids is not None:  # the same for every tool output (rendered once), unless the template
+            try:  # writes something that changes, such as today's date (Llama 3's strftime_now): then again
+                return tool_suffix_ids(self.hf, self.tool_name, text, self.eoc_id, before=self._dummy_ids)
+            except ValueError:
+                pass
+        self._dummy_ids = dummy_turn_ids(self.hf, self.tool_name)
+        return tool_suffix_ids(self.hf, self.tool_name, text, self.eoc_id, before=self._dummy_ids)
 
     def to_dict(self) -> dict:
         """The ``tokenizer.json`` string, the chat template and the special tokens (:meth:`from_dict`)."""
