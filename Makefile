@@ -99,7 +99,7 @@ trl: $(TRL_STAMP)
 # the tests that need trl / transformers / tokenizers / verifiers (they skip in .venv), in .venv-trl
 test-trl: $(TRL_STAMP)
 	$(TRL_PY) -m pytest tests/test_trl.py tests/test_conformance.py tests/test_hf_tokens.py tests/test_hf_policy.py \
-		tests/test_serve_hf.py \
+		tests/test_serve_hf.py tests/test_hf_files.py tests/test_chat_template.py tests/test_adapter_rewards.py \
 		tests/test_verifiers.py
 
 clean:

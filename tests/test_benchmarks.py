@@ -89,3 +89,10 @@ def test_algorithm_table_runs_a_cell_and_resumes_it(tmp_path, monkeypatch):
     assert "| `grpo` | 1 |" in (tmp_path / "runs" / "algorithms" / "table.md").read_text()
     (tmp_path / "runs" / "algorithms" / "book" / "grpo" / "seed-0" / "tokenppo.zip").unlink()
     assert table.main(["--protocol", "book", "--algos", "grpo", "--seeds", "1", "--timesteps", "40"]) == records
+
+
+def test_serve_flood_runs_and_stops_by_itself():
+    out = _load("serve_flood").main(["--baseline", "3", "--flood", "40", "--procs", "1", "--threads", "4",
+                                     "--slow", "3", "--deadline", "1"])
+    assert out["phases"]["before"]["tally"] == {"200": 3} and sum(out["fast"].values()) == 40
+    assert sum(out["slow"].values()) == 3

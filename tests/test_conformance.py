@@ -333,3 +333,64 @@ def test_importing_bugfix_gym_and_its_integrations_imports_no_trainer_library():
              "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
+
+
+# ---------------------------------------------------------------------- hostile dumps: one line, exit 2, bounded
+def _normalised(kind: str, value) -> str:
+    e = dump_format(good_batch()[0])
+    e.update(loss_type=kind, **value)
+    return json.dumps(e) + "\n"
+
+
+HOSTILE_DUMPS = {
+    "Infinity": ('{"input_ids": [1, 2], "loss_mask": [0, 1], "logprobs": [0, Infinity]}\n', "holds Infinity"),
+    "NaN": ('{"input_ids": [1, 2], "loss_mask": [0, 1], "logprobs": [0, NaN]}\n', "holds NaN"),
+    "1e400": ('{"input_ids": [1, 2], "loss_mask": [0, 1], "logprobs": [0, -1e400]}\n', "overflows a float"),
+    "5,000 digits": ('{"input_ids": [1, ' + "9" * 5000 + '], "loss_mask": [0, 1]}\n', "beyond 64 bits"),
+    "2**64": ('{"input_ids": [1, 18446744073709551616], "loss_mask": [0, 1]}\n', "beyond 64 bits"),
+    "100,000-deep nesting": ("[" * 100_000 + "]" * 100_000 + "\n", "nests deeper than 32"),
+    "40-deep nesting": ('{"input_ids": [1, 2], "loss_mask": [0, 1], "x": ' + "[" * 40 + "]" * 40 + "}\n",
+                        "nests deeper than 32"),
+    "a zero constant normaliser": (_normalised("constant", {"loss_norm_const": 0}), "loss_norm_const is 0"),
+    "a negative constant normaliser": (_normalised("constant", {"loss_norm_const": -2}), "loss_norm_const is -2"),
+    "a zero max length": (_normalised("dr_grpo", {"max_completion_length": 0}), "max_completion_length is 0"),
+    "a word for a length": (json.dumps(dict(dump_format(good_batch()[0]), response_length="lots")) + "\n",
+                            "cannot read this dump"),
+}
+
+
+@pytest.mark.parametrize("kind", HOSTILE_DUMPS)
+def test_a_hostile_dump_is_one_line_and_exit_2(tmp_path, capsys, kind):
+    from agents.cli import main
+
+    content, error = HOSTILE_DUMPS[kind]
+    path = tmp_path / "dump.jsonl"
+    path.write_text(content)
+    assert main(["conformance", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("bugfix-gym conformance: error: ") and error in err and len(err.splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("where", ["/dev/zero", "fifo", "folder", "too big"])
+@pytest.mark.parametrize("flag", ["dump", "--tokenizer"])
+def test_a_dump_or_tokenizer_that_is_no_regular_file_is_refused_before_it_is_read(tmp_path, capsys, monkeypatch,
+                                                                                  where, flag):
+    """/dev/zero was read until MemoryError and a FIFO blocked for good: both are refused at open."""
+    import os
+
+    from agents.cli import main
+
+    good = tmp_path / "good.jsonl"
+    good.write_text(json.dumps(dump_format(good_batch()[0])) + "\n")
+    target = {"/dev/zero": "/dev/zero", "fifo": str(tmp_path / "fifo"), "folder": str(tmp_path),
+              "too big": str(good)}[where]
+    if where == "fifo":
+        os.mkfifo(target)
+    if where == "too big":
+        monkeypatch.setattr(conformance, "MAX_DUMP_BYTES", 100)
+        monkeypatch.setattr(conformance, "MAX_TOKENIZER_BYTES", 100)
+    argv = [target] if flag == "dump" else [str(good), "--tokenizer", target]
+    assert main(["conformance", *argv]) == 2
+    err = capsys.readouterr().err
+    expected = {"too big": "more than the 100 read", "folder": "Is a directory"}.get(where, "is not a regular file")
+    assert expected in err and len(err.splitlines()) == 1, err

@@ -76,11 +76,30 @@ CRAFTED = {
     "NaN weights": dict(edit_policy=_first_nan),
     "n_episodes 1e30": dict(edit_data=lambda d: d["args"].update(n_episodes=1e30)),
     "an escape sequence in the algorithm": dict(edit_data=lambda d: d.update(algorithm="\x1b]0;owned\x07")),
+    # the audit's three TinyAgent files: serve started and refused every chat; sampling divided by 0 in float32
+    "max_call_tokens 1,000,000": dict(edit_data=lambda d: d["policy_kwargs"].update(max_call_tokens=1_000_000)),
+    "max_call_tokens 1,000,000 in args": dict(edit_data=lambda d: d["args"].update(max_call_tokens=1_000_000)),
+    "temperature 1e-300": dict(edit_data=lambda d: d["args"].update(temperature=1e-300)),
+    "an HF tokenizer without transformers": dict(edit_data=lambda d: d["policy_kwargs"].update(tokenizer=_hf_tok())),
 }
+
+
+def _hf_tok() -> dict:
+    """A saved chat-template tokenizer's shape (read only where transformers is missing: see the test)."""
+    from bugfix_gym.integrations.hf_tokenizer import HF_FORMAT
+
+    return {"format": HF_FORMAT, "tokenizer_json": "{}", "chat_template": "", "end_token": "<|end|>",
+            "eos_token": "<|end|>", "pad_token": None, "unk_token": None, "bos_token": None, "tool_name": "bugfix"}
 
 
 @pytest.mark.parametrize("kind", CRAFTED)
 def test_a_crafted_model_file_is_one_line(saved_model, tmp_path, capsys, kind):
+    if kind == "an HF tokenizer without transformers":
+        try:
+            import transformers  # noqa: F401
+            pytest.skip("transformers is installed: the tokenizer is read (tests/test_hf_files.py)")
+        except ImportError:
+            pass
     path = _crafted(saved_model, tmp_path, **CRAFTED[kind])
     with pytest.raises(ValueError) as caught:
         TokenPPO.load(path)
@@ -88,6 +107,9 @@ def test_a_crafted_model_file_is_one_line(saved_model, tmp_path, capsys, kind):
     assert main(["eval", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err and "\x1b" not in err
+    assert main(["serve", str(path), "--port", "0"]) == 2  # refused before it listens, not at every chat
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("bugfix-gym serve: error:")
 
 
 def test_a_large_model_config_is_refused_before_allocating(saved_model, tmp_path, monkeypatch):

@@ -61,6 +61,12 @@ def test_words_outside_the_vocabulary_warn_once():
 
 def test_a_context_shorter_than_a_prompt_and_a_call_is_a_one_line_error():
     model = TokenPPO("TinyAgentPolicy", make_text_vec_env(make_env), base_agent=None, n_episodes=2, seed=0,
-                     policy_kwargs=tiny(make_env().words, max_len=8))
-    with pytest.raises(ValueError, match=r"more than the model's max_len=8: build it with a model_config max_len"):
+                     policy_kwargs=tiny(make_env().words, max_len=16))
+    with pytest.raises(ValueError, match=r"more than the model's max_len=16: build it with a model_config max_len"):
         model.learn(10)
+
+
+def test_a_call_limit_that_leaves_no_room_for_a_prompt_is_refused_when_built():
+    with pytest.raises(ValueError, match=r"max_call_tokens=8 must be from 1 to half the model's context of 8"):
+        TokenPPO("TinyAgentPolicy", make_text_vec_env(make_env), base_agent=None, n_episodes=2, seed=0,
+                 policy_kwargs=tiny(make_env().words, max_len=8))

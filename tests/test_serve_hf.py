@@ -92,7 +92,8 @@ def test_the_call_mask_closes_calls_in_hf_ids_and_a_context_overflow_is_a_400(mo
             assert [c["message"]["content"] for c in answer["choices"]] == [open_call] * 3
         long = prompt + [{"role": "assistant", "content": "read"}, {"role": "tool", "content": "x " * 3000}] * 2
         body = json.dumps(dict(model=NAME, messages=long, useful_calls=[True] * 9)).encode()
-        req = urllib.request.Request(server.url + "/chat/completions", data=body)
+        req = urllib.request.Request(server.url + "/chat/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
         with pytest.raises(urllib.error.HTTPError) as error:
             urllib.request.urlopen(req, timeout=60)
         assert error.value.code == 400

@@ -85,6 +85,19 @@ def unit_interval(name: str, value: Any) -> None:
         raise ValueError(f"{name} must lie in [0, 1], got {value!r}")
 
 
+def call_tokens(name: str, value: Any) -> None:
+    """A call's token limit, 1 to 4096 (the policy checks it against its model's context too)."""
+    if not _is_int(value) or not 1 <= value <= 4096:
+        raise ValueError(f"{name} must be a whole number from 1 to 4096, got {value!r}")
+
+
+def temperature(name: str, value: Any) -> None:
+    """A sampling temperature from 0.001 to 100: below it float32 logits divided by it overflow (1e-300 is 0
+    in float32), above it sampling is uniform noise."""
+    if not _is_number(value) or not 1e-3 <= value <= 100:
+        raise ValueError(f"{name} must be a number from 0.001 to 100, got {value!r}")
+
+
 def dual_clip(name: str, value: Any) -> None:
     check_dual_clip(value)
 
@@ -153,8 +166,8 @@ class OnPolicyConfig(Config):
                               positive_int)
     gamma: float = setting(1.0, "discount per policy token (book: 1)", unit_interval)
     max_grad_norm: float = setting(1.0, "gradient-norm clip", positive)
-    temperature: float = setting(1.0, "sampling temperature of the rollouts", positive)
-    max_call_tokens: int = setting(8, "the most tokens one call may have", positive_int)
+    temperature: float = setting(1.0, "sampling temperature of the rollouts (0.001 to 100)", temperature)
+    max_call_tokens: int = setting(8, "the most tokens one call may have (1 to 4096)", call_tokens)
     fresh_batches: bool = setting(True, "on-policy batches: each iteration resets the envs and every env records "
                                   "its next ceil(n_episodes / n_envs) episodes; False lets episodes run on into "
                                   "the next batch (docs/ppo.md \"The environment contract\")")

@@ -98,18 +98,33 @@ def tokenizer_path(path: str | pathlib.Path) -> pathlib.Path:
     return pathlib.Path(path).with_suffix(".tokenizer.json")
 
 
+class DumpWriteError(RuntimeError):
+    """The dump (or its tokenizer file) could not be written; the message is one line."""
+
+
 def write_dump(path: str | pathlib.Path, rows: Sequence[dict[str, Any]], tokenizer: Any = None) -> None:
-    """Write ``rows`` as one JSON object per line to ``path`` (its folder made if needed).
+    """Write ``rows`` as one JSON object per line to ``path`` (its folder made if needed), and the tokenizer
+    next to it, each as a regular file and never through a symbolic link
+    (:func:`agents.files.checkpoint.write_regular`).
 
     :param path: the dump file
     :param rows: the episodes (:func:`episodes`)
     :param tokenizer: the ids' tokenizer; its ``to_dict()`` goes to :func:`tokenizer_path` (None: not written)
+    :raises DumpWriteError: a file cannot be written (a full disk, a link, a FIFO): one line
     """
+    from agents.files.checkpoint import why_not_writable, write_regular
+
     path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    files = [(path, "".join(json.dumps(row) + "\n" for row in rows))]
     if tokenizer is not None:
-        tokenizer_path(path).write_text(json.dumps(tokenizer.to_dict()))
+        files.append((tokenizer_path(path), json.dumps(tokenizer.to_dict())))
+    for target, text in files:
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            write_regular(target, text.encode("utf-8"))
+        except OSError as err:
+            raise DumpWriteError(f"cannot write the first update's dump to {target} ({why_not_writable(err)})") \
+                from None
 
 
 def loss_fields(loss_mode: str, norm_const: float | None, mask_truncated: bool, estimator: str) -> dict[str, Any]:

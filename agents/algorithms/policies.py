@@ -123,6 +123,10 @@ class TinyAgentPolicy(BasePolicy):
         self.foresight = None if foresight is None else Foresight(self.grammar, self.tokenizer, foresight,
                                                                   teach=foresight_teach)
         self.model = TinyAgent(tiny_config) if tiny_config is not None else self._hf_agent(model, self.hf_config or {})
+        context = int(self.model.config.max_len)
+        if not 1 <= self.max_call_tokens <= context // 2:
+            raise ValueError(f"max_call_tokens={self.max_call_tokens} must be from 1 to half the model's context of "
+                             f"{context} tokens (a call needs room for the prompt before it)")
         self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1),  # type: ignore[call-arg]
                                               **self.optimizer_kwargs)
 

@@ -239,7 +239,8 @@ def _add_serve_command(sub: Any) -> None:
                                        "Decodes under the call grammar alone unless --call-mask / --foresight "
                                        "say otherwise.")
     serve.add_argument("model", type=Path, help="a model .zip file (from `bugfix-gym train` or model.save)")
-    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="IP address to listen on (default: 127.0.0.1; beyond loopback needs --allow-remote)")
     serve.add_argument("--port", type=Number(int, 0, 65535, what="a port from 0 to 65535"), default=8000,
                        help="port to listen on; 0 picks a free one (default: 8000)")
     serve.add_argument("--model-name", metavar="NAME",
@@ -249,3 +250,6 @@ def _add_serve_command(sub: Any) -> None:
                             "name (9 booleans over bugfix_gym.CALLS) (default: none)")
     serve.add_argument("--foresight", type=foresight_threshold, metavar="P", default=UNSET,
                        help="decode with this foresight threshold (in (0, 1]; default: none, off)")
+    from agents.cli.serve_guard import add_guard_flags
+
+    add_guard_flags(serve)  # --api-key, --allow-remote, the connection and request limits (docs/serve.md "Security")

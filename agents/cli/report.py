@@ -102,7 +102,10 @@ def save_earlier_curve(out: Path, diagnostics: list[dict[str, Any]], upto: int) 
     rows = load_earlier_curve(out) + [{"iteration": d["iteration"], "num_timesteps": d.get("num_timesteps"),
                                        "rollout": d["rollout"]}
                                       for d in diagnostics if "rollout" in d and d["iteration"] <= upto]
-    (out / EARLIER_CURVE_FILE).write_text(json.dumps({"iterations": jsonable(rows)}))
+    from agents.files.checkpoint import atomic_write
+
+    data = json.dumps({"iterations": jsonable(rows)}).encode()
+    atomic_write(out / EARLIER_CURVE_FILE, lambda f: f.write(data))  # a new file renamed in: never a planted link
 
 
 def load_earlier_curve(out: Path) -> list[dict[str, Any]]:
@@ -161,5 +164,7 @@ def plot_learning_curve(diagnostics: list[dict[str, Any]], path: Path, title: st
     ax.set_title(title, fontsize=10)
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.17), fontsize=7, ncol=3, frameon=False)  # hides no line
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    from agents.files.checkpoint import atomic_write
+
+    atomic_write(Path(path), lambda f: fig.savefig(f, dpi=110, format="png"))  # never written through a link
     plt.close(fig)

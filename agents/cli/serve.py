@@ -11,32 +11,55 @@ else the call's text. Errors are OpenAI-shaped JSON, ``{"error": {"message", "ty
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
+import http.client
 import json
+import re
+import reprlib
+import socket
 import sys
 import threading
 import time
 import uuid
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
+from bugfix_gym.contract.text import printable
 from bugfix_gym.integrations.chat import ChatError, tool_call_of, transcript_of
+from bugfix_gym.integrations.chat_template import ChatTemplateError
 
 from agents.cli.evaluate import load_model, override_decoding
+from agents.cli.serve_guard import ServeGuard, guard_from_args, host_header_ok, listen_address, remote_warning
 
 if TYPE_CHECKING:
     from agents.algorithms.on_policy import TokenOnPolicyAlgorithm
     from agents.bugfix.chat_agent import ChatAgent, WrittenCall
 
 MAX_BODY_BYTES = 1 << 20  # a request body above this is refused (413): BugFix chats are a few KB
+MAX_HEAD_BYTES = 64 << 10  # a request's header lines together (431 above): http.server alone allows 100 x 64 KiB
 MAX_CHOICES = 16  # the most calls ``n`` may ask for in one request
+MIN_TEMPERATURE = 1e-3  # a temperature in (0, MIN_TEMPERATURE) samples at MIN_TEMPERATURE (float32 would divide by 0)
+#: the OpenAI error ``type`` of each status (the rest are ``invalid_request_error``)
+ERROR_TYPES = {401: "invalid_request_error", 404: "not_found_error", 500: "server_error", 503: "server_error"}
+#: http.server's own errors (a bad request line, huge headers, an unknown method) as codes and one-line messages
+HTTP_ERRORS = {
+    400: ("bad_request", "the request line or headers cannot be read as HTTP/1.1"),
+    408: ("request_timeout", "the request did not arrive in time"),
+    414: ("request_line_too_long", "the request line is longer than 64 KiB"),
+    431: ("headers_too_large", f"the request's headers are larger than {MAX_HEAD_BYTES >> 10} KiB (or over 100 lines)"),
+    501: ("unsupported_method", "this server answers GET and POST only"),
+    505: ("unsupported_http_version", "this server speaks HTTP/1.0 and HTTP/1.1"),
+}
+_ROUTES = "routes: GET /health, GET /v1/models, POST /v1/chat/completions"
 
 
 class ApiError(Exception):
     """An error answered as OpenAI's error JSON.
 
-    :param status: the HTTP status (400, 404, 413)
+    :param status: the HTTP status (400, 401, 404, 405, 408, 411, 413, 415)
     :param message: one line: what was wrong and what to send instead
     :param code: OpenAI's machine-readable code (``invalid_value``, ``model_not_found``, ...)
     :param param: the request field at fault, if any
@@ -48,19 +71,42 @@ class ApiError(Exception):
 
     def body(self) -> dict[str, Any]:
         """The error as OpenAI's JSON body."""
-        kind = "not_found_error" if self.status == 404 else "invalid_request_error"
-        return {"error": {"message": self.message, "type": kind, "code": self.code, "param": self.param}}
+        return error_body(self.status, self.message, self.code, self.param)
+
+
+def error_body(status: int, message: str, code: str, param: str | None = None) -> dict[str, Any]:
+    """OpenAI's error JSON: ``{"error": {"message", "type", "code", "param"}}``, the message one printable line."""
+    kind = ERROR_TYPES.get(status, "invalid_request_error" if status < 500 else "server_error")
+    return {"error": {"message": printable(message, 500), "type": kind, "code": code, "param": param}}
+
+
+def _response(status: int, body: dict[str, Any], extra: str = "") -> bytes:
+    """A whole HTTP/1.1 response that closes the connection (what the accept loop sends when it is full)."""
+    data = json.dumps(body).encode("utf-8")
+    head = (f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(data)}\r\n{extra}Connection: close\r\n\r\n")
+    return head.encode("ascii") + data
 
 
 class ChatServer(ThreadingHTTPServer):
-    """The HTTP server: one :class:`ChatAgent` answers every request (one call at a time).
+    """The HTTP server: one :class:`ChatAgent` answers every request (one call at a time), within the limits
+    of its :class:`~agents.cli.serve_guard.ServeGuard` (docs/serve.md "Security").
 
-    :param address: ``(host, port)``; port 0 picks a free one (read it from ``server_address``)
+    Each connection has a thread, at most ``guard.max_connections`` of them: the accept loop answers one
+    more with 503 itself. A watchdog thread closes the reading side of a connection whose request has not
+    arrived within ``guard.request_deadline_s`` (or that idled past ``guard.idle_timeout_s``), so a slow
+    client holds its thread for a bounded time. Requests take the model in the order they arrived
+    (:class:`Turns`), so one behind a flood waits for at most ``max_connections - 1`` others.
+
+    :param address: ``(host, port)``: an IP address (:func:`~agents.cli.serve_guard.listen_address`: beyond
+        loopback only with ``guard.allow_remote``); port 0 picks a free one (read it from ``server_address``)
     :param agent: the agent
     :param model_name: the name ``/v1/models`` lists and requests' ``model`` must give
     :param call_mask_key: None, or the env call mask (``call_mask`` / ``useful_calls``) each request
         must send under that key, as 9 booleans over ``bugfix_gym.CALLS``
-    :param log_requests: log each request to stderr (``http.server``'s format)
+    :param log_requests: log each request (and each dropped connection) to stderr, one line each
+    :param guard: the access rules and limits (default: ``ServeGuard()``, loopback, no key)
+    :raises ValueError: a host that is not an address it may listen on (one line)
     """
 
     daemon_threads = True
@@ -69,16 +115,129 @@ class ChatServer(ThreadingHTTPServer):
     request_queue_size = 256
 
     def __init__(self, address: tuple[str, int], agent: ChatAgent, model_name: str,
-                 call_mask_key: str | None = None, log_requests: bool = True):
+                 call_mask_key: str | None = None, log_requests: bool = True, guard: ServeGuard | None = None):
+        self.guard = guard or ServeGuard()
+        host, self.remote = listen_address(address[0], self.guard.allow_remote)
+        self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.agent, self.model_name, self.call_mask_key = agent, model_name, call_mask_key
         self.log_requests, self.started = log_requests, int(time.time())
-        super().__init__(address, ChatHandler)
+        self.refused = 0  # connections answered 503 by the accept loop
+        self._lock = threading.Lock()
+        self._open = 0
+        self.turns = Turns()
+        self._deadlines: dict[int, tuple[float, ChatHandler]] = {}
+        self._stop = threading.Event()
+        super().__init__((host, address[1]), ChatHandler)
+        self._watchdog = threading.Thread(target=self._watch, name="bugfix-gym-serve-deadlines", daemon=True)
+        self._watchdog.start()
 
     @property
     def url(self) -> str:
         """The base URL clients use (``http://host:port/v1``)."""
         host, port = self.server_address[:2]
-        return f"http://{host!s}:{port}/v1" if isinstance(host, str) else f"http://{host.decode()}:{port}/v1"
+        host = host if isinstance(host, str) else host.decode()
+        return f"http://[{host}]:{port}/v1" if ":" in host else f"http://{host}:{port}/v1"
+
+    # ------------------------------------------------------------------ connections
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """A thread for the connection, or (over ``max_connections``) a 503 written from here."""
+        with self._lock:
+            full = self._open >= self.guard.max_connections
+            self._open += 0 if full else 1
+        if full:
+            self._refuse(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            with self._lock:
+                self._open -= 1
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self._lock:
+                self._open -= 1
+
+    def _refuse(self, sock: socket.socket) -> None:
+        """Answer 503 without a thread and close: nothing here waits on the client."""
+        self.refused += 1
+        busy = error_body(503, f"the server has {self.guard.max_connections} connections open, its limit; retry "
+                               "in a moment", "server_busy")
+        try:
+            sock.setblocking(False)
+            with contextlib.suppress(OSError):
+                sock.recv(MAX_HEAD_BYTES)  # what already arrived: closing over unread bytes would reset the answer
+            sock.send(_response(503, busy, "Retry-After: 1\r\n"))
+        except OSError:
+            pass
+        self.shutdown_request(sock)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A connection that failed outside a request (a reset, a client that stopped reading): one line, no
+        traceback."""
+        error = sys.exc_info()[1]
+        if self.log_requests:
+            print(f"bugfix-gym serve: connection from {client_address[0]} dropped ({type(error).__name__})",
+                  file=sys.stderr)
+
+    # ------------------------------------------------------------------ deadlines and the model queue
+    def watch(self, handler: ChatHandler, seconds: float | None) -> None:
+        """Close ``handler``'s reading side ``seconds`` from now (None: stop watching it)."""
+        with self._lock:
+            if seconds is None:
+                self._deadlines.pop(id(handler), None)
+            else:
+                self._deadlines[id(handler)] = (time.monotonic() + seconds, handler)
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.2):
+            now = time.monotonic()
+            with self._lock:
+                late = [h for key, (t, h) in list(self._deadlines.items()) if t <= now and self._deadlines.pop(key)]
+            for handler in late:
+                handler.expire()
+
+    def server_close(self) -> None:
+        self._stop.set()
+        super().server_close()
+
+
+class Turns:
+    """First come, first served: one request at a time on the model, in the order they asked (a ``Lock``
+    wakes its waiters in no particular order, so a client behind a flood could wait for ever)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queue: collections.deque[threading.Event] = collections.deque()
+        self._busy = False
+
+    @property
+    def waiting(self) -> int:
+        """Requests waiting for their turn."""
+        return len(self._queue)
+
+    @contextlib.contextmanager
+    def turn(self) -> Iterator[None]:
+        """Wait for this request's turn, and hold it for the ``with`` block."""
+        mine = threading.Event()
+        with self._lock:
+            if self._busy:
+                self._queue.append(mine)
+            else:
+                self._busy = True
+                mine.set()
+        mine.wait()
+        try:
+            yield
+        finally:
+            with self._lock:
+                if self._queue:
+                    self._queue.popleft().set()
+                else:
+                    self._busy = False
 
 
 @contextlib.contextmanager
@@ -91,7 +250,7 @@ def serving(model: str | Path | TokenOnPolicyAlgorithm, model_name: str = "bugfi
     :param model_name: the served name
     :param host: the address (default: local only)
     :param port: the port (0: a free one)
-    :param kwargs: more :class:`ChatServer` arguments (``call_mask_key``, ``log_requests``)
+    :param kwargs: more :class:`ChatServer` arguments (``call_mask_key``, ``log_requests``, ``guard``)
     """
     from agents.algorithms.presets import load_algorithm
     from agents.bugfix.chat_agent import ChatAgent
@@ -108,12 +267,73 @@ def serving(model: str | Path | TokenOnPolicyAlgorithm, model_name: str = "bugfi
         thread.join(timeout=10)
 
 
+class _HeadReader:
+    """The connection's reader, with one budget of :data:`MAX_HEAD_BYTES` for a request's header lines
+    (http.server's own limits, 100 lines of 64 KiB each, let one connection hold 6.4 MB)."""
+
+    def __init__(self, raw: Any):
+        self.raw = raw
+        self.left: int | None = None  # None: not reading headers
+
+    def readline(self, size: int | None = -1) -> bytes:
+        if self.left is None:
+            return self.raw.readline(size)
+        want = self.left + 1 if size is None or size < 0 else min(size, self.left + 1)
+        line = self.raw.readline(want)
+        self.left -= len(line)
+        if self.left < 0:
+            raise http.client.LineTooLong("header lines")
+        return line
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.raw, name)
+
+
 class ChatHandler(BaseHTTPRequestHandler):
-    """The routes; any failure is answered as error JSON, never a dropped connection."""
+    """The routes. Every answer, an error or not, whatever the method, is JSON; no exception text reaches
+    the client, and a failure in a native library (a ``BaseException``) is a 500 like any other."""
 
     protocol_version = "HTTP/1.1"  # keep-alive: every answer has a Content-Length
-    timeout = 120  # seconds a connection may sit idle (or send its body) before it is closed
     server: ChatServer
+
+    def setup(self) -> None:
+        self.timeout = self.server.guard.idle_timeout_s  # type: ignore[misc]  # each socket read or write
+        super().setup()
+        self.rfile = _HeadReader(self.rfile)  # type: ignore[assignment]
+        self.expired = False
+
+    def finish(self) -> None:
+        self.server.watch(self, None)
+        with contextlib.suppress(OSError):
+            super().finish()
+
+    def expire(self) -> None:
+        """Called by the watchdog: the request is late; its reads end (the answer can still be written)."""
+        self.expired = True
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RD)
+
+    def handle_one_request(self) -> None:
+        self.server.watch(self, self.server.guard.idle_timeout_s)  # the next request line must start by then
+        super().handle_one_request()
+
+    def parse_request(self) -> bool:
+        self.server.watch(self, self.server.guard.request_deadline_s)  # the headers and the body
+        self.rfile.left = MAX_HEAD_BYTES  # type: ignore[attr-defined]
+        try:
+            return super().parse_request()
+        finally:
+            self.rfile.left = None  # type: ignore[attr-defined]
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """http.server's own errors (request line, headers, method) as OpenAI JSON; the connection is closed."""
+        self.close_connection = True
+        if self.request_version not in ("HTTP/1.0", "HTTP/1.1"):  # a request line it could not read: answer 1.1
+            self.request_version = "HTTP/1.1"
+        name, text = HTTP_ERRORS.get(code, ("bad_request", HTTP_ERRORS[400][1]))
+        if code == 400 and message:
+            text = f"{text} ({message})"
+        self._write(code, error_body(code, text, name))
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         self._answer(self._get)
@@ -121,67 +341,155 @@ class ChatHandler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802 - http.server's name
         self._answer(self._post)
 
+    def _not_allowed(self) -> None:
+        self.close_connection = True  # a body it may have is not read
+        self._answer(lambda: _raise(ApiError(405, f"method {self.command} is not allowed; {_ROUTES}",
+                                             "method_not_allowed")))
+
+    do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_HEAD = do_TRACE = do_CONNECT = _not_allowed  # noqa: N815
+
     def _get(self) -> dict[str, Any]:
+        self._no_body()
         path, name = self.path.split("?")[0].rstrip("/"), self.server.model_name
         if path == "/health":
             return {"status": "ok", "model": name}
+        self._authorised()
         if path in ("/v1/models", f"/v1/models/{name}"):
             card = {"id": name, "object": "model", "created": self.server.started, "owned_by": "bugfix-gym"}
             return card if path.endswith(f"/{name}") else {"object": "list", "data": [card]}
         if path.startswith("/v1/models/"):
             raise ApiError(404, f"no model {path[len('/v1/models/'):][:80]!r}; this server serves {name!r}",
                            "model_not_found")
-        raise ApiError(404, f"no route GET {path[:80]}; routes: GET /health, GET /v1/models, "
-                            "POST /v1/chat/completions", "unknown_route")
+        raise ApiError(404, f"no route GET {path[:80]}; {_ROUTES}", "unknown_route")
 
     def _post(self) -> dict[str, Any]:
         path = self.path.split("?")[0].rstrip("/")
+        self._authorised()
         if path != "/v1/chat/completions":
             self.close_connection = True  # the body is not read
             raise ApiError(404, f"no route POST {path[:80]}; chats go to POST /v1/chat/completions",
                            "unknown_route")
-        return chat_completion(self.server, self._body())
-
-    def _body(self) -> Any:
-        """The request's JSON body (at most :data:`MAX_BODY_BYTES`)."""
-        length = self.headers.get("Content-Length")
-        if length is None or not length.strip().isdigit():
+        kind = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+        if kind != "application/json":
             self.close_connection = True
-            raise ApiError(400, "the request needs a Content-Length header (chunked bodies are not read)",
+            raise ApiError(415, f"the request's Content-Type is {kind[:60]!r}; send the chat as application/json",
+                           "unsupported_media_type")
+        body = parse_body(self._body())
+        with self.server.turns.turn():
+            return chat_completion(self.server, body)
+
+    def _authorised(self) -> None:
+        """A 401 unless the request carries the API key (every route but ``/health``)."""
+        if not self.server.guard.key_matches(self.headers.get("Authorization")):
+            self.close_connection = True
+            raise ApiError(401, "this server needs its API key: send the header 'Authorization: Bearer KEY'",
+                           "invalid_api_key")
+
+    def _no_body(self) -> None:
+        """A GET's body is not read: close the connection after it rather than read it as the next request."""
+        if self.headers.get("Content-Length") not in (None, "0") or self.headers.get("Transfer-Encoding"):
+            self.close_connection = True
+        self.server.watch(self, None)
+
+    def _body(self) -> bytes:
+        """The request's body: one ``Content-Length`` of ASCII digits, at most :data:`MAX_BODY_BYTES`, no
+        ``Transfer-Encoding`` (a body framed two ways is refused: a proxy could read it the other way)."""
+        lengths = self.headers.get_all("Content-Length") or []
+        if self.headers.get("Transfer-Encoding") is not None:
+            self.close_connection = True
+            if lengths:
+                raise ApiError(400, "the request has both Content-Length and Transfer-Encoding; send Content-Length "
+                                    "only", "ambiguous_framing")
+            raise ApiError(411, "the request needs a Content-Length header (chunked bodies are not read)",
                            "missing_content_length")
-        if int(length) > MAX_BODY_BYTES:
+        if len(lengths) != 1 or not re.fullmatch(r"[0-9]{1,10}", lengths[0].strip()):
             self.close_connection = True
-            raise ApiError(413, f"the request body is {int(length)} bytes, more than the {MAX_BODY_BYTES} this "
+            if not lengths:
+                raise ApiError(411, "the request needs a Content-Length header (chunked bodies are not read)",
+                               "missing_content_length")
+            raise ApiError(400, "the request needs one Content-Length header of ASCII digits",
+                           "invalid_content_length")
+        length = int(lengths[0])
+        if length > MAX_BODY_BYTES:
+            self.close_connection = True
+            raise ApiError(413, f"the request body is {length} bytes, more than the {MAX_BODY_BYTES} this "
                                 "server reads: send a shorter chat", "request_too_large")
-        raw = self.rfile.read(int(length))
-        try:
-            return json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ApiError(400, f"the request body is not JSON ({e}); send a JSON object", "invalid_json") from None
-        except RecursionError:
-            raise ApiError(400, "the request body nests too deeply; send a flat chat", "invalid_json") from None
+        raw = self.rfile.read(length)
+        self.server.watch(self, None)
+        if len(raw) < length:
+            self.close_connection = True
+            if self.expired:
+                raise ApiError(408, f"the request body did not arrive within {self.server.guard.request_deadline_s:g} "
+                                    "s of its first line", "request_timeout")
+            raise ApiError(400, f"the body ended after {len(raw)} of its {length} bytes", "incomplete_body")
+        return raw
 
-    def _answer(self, route: Any) -> None:
+    def _answer(self, route: Callable[[], dict[str, Any]]) -> None:
+        status, body = 200, None
         try:
-            status, body = 200, route()
+            if self.expired:
+                self.close_connection = True
+                raise ApiError(408, f"the request's headers did not arrive within "
+                                    f"{self.server.guard.request_deadline_s:g} s", "request_timeout")
+            if not host_header_ok(self.headers.get("Host"), self.server.guard):
+                self.close_connection = True
+                raise ApiError(400, f"the Host header {self.headers.get('Host', '')[:80]!r} is not an IP address or "
+                                    "localhost; without an API key this server answers only those (a web page "
+                                    "could reach it through a DNS name)", "invalid_host")
+            body = route()
         except ApiError as e:
             status, body = e.status, e.body()
-        except Exception as e:  # noqa: BLE001 - a bug answers 500 JSON; the server keeps serving
-            status = 500
-            body = {"error": {"message": f"internal error ({type(e).__name__}: {e})", "type": "server_error",
-                              "code": "internal_error", "param": None}}
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as e:  # noqa: BLE001 - a bug or a native panic: 500 JSON, no exception text; keep serving
+            self.log_message("internal error: %s", type(e).__name__)
+            status, body = 500, error_body(500, "internal error; the server logged its type", "internal_error")
+        self._write(status, body)
+
+    def _write(self, status: int, body: dict[str, Any]) -> None:
         data = json.dumps(body).encode("utf-8")
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        if status == 503:
+            self.send_header("Retry-After", "1")
+        if status == 401:
+            self.send_header("WWW-Authenticate", "Bearer")
+        if status == 405:
+            self.send_header("Allow", "GET, POST")
         if self.close_connection:
             self.send_header("Connection", "close")
         self.end_headers()
-        self.wfile.write(data)
+        if self.command != "HEAD":
+            self.wfile.write(data)
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's signature
         if self.server.log_requests:
-            super().log_message(format, *args)
+            super().log_message(format, *(printable(str(a), 200) for a in args))
+
+
+def _raise(error: Exception) -> Any:
+    raise error
+
+
+def _no_constant(text: str) -> Any:
+    raise ValueError(f"{text} is not a JSON number")
+
+
+def parse_body(raw: bytes) -> Any:
+    """A request body as JSON, or a 400 ``invalid_json`` (not UTF-8, not JSON, NaN / Infinity, an integer of
+    more than 4300 digits, nesting deeper than the parser's stack)."""
+    try:
+        return json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
+    except UnicodeDecodeError:
+        raise ApiError(400, "the request body is not UTF-8 text; send a JSON object", "invalid_json") from None
+    except json.JSONDecodeError as e:
+        raise ApiError(400, f"the request body is not JSON ({e.msg} at character {e.pos}); send a JSON object",
+                       "invalid_json") from None
+    except RecursionError:
+        raise ApiError(400, "the request body nests too deeply; send a flat chat", "invalid_json") from None
+    except ValueError as e:  # NaN, Infinity, an integer of over 4300 digits
+        raise ApiError(400, f"the request body is not plain JSON ({printable(str(e), 120)})", "invalid_json") from None
 
 
 def chat_completion(server: ChatServer, body: Any) -> dict[str, Any]:
@@ -199,6 +507,9 @@ def chat_completion(server: ChatServer, body: Any) -> dict[str, Any]:
         raise ApiError(400, str(e), "invalid_messages", "messages") from None
     except ContextFull as e:
         raise ApiError(400, str(e), "context_length_exceeded", "messages") from None
+    except ChatTemplateError as e:  # an HF tokenizer's template over its budget (or failing) on this chat
+        message = str(e) if e.over_budget else "the model's chat template or tokenizer cannot encode this chat"
+        raise ApiError(400, message, "chat_template_error", "messages") from None
     calls = server.agent.write(ids, n=request["n"], temperature=request["temperature"], seed=request["seed"],
                                max_tokens=request["max_tokens"], open_calls=request["open_calls"])
     choices = [choice(i, call, request["tools"], request["logprobs"]) for i, call in enumerate(calls)]
@@ -244,7 +555,7 @@ def read_request(body: Any, model_name: str, call_mask_key: str | None) -> dict[
     if not isinstance(body.get("model"), str):
         raise ApiError(400, f"the request needs \"model\": {model_name!r}", "missing_model", "model")
     if body["model"] != model_name:
-        raise ApiError(404, f"no model {body['model'][:80]!r}; this server serves {model_name!r}", "model_not_found",
+        raise ApiError(404, f"no model {_shown(body['model'])}; this server serves {model_name!r}", "model_not_found",
                        "model")
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
     tools = body.get("tools")
@@ -253,7 +564,7 @@ def read_request(body: Any, model_name: str, call_mask_key: str | None) -> dict[
                        "tools")
     return dict(messages=body.get("messages"),
                 n=_number(body, "n", int, 1, MAX_CHOICES, 1),
-                temperature=_number(body, "temperature", float, 0.0, 2.0, 1.0),
+                temperature=_temperature(_number(body, "temperature", float, 0.0, 2.0, 1.0)),
                 seed=_number(body, "seed", int, -(2**63), 2**63 - 1, None),
                 max_tokens=_number({"max_tokens": max_tokens}, "max_tokens", int, 1, None, None),
                 logprobs=_flag(body, "logprobs"),
@@ -268,19 +579,35 @@ def _number(body: dict[str, Any], key: str, kind: type, low: float, high: float 
         return default
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
     if kind is int:
-        ok = ok and float(value).is_integer()
+        ok = ok and (isinstance(value, int) or float(value).is_integer())  # float(10**400) would overflow
     if not ok or value < low or (high is not None and value > high):
         bound = f"from {low:g} to {high:g}" if high is not None else f"at least {low:g}"
         raise ApiError(400, f"{key} must be {'an integer' if kind is int else 'a number'} {bound}, got "
-                            f"{json.dumps(value)[:40]}", "invalid_value", key)
+                            f"{_shown(value)}", "invalid_value", key)
     return kind(value)
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxother = _SHORT.maxlong = 40
+_SHORT.maxlevel = 2
+
+
+def _shown(value: Any) -> str:
+    """A client's value, short and printable, whatever its size or depth (for error messages)."""
+    return printable(_SHORT.repr(value), 60)
+
+
+def _temperature(value: float) -> float:
+    """0 stays greedy; a temperature in (0, :data:`MIN_TEMPERATURE`) samples at :data:`MIN_TEMPERATURE` (as
+    float32, 1e-300 is 0 and the logits would be divided by it)."""
+    return value if value == 0 or value >= MIN_TEMPERATURE else MIN_TEMPERATURE
 
 
 def _flag(body: dict[str, Any], key: str) -> bool:
     """``body[key]`` as a boolean (null or absent: False), else a 400."""
     value = body.get(key)
     if value is not None and not isinstance(value, bool):
-        raise ApiError(400, f"{key} must be true or false, got {json.dumps(value)[:40]}", "invalid_type", key)
+        raise ApiError(400, f"{key} must be true or false, got {_shown(value)}", "invalid_type", key)
     return bool(value)
 
 
@@ -308,6 +635,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from agents.bugfix.chat_agent import ChatAgent
     from agents.cli.flags import usage_error
 
+    try:  # where and for whom, checked before the model is loaded
+        guard = guard_from_args(args)
+        listen_address(args.host, guard.allow_remote)
+    except ValueError as e:
+        raise usage_error("serve", str(e)) from None
     torch.set_num_threads(1)
     model = load_model(args.model, "serve")
     model.policy.call_mask_key = None  # the default: the grammar alone (the flags below may change it)
@@ -315,7 +647,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     override_decoding(model, args, "serve")
     name = args.model_name or args.model.stem
     try:
-        server = ChatServer((args.host, args.port), ChatAgent(model), name, model.policy.call_mask_key)
+        server = ChatServer((args.host, args.port), ChatAgent(model), name, model.policy.call_mask_key, guard=guard)
     except OSError as e:
         raise usage_error("serve", f"cannot listen on {args.host}:{args.port} ({e.strerror or e}); pick another "
                                    "--port or --host") from None
@@ -323,7 +655,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     decoding = "free text" if policy.grammar is None else (
         f"call grammar, call mask {policy.call_mask_key or 'none'}, foresight "
         f"{'off' if policy.foresight is None else policy.foresight.threshold}")
-    print(f"serving {args.model} as model {name!r} at {server.url} ({decoding}); Ctrl-C stops", flush=True)
+    if server.remote:
+        print(remote_warning(str(server.server_address[0]), guard), file=sys.stderr, flush=True)
+    key = "API key required" if guard.api_key is not None else "no API key"
+    print(f"serving {args.model} as model {name!r} at {server.url} ({decoding}; {key}); Ctrl-C stops", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

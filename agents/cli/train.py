@@ -45,6 +45,7 @@ class TrainingRun:
     resumed: bool
     train_s: float = 0.0
     dump: Path | None = None
+    lock: Any = None
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -59,7 +60,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     lock = lock_run(args.resume) if args.resume is not None else None  # one command per run folder at a time
     try:
         run = resume_run(args.resume) if args.resume is not None else start_run(args, started)
-        lock = lock or lock_run(run.out)
+        lock = lock or run.lock or lock_run(run.out)
         keep_best = _keep_best(run)
         status = train(run, keep_best, progress=not args.no_progress)
         if status is not None:  # interrupted or diverged: the last finished iteration is saved
@@ -81,20 +82,46 @@ def start_run(args: argparse.Namespace, started: float) -> TrainingRun:
     from agents.files.runs import RUN_FILE, new_run_dir
 
     settings = train_settings(args)
-    if args.out is not None:
-        check_out(args.out)
     if args.dump is not None:
         check_dump(args.dump)
-    print("setting up: base agent (behaviour cloning, cached after the first run) ...", flush=True)
-    env = make_env(settings, settings["n_envs"], settings["seed"])
-    model = _new_model(settings, env)
-    out = args.out or new_run_dir()
-    if settings["tensorboard"]:
-        model.tensorboard_log = str(out / "tb")
-    (out / RUN_FILE).write_text(json.dumps(settings, indent=1))
-    model.first_update_dump = args.dump
-    print(f"  ready in {time.perf_counter() - started:.0f} s; evaluating the base agent ...", flush=True)
-    return TrainingRun(out, settings, model, before=_evaluate(model, settings), resumed=False, dump=args.dump)
+    lock = None
+    if args.out is not None:
+        check_out(args.out)
+        lock = lock_run(args.out)  # before anything is written: a second run on the folder refuses here
+    try:
+        if args.out is not None and (args.out / RUN_FILE).exists():  # under the lock: no run started meanwhile
+            raise usage_error("train", f"{args.out} already holds a run; continue it with --resume {args.out} or "
+                                       "choose another --out")
+        print("setting up: base agent (behaviour cloning, cached after the first run) ...", flush=True)
+        env = make_env(settings, settings["n_envs"], settings["seed"])
+        model = _new_model(settings, env)
+        out = args.out or new_run_dir()
+        if settings["tensorboard"]:
+            model.tensorboard_log = str(out / "tb")
+        write_run_file(out / RUN_FILE, json.dumps(settings, indent=1))
+        model.first_update_dump = args.dump
+        print(f"  ready in {time.perf_counter() - started:.0f} s; evaluating the base agent ...", flush=True)
+        before = _evaluate(model, settings)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    return TrainingRun(out, settings, model, before=before, resumed=False, dump=args.dump, lock=lock)
+
+
+def write_run_file(path: Path, text: str) -> None:
+    """A run folder's JSON file written as a regular file, never through a link planted at its name; a write
+    error is one line.
+
+    :param path: the file (``run.json``, ``results.json``)
+    :param text: its content
+    """
+    from agents.files.checkpoint import why_not_writable, write_regular
+
+    try:
+        write_regular(path, text.encode("utf-8"))
+    except OSError as e:
+        raise usage_error("train", f"cannot write {path} ({why_not_writable(e)})") from None
 
 
 def _new_model(settings: dict[str, Any], env: Any) -> TokenOnPolicyAlgorithm:
@@ -174,6 +201,7 @@ def train(run: TrainingRun, keep_best: KeepBest | None, progress: bool) -> int |
     :param progress: show a progress bar (with an env-step budget)
     """
     from agents.algorithms.callbacks import StopAfterIterations
+    from agents.algorithms.first_update_dump import DumpWriteError
     from agents.algorithms.ppo import DivergenceError
     from agents.files.runs import Snapshots
     from agents.files.stops import StopRequested, exit_status, ignore_stop_signals, stop_signals_interrupt
@@ -209,6 +237,9 @@ def train(run: TrainingRun, keep_best: KeepBest | None, progress: bool) -> int |
         path = snapshots.save(out) if snapshots.last is not None else None
         print(f"bugfix-gym: {e}. Kept the last good iteration ({snapshots.iteration}) in {path}", file=sys.stderr)
         return 1
+    except DumpWriteError as e:  # at the first update, before its first step: nothing was trained yet
+        raise usage_error("train", f"{e}; the run stopped before its first update: free space or choose another "
+                                   "--dump") from None
     run.train_s = time.perf_counter() - started
     _say_dump(run)
     return None
@@ -278,7 +309,7 @@ def report(run: TrainingRun, keep_best: KeepBest | None, started: float) -> None
                         kept=_kept_iterations(keep_best))
     results = {"algo": settings.get("algo", "ppo"), "before": run.before, "after": after, "train_s": run.train_s,
                "validation": validation, "curve": learning_curve(diagnostics), "settings": settings}
-    (out / "results.json").write_text(json.dumps(jsonable(results), indent=1))
+    write_run_file(out / "results.json", json.dumps(jsonable(results), indent=1))
     print(f"\nsaved {model_path}, {png} and {out / 'results.json'}  (total {time.perf_counter() - started:.0f} s)")
     print(f"evaluate again with: {program()} eval {model_path} --generated test --n 200")
 
@@ -444,22 +475,41 @@ def lock_run(out: Path) -> Any:
 
 
 def check_dump(path: Path) -> None:
-    """``--dump`` must name a file that can be written (its folder is made if missing).
+    """``--dump`` must name a regular file that can be written (its folder is made if missing), and the tokenizer
+    file written next to it (``DUMP.tokenizer.json``) must not be a link or anything but a regular file: a link
+    at either name is refused, not written through.
 
     :param path: the dump file given
     """
-    if path.is_dir():
+    import stat
+
+    from agents.algorithms.first_update_dump import tokenizer_path
+    from agents.files.checkpoint import why_not_writable, write_regular
+
+    if path.is_dir() and not path.is_symlink():
         raise usage_error("train", f"--dump {path} is a folder; give a file, e.g. {path / 'dump.jsonl'}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("")
+        write_regular(path, b"")
     except OSError as e:
-        raise usage_error("train", f"--dump {path} cannot be written ({e.strerror or e}); choose another file") \
-            from None
+        raise usage_error("train", f"--dump {path} cannot be written ({why_not_writable(e)}); choose another "
+                                   "file") from None
+    beside = tokenizer_path(path)
+    try:
+        mode = beside.lstat().st_mode
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise usage_error("train", f"--dump's tokenizer file {beside} cannot be checked ({e.strerror}); choose "
+                                   "another --dump") from None
+    if not stat.S_ISREG(mode):
+        raise usage_error("train", f"--dump writes the tokenizer to {beside}, which is a link or not a regular "
+                                   "file; remove it or choose another --dump")
 
 
 def check_out(out: Path) -> None:
-    """``--out`` must be a writable folder that holds no run yet (it is made if missing).
+    """``--out`` must be a writable folder that holds no run yet (it is made if missing); the run folder's lock is
+    taken next, before anything is written (:func:`start_run`).
 
     :param out: the output folder given
     """
@@ -468,10 +518,13 @@ def check_out(out: Path) -> None:
     if out.exists() and (out / "run.json").exists():
         raise usage_error("train", f"{out} already holds a run; continue it with --resume {out} or choose another "
                                    "--out")
+    import os
+    import tempfile
+
     try:
         out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".write-test"
-        probe.write_bytes(b"")
-        probe.unlink()
+        fd, probe = tempfile.mkstemp(dir=out, prefix=".write-test")  # a new name (O_EXCL): never a planted link
+        os.close(fd)
+        os.unlink(probe)
     except OSError as e:
         raise usage_error("train", f"cannot write to {out} ({e.strerror or type(e).__name__})") from None

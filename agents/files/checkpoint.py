@@ -49,7 +49,7 @@ from stable_baselines3.common.utils import ConstantSchedule, FloatSchedule
 from bugfix_gym.contract.text import printable
 from bugfix_gym.contract.spaces import BufferedText
 
-from agents.model.hf_adapter import MAX_CONFIG_BYTES
+from agents.model.hf_adapter import MAX_CONFIG_BYTES, MAX_HF_BUFFER_BYTES, check_hf_config, meta_model_size
 from agents.model.tinyagent import TinyAgent, TinyAgentConfig
 
 FORMAT = "bugfix_gym.token_algorithm/2"
@@ -350,9 +350,12 @@ def estimated_hf_parameters(config: dict[str, Any]) -> int:
 
 
 def _check_hf_config(config: Any, policy_bytes: int, name: str) -> None:
-    """An HF config must be a bounded JSON object whose sizes are whole numbers, asking for no more
-    parameters than ``policy.pth`` holds at 2 bytes a parameter (bf16, the smallest dtype trained);
-    :func:`estimated_parameters` is TinyAgent's and does not apply."""
+    """An HF config must be a bounded JSON object whose sizes are whole numbers and whose fields build a model
+    (:func:`agents.model.hf_adapter.check_hf_config`), asking for no more parameters than ``policy.pth``
+    holds at 2 bytes a parameter (bf16, the smallest dtype trained): first a lower bound from the sizes every
+    decoder config names (:func:`estimated_hf_parameters`), then, where transformers is installed, the exact
+    count of the model built on the meta device (:func:`agents.model.hf_adapter.meta_model_size`: learned
+    positions, experts and untied heads included), all before anything is allocated."""
     if not isinstance(config, dict):
         raise ModelFileError(f"{name}: its hf_config is not an object")
     if len(json.dumps(config)) > MAX_CONFIG_BYTES:
@@ -365,6 +368,24 @@ def _check_hf_config(config: Any, policy_bytes: int, name: str) -> None:
     if estimated_hf_parameters(config) * 2 > policy_bytes + MiB:
         raise ModelFileError(f"{name}: its hf_config asks for at least {estimated_hf_parameters(config)} parameters, "
                              f"more than its {policy_bytes}-byte policy.pth can hold")
+    try:
+        check_hf_config(config)
+    except ValueError as e:
+        raise ModelFileError(f"{name}: {e}") from None
+    try:
+        import transformers  # noqa: F401 - without it the model cannot be built at all (one line later)
+    except ImportError:
+        return
+    try:
+        params, buffer_bytes = meta_model_size(config)  # every parameter counted, nothing allocated
+    except ValueError as e:
+        raise ModelFileError(f"{name}: {e}") from None
+    if params * 2 > policy_bytes + MiB:
+        raise ModelFileError(f"{name}: its hf_config builds a model of {params} parameters, more than its "
+                             f"{policy_bytes}-byte policy.pth can hold")
+    if buffer_bytes > MAX_HF_BUFFER_BYTES:
+        raise ModelFileError(f"{name}: its hf_config's model would allocate {buffer_bytes} bytes of buffers, more "
+                             f"than {MAX_HF_BUFFER_BYTES}")
 
 
 def _check_model_config(data: dict[str, Any], policy_bytes: int, name: str) -> None:
@@ -475,6 +496,42 @@ def atomic_write(path: pathlib.Path, write: Callable[[BinaryIO], Any]) -> None:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def write_regular(path: pathlib.Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` as a regular file, never through a symbolic link and never into a FIFO or a
+    device: opened with ``O_NOFOLLOW`` (a link at ``path`` is ``ELOOP``) and ``O_NONBLOCK`` (a FIFO without a
+    reader is ``ENXIO``, never a wait), and checked with ``fstat`` before anything is written or truncated.
+
+    :param path: the file (created, or replaced in place if it is a regular file)
+    :param data: the bytes
+    :raises OSError: it cannot be written (its ``strerror`` says why; ``not a regular file`` for a FIFO, a
+        device or a folder)
+    """
+    import errno
+    import stat
+
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file (a FIFO, a device or a folder)", str(path))
+        os.ftruncate(fd, 0)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+
+
+def why_not_writable(err: OSError) -> str:
+    """An ``OSError`` of :func:`write_regular` in words (a link is named as one)."""
+    import errno
+
+    if err.errno == errno.ELOOP:
+        return "it is a symbolic link; give the file itself"
+    if err.errno == errno.ENXIO:
+        return "it is a FIFO with no reader; give a regular file"
+    return err.strerror or type(err).__name__
 
 
 class ParameterSnapshot:

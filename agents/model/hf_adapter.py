@@ -266,14 +266,58 @@ def config_dict(lm: nn.Module) -> dict[str, Any]:
     return json.loads(text)
 
 
-def lm_from_config(data: dict[str, Any]) -> nn.Module:
-    """A randomly initialised causal LM of a saved config (:func:`config_dict`); built-in model types only,
-    never remote code.
+#: the attention implementations and dtypes a saved config may ask for (anything else needs a package or a
+#: dtype torch lacks, and failed with a traceback when the model was built)
+HF_ATTENTION = (None, "eager", "sdpa")
+HF_DTYPES = (None, "float32", "bfloat16", "float16")
+#: the structural sizes a saved config may name, under every name configs give them, and their bounds
+HF_STRUCTURE = {
+    "heads": (("num_attention_heads", "n_head", "num_heads"), 1, 4096),
+    "kv_heads": (("num_key_value_heads", "num_kv_heads"), 1, 4096),
+    "layers": (("num_hidden_layers", "n_layer", "num_layers"), 1, 512),
+    "experts": (("num_local_experts", "num_experts", "n_routed_experts"), 0, 256),
+    "experts_per_token": (("num_experts_per_tok",), 0, 256),
+    "head_dim": (("head_dim",), 1, 1 << 16),
+    "positions": (("max_position_embeddings", "n_positions", "n_ctx"), 1, 1 << 24),
+}
+MAX_HF_BUFFER_BYTES = 256 << 20  # a config whose model would allocate more than this in buffers (masks, caches)
 
-    :param data: the config as JSON data, with its ``model_type``
+
+def check_hf_config(data: dict[str, Any]) -> None:
+    """The fields of a saved HF config that decide how its model is built, checked before anything is built:
+    its attention implementation and dtype (one of :data:`HF_ATTENTION`, :data:`HF_DTYPES`), and each
+    structural size (:data:`HF_STRUCTURE`: a whole number within bounds, key-value heads dividing the
+    heads, at most 4096 expert blocks in all). A bad field is a one-line ``ValueError``.
+
+    :param data: the config as JSON data
     """
+    for key in ("attn_implementation", "_attn_implementation"):
+        if data.get(key) not in HF_ATTENTION:
+            raise ValueError(f"hf_config's {key} is {str(data.get(key))[:40]!r}; a model file may use "
+                             f"{', '.join(str(a) for a in HF_ATTENTION[1:])} (or none)")
+    for key in ("dtype", "torch_dtype"):
+        if data.get(key) not in HF_DTYPES:
+            raise ValueError(f"hf_config's {key} is {str(data.get(key))[:40]!r}; a model file may use "
+                             f"{', '.join(str(d) for d in HF_DTYPES[1:])} (or none)")
+    found: dict[str, int] = {}
+    for size, (names, low, high) in HF_STRUCTURE.items():
+        for key in names:
+            value = data.get(key)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise ValueError(f"hf_config's {key} is {repr(value)[:40]}, not a whole number from {low} to {high}")
+            found.setdefault(size, value)
+    heads, kv = found.get("heads"), found.get("kv_heads")
+    if heads is not None and kv is not None and heads % kv:
+        raise ValueError(f"hf_config's {kv} key-value heads do not divide its {heads} attention heads")
+    if found.get("layers", 1) * max(found.get("experts", 1), 1) > 4096:
+        raise ValueError("hf_config asks for more than 4096 expert blocks (layers x experts)")
+
+
+def _hf_config(data: dict[str, Any]) -> Any:
+    """The ``transformers`` config of saved JSON data: built-in model types only, never remote code."""
     try:
-        from transformers import AutoModelForCausalLM
         from transformers.models.auto.configuration_auto import CONFIG_MAPPING
     except ImportError:
         raise ValueError("this policy is an HF model (hf_config): install transformers (make trl-venv) "
@@ -283,5 +327,44 @@ def lm_from_config(data: dict[str, Any]) -> nn.Module:
         raise ValueError(f"hf_config's model_type {str(model_type)[:40]!r} is not one transformers knows")
     if data.get("auto_map"):
         raise ValueError("hf_config asks for remote code (auto_map); only built-in model types are rebuilt")
-    config = CONFIG_MAPPING[model_type].from_dict(dict(data))
-    return AutoModelForCausalLM.from_config(config)
+    check_hf_config(data)
+    return CONFIG_MAPPING[model_type].from_dict(dict(data))
+
+
+def lm_from_config(data: dict[str, Any]) -> nn.Module:
+    """A randomly initialised causal LM of a saved config (:func:`config_dict`); built-in model types only,
+    never remote code.
+
+    :param data: the config as JSON data, with its ``model_type``
+    """
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_config(_hf_config(data))
+
+
+def meta_model_size(data: dict[str, Any]) -> tuple[int, int]:
+    """``(parameters, buffer bytes)`` of the model a saved config builds, counted on torch's meta device, where
+    nothing is allocated: every parameter-bearing field counts (learned positions, experts, an untied head),
+    tied weights once. Any failure to build (a field transformers refuses, a zero it divides by) is a
+    one-line ``ValueError``.
+
+    :param data: the config as JSON data
+    """
+    try:
+        config = _hf_config(data)
+        from transformers import AutoModelForCausalLM
+
+        with torch.device("meta"):
+            lm = AutoModelForCausalLM.from_config(config)
+    except ValueError as err:
+        if "hf_config" in str(err):
+            raise
+        raise ValueError(f"hf_config does not build a model ({type(err).__name__}: {_first_line(err)})") from None
+    except Exception as err:  # noqa: BLE001 - whatever transformers raises for a field it cannot use
+        raise ValueError(f"hf_config does not build a model ({type(err).__name__}: {_first_line(err)})") from None
+    return sum(p.numel() for p in lm.parameters()), sum(b.numel() * b.element_size() for b in lm.buffers())
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0][:120] if text else ""

@@ -19,6 +19,8 @@ The five tools (:func:`tool_schemas`) are the env's calls: ``read``, ``test``, `
 from __future__ import annotations
 
 import json
+import re
+import reprlib
 from typing import Any, Sequence
 
 from bugfix_gym.edits.ops import FIX_OPS
@@ -39,6 +41,35 @@ ROLES = ("system", "developer", "user", "assistant", "tool")
 
 class ChatError(ValueError):
     """A request the mapping cannot read: one line saying what to send instead."""
+
+
+#: the shapes of chat templates' control tokens: ChatML / Llama 3 / Phi (``<|im_end|>``), DeepSeek's full-width
+#: bars, Llama 2 / Mistral (``</s>``, ``[INST]``), Gemma (``<end_of_turn>``), and bare ``<eos>``-style names
+CONTROL_TOKEN = re.compile(r"<\|[^<>|\s]{1,64}\|>|<\uff5c[^<>\uff5c]{1,64}\uff5c>|</?s>|\[/?INST\]|<</?SYS>>"
+                           r"|<(?:start|end)_of_turn>|<(?:eos|bos|pad|unk|eot|sep|cls|mask)>")
+
+
+def escape_control_tokens(text: str) -> str:
+    """``text`` with every substring shaped like a chat template's control token (:data:`CONTROL_TOKEN`) broken
+    by a zero-width space after its first character, so a tokenizer encodes it as plain text: env text (a task
+    statement, a tool's output) cannot end the turn it sits in and forge the next one. For a loop that renders
+    the env's text with a tokenizer it does not know (TRL's ``environment_factory``); where the tokenizer is
+    known, :func:`bugfix_gym.integrations.chat_template.apply_chat_template` encodes its own control tokens as
+    text instead.
+
+    :param text: env text
+    """
+    return CONTROL_TOKEN.sub(lambda m: m.group(0)[0] + "\u200b" + m.group(0)[1:], text)
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxother = 40
+_SHORT.maxlevel = 2
+
+
+def _shown(value: Any) -> str:
+    """A client's value, short, whatever its size or depth (``str`` of 900 nested lists would recurse)."""
+    return _SHORT.repr(value)
 
 
 def tool_schemas() -> list[dict[str, Any]]:
@@ -71,7 +102,9 @@ def tool_call_of(call: str) -> dict[str, Any] | None:
 def call_of_tool_call(tool_call: Any) -> str:
     """An OpenAI tool call (``{"function": {"name", "arguments"}}``, arguments a JSON string or an object)
     -> the call's text as the env reads it (``edit fix_init``). A call the env would not accept keeps
-    what it says (its name, and ``op`` if it has one), so it reads as the invalid call it was.
+    what it says (its name, and ``op`` if it has one), so it reads as the invalid call it was: arguments
+    that are not JSON (or a JSON number of 5,000 digits, or nesting 20,000 deep) read as none, and an ``op``
+    that is not a string as its type (``edit <dict>``).
 
     :param tool_call: one entry of an assistant message's ``tool_calls``
     """
@@ -83,9 +116,11 @@ def call_of_tool_call(tool_call: Any) -> str:
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments) if arguments.strip() else {}
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # JSONDecodeError, an int past 4300 digits, nesting past the stack
             arguments = {}
     op = arguments.get("op") if isinstance(arguments, dict) else None
+    if op is not None and not isinstance(op, str):
+        op = f"<{type(op).__name__}>"
     return function["name"] if op is None else f"{function['name']} {op}"
 
 
@@ -132,7 +167,7 @@ def transcript_of(messages: Sequence[Any]) -> list[tuple[int, str]]:
     for index, message in enumerate(messages):
         role = message.get("role") if isinstance(message, dict) else None
         if role not in ROLES:
-            raise ChatError(f"messages[{index}] has role {str(role)[:40]!r}; roles are {', '.join(ROLES)}")
+            raise ChatError(f"messages[{index}] has role {_shown(role)}; roles are {', '.join(ROLES)}")
         if role in ("system", "developer"):
             continue
         last = segments[-1][0] if segments else None

@@ -481,8 +481,12 @@ def _token_weight(episode: Episode, n_seq: int, length: int, total: int) -> tupl
         return 1.0 / n_seq, f"1 / {n_seq} sequences"
     if mode == "seq_mean_token_sum_norm":
         cap = float(_field(episode, "max_completion_length"))
+        if not cap > 0:
+            raise ValueError(f"max_completion_length is {cap:g}; dr_grpo's normaliser divides by it: it must be > 0")
         return 1.0 / (n_seq * cap), f"1 / ({n_seq} sequences * max_completion_length {cap:g})"
     const = float(_field(episode, "loss_norm_const"))
+    if not const > 0:
+        raise ValueError(f"loss_norm_const is {const:g}; the constant normaliser divides by it: it must be > 0")
     return 1.0 / const, f"1 / {const:g}"
 
 
@@ -524,8 +528,10 @@ def run_checks(batch: Sequence[Any], *, tokenizer: Tokenizer | None = None,
         except Skip as why:
             results.append(CheckResult(name, bug, "skip", str(why)))
             continue
-        except (TypeError, ValueError, KeyError, IndexError) as err:  # a field of the wrong shape
-            raise ValueError(f"check {name} cannot read this dump ({type(err).__name__}: {err}); see "
+        except (TypeError, ValueError, KeyError, IndexError, ZeroDivisionError, OverflowError,
+                RecursionError) as err:  # a field of the wrong shape or size
+            first = str(err).splitlines()[0][:160] if str(err).strip() else ""
+            raise ValueError(f"check {name} cannot read this dump ({type(err).__name__}: {first}); see "
                              "docs/conformance.md for the fields") from None
         results.append(CheckResult(name, bug, "pass" if where is None else "FAIL", where or ""))
     return results
@@ -540,22 +546,95 @@ def format_report(results: Sequence[CheckResult]) -> str:
     return "\n".join(lines)
 
 
+MAX_DUMP_BYTES = 256 << 20
+"""The largest dump read (a first batch of 64 episodes of 1,000 tokens is a few MB)."""
+MAX_TOKENIZER_BYTES = 16 << 20
+"""The largest ``--tokenizer`` file read (a saved chat-template tokenizer keeps at most 6 MiB of tokenizer.json)."""
+MAX_NESTING = 32
+"""The deepest a dump line's JSON may nest (a turn's ids nest 4 deep)."""
+MAX_ABS_INT = 2 ** 63
+
+
+def read_bounded(path: str, limit: int, what: str) -> bytes:
+    """A regular file's bytes, at most ``limit`` of them: a FIFO, a device (``/dev/zero``) or a folder is refused
+    before it is read, and a FIFO is opened without waiting for a writer. Raises ``ValueError`` (one line) or
+    ``OSError``.
+
+    :param path: the file
+    :param limit: the most bytes read
+    :param what: what the file is, for messages (``"the dump"``)
+    """
+    import os
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError(f"{what} {path} is not a regular file (a folder, a FIFO or a device); give a file")
+        if info.st_size > limit:
+            raise ValueError(f"{what} {path} is {info.st_size} bytes, more than the {limit} read")
+        blob = f.read(limit + 1)
+    if len(blob) > limit:
+        raise ValueError(f"{what} {path} is more than the {limit} bytes read")
+    return blob
+
+
+def _no_constant(text: str) -> Any:
+    raise ValueError(f"holds {text}, not a finite number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"holds {text[:20]}, which overflows a float")
+    return value
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > 19 or abs(int(text)) >= MAX_ABS_INT:
+        raise ValueError(f"holds an integer of {len(text.lstrip('-'))} digits, beyond 64 bits")
+    return int(text)
+
+
+def parse_json(text: str) -> Any:
+    """Plain, finite JSON: no ``NaN`` or ``Infinity``, no float that overflows (``1e400``), no integer beyond 64
+    bits, nesting at most :data:`MAX_NESTING` deep; anything else is a ``ValueError`` (one line)."""
+    try:
+        value = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float, parse_int=_bounded_int)
+    except RecursionError:
+        raise ValueError(f"nests deeper than {MAX_NESTING} levels") from None
+    except json.JSONDecodeError as err:
+        raise ValueError(f"is not JSON ({err.msg})") from None
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_NESTING:
+            raise ValueError(f"nests deeper than {MAX_NESTING} levels")
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+    return value
+
+
 def load_dump(path: str) -> list[Episode]:
-    """A dump file (one JSON episode per line) -> its episodes as written; an unreadable file, a line that is
-    not JSON or an empty file is one clear ``ValueError`` (or ``OSError``)."""
+    """A dump file (one JSON episode per line) -> its episodes as written; a file that is not a regular file or
+    is over :data:`MAX_DUMP_BYTES`, a line that is not plain finite JSON (:func:`parse_json`) or an empty file is
+    one clear ``ValueError`` (or ``OSError``)."""
+    blob = read_bounded(path, MAX_DUMP_BYTES, "the dump")
+    try:
+        text = blob.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not a text file; a dump holds one JSON episode per line") from None
     episodes = []
-    with open(path, encoding="utf-8") as f:
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
         try:
-            for n, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    episodes.append(json.loads(line))
-                except json.JSONDecodeError as err:
-                    raise ValueError(f"{path}:{n} is not JSON ({err.msg}); a dump holds one JSON episode per "
-                                     "line") from None
-        except UnicodeDecodeError:
-            raise ValueError(f"{path} is not a text file; a dump holds one JSON episode per line") from None
+            episodes.append(parse_json(line))
+        except ValueError as err:
+            raise ValueError(f"{path}:{n} {err}; a dump holds one JSON episode per line") from None
     if not episodes:
         raise ValueError(f"{path} holds no episode; a dump holds one JSON episode per line")
     return episodes
@@ -563,16 +642,17 @@ def load_dump(path: str) -> list[Episode]:
 
 def load_tokenizer(path: str) -> Tokenizer:
     """The tokenizer a ``to_dict()`` JSON file holds (ours, or a chat-template tokenizer: that one needs
-    ``transformers``); an unreadable or corrupt file is one clear ``ValueError`` (or ``OSError``).
+    ``transformers``); an unreadable, oversized or corrupt file, or one whose chat template exceeds its budget
+    (:mod:`bugfix_gym.integrations.chat_template`), is one clear ``ValueError`` (or ``OSError``).
 
     :param path: the file (``bugfix-gym train --dump`` writes it as ``DUMP.tokenizer.json``)
     """
     from bugfix_gym.contract.tokens import tokenizer_from_dict
 
+    blob = read_bounded(path, MAX_TOKENIZER_BYTES, "--tokenizer")
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        data = json.loads(blob.decode("utf-8"), parse_constant=_no_constant)
+    except (ValueError, RecursionError):  # not UTF-8, not JSON, NaN
         raise ValueError(f"--tokenizer {path} is not JSON; give the tokenizer file bugfix-gym train --dump "
                          "wrote next to the dump (DUMP.tokenizer.json)") from None
     try:
@@ -580,10 +660,10 @@ def load_tokenizer(path: str) -> Tokenizer:
     except ImportError:
         raise ValueError(f"--tokenizer {path} is a Hugging Face tokenizer; reading it needs transformers: run "
                          "this command in .venv-trl (make trl-venv)") from None
-    except (ValueError, KeyError, TypeError, AttributeError) as err:
-        raise ValueError(f"--tokenizer {path} is not a tokenizer file ({type(err).__name__}: "
-                         f"{str(err).splitlines()[0] if str(err) else 'bad field'}); give the file "
-                         "bugfix-gym train --dump wrote next to the dump (DUMP.tokenizer.json)") from None
+    except Exception as err:  # noqa: BLE001 - a crafted file may fail anywhere in the tokenizer's code
+        first = str(err).splitlines()[0][:200] if str(err).strip() else "bad field"
+        raise ValueError(f"--tokenizer {path} is not a tokenizer file ({type(err).__name__}: {first}); give the "
+                         "file bugfix-gym train --dump wrote next to the dump (DUMP.tokenizer.json)") from None
 
 
 def add_arguments(parser: Any) -> None:

@@ -34,6 +34,7 @@ from typing import Any, Iterable, Sequence
 
 from ..contract.tokens import register_tokenizer_format
 from ..edits.ops import FIX_OPS
+from .chat_template import apply_chat_template
 
 HF_FORMAT = "bugfix_gym.ChatTemplateTokenizer/1"  # to_dict()["format"] of ChatTemplateTokenizer
 
@@ -198,8 +199,8 @@ class ChatIds:
 
     def __init__(self, tokenizer: Any, prompt: str):
         self.tokenizer = tokenizer
-        self.prompt_ids: list[int] = list(tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True, return_dict=False))
+        self.prompt_ids: list[int] = apply_chat_template(tokenizer, [{"role": "user", "content": prompt}],
+                                                         add_generation_prompt=True)
         self.completion_ids: list[int] = []
         self.mask: list[int] = []
         self.turns: list[dict[str, list[int]]] = []
@@ -217,7 +218,8 @@ class ChatIds:
         self.mask += [0] * len(suffix)
 
 
-def tool_suffix_ids(tokenizer: Any, name: str, content: str, end_id: int | None = None) -> list[int]:
+def tool_suffix_ids(tokenizer: Any, name: str, content: str, end_id: int | None = None,
+                    before: list[int] | None = None) -> list[int]:
     """The ids the template puts after an assistant turn for one tool result, up to the next generation
     prompt: rendered after a dummy conversation and cut off it right after the dummy assistant turn's
     last end-of-turn id, as TRL's ``_get_tool_suffix_ids`` does (a ChatML turn ends ``<|im_end|>\\n``: the
@@ -227,19 +229,31 @@ def tool_suffix_ids(tokenizer: Any, name: str, content: str, end_id: int | None 
     :param name: the tool's name (some templates write it)
     :param content: the tool's answer
     :param end_id: the end-of-turn id (default: the EOS id)
+    :param before: the dummy conversation's ids (:func:`dummy_turn_ids`), if the caller keeps them
     """
-    dummy = [{"role": "user", "content": "dummy"},
-             {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {
-                 "name": name, "arguments": {}}}]}]
-    before = list(tokenizer.apply_chat_template(dummy, tokenize=True, return_dict=False))
-    after = tokenizer.apply_chat_template(dummy + [{"role": "tool", "name": name, "content": content}],
-                                          add_generation_prompt=True, tokenize=True, return_dict=False)
+    dummy = _dummy(name)
+    before = dummy_turn_ids(tokenizer, name) if before is None else before
+    after = apply_chat_template(tokenizer, dummy + [{"role": "tool", "name": name, "content": content}],
+                                add_generation_prompt=True)
     end = tokenizer.eos_token_id if end_id is None else end_id
     if end in before:
         before = before[: len(before) - before[::-1].index(end)]
     if list(after[:len(before)]) != before:
         raise ValueError("the chat template is not prefix-preserving: a tool result changes the turns before it")
     return list(after[len(before):])
+
+
+def _dummy(name: str) -> list[dict[str, Any]]:
+    return [
+        {"role": "user", "content": "dummy"},
+        {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {
+            "name": name, "arguments": {}}}]}]
+
+
+def dummy_turn_ids(tokenizer: Any, name: str) -> list[int]:
+    """The ids of :func:`tool_suffix_ids`' dummy conversation (a user message and an assistant tool call),
+    which do not depend on the tool's answer."""
+    return apply_chat_template(tokenizer, _dummy(name))
 
 
 MAX_TOKENIZER_CHARS = 6 << 20
@@ -283,9 +297,9 @@ class ChatTemplateTokenizer:
         self.unk_id = int(tokenizer.unk_token_id) if tokenizer.unk_token_id is not None else -1
         self.tool_name = str(tool_name)
         self._vocab_size = len(tokenizer)
-        turn = tokenizer.apply_chat_template([{"role": "user", "content": "x"}, {"role": "assistant",
-                                             "content": "x"}], tokenize=True, return_dict=False)
-        if self.eoc_id not in list(turn):
+        self._dummy_ids: list[int] | None = None
+        turn = apply_chat_template(tokenizer, [{"role": "user", "content": "x"}, {"role": "assistant", "content": "x"}])
+        if self.eoc_id not in turn:
             raise ValueError(f"the chat template does not end an assistant turn with {self.end_token!r}; pass "
                              "end_token= the token it does end one with")
 
@@ -295,8 +309,14 @@ class ChatTemplateTokenizer:
         return self._vocab_size
 
     def encode(self, text: str) -> list[int]:
-        """Plain text -> ids, no special tokens added."""
-        return list(self.hf.encode(text, add_special_tokens=False))
+        """Plain text -> ids, no special tokens added (a failure of the tokenizer's native code, a Rust panic
+        included, is a one-line ``ValueError``)."""
+        try:
+            return list(self.hf.encode(text, add_special_tokens=False))
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as err:  # noqa: BLE001 - tokenizers' Rust panics are BaseExceptions
+            raise ValueError(f"the tokenizer cannot encode this text ({_first_line(err)})") from None
 
     def decode(self, ids: Iterable[int], *, stop_at_eoc: bool = True) -> str:
         """Ids -> text up to the end-of-turn id, pads and ids outside the vocabulary left out: the text the
@@ -313,11 +333,16 @@ class ChatTemplateTokenizer:
     def segment_ids(self, owner: int, text: str) -> list[int]:
         """One transcript segment's ids: owner 1 the prompt, 2 a call, 3 a tool output (see the class)."""
         if owner == 1:
-            return list(self.hf.apply_chat_template([{"role": "user", "content": text}],
-                                                    add_generation_prompt=True, tokenize=True, return_dict=False))
+            return apply_chat_template(self.hf, [{"role": "user", "content": text}], add_generation_prompt=True)
         if owner == 2:
             return self.encode(text) + [self.eoc_id]
-        return tool_suffix_ids(self.hf, self.tool_name, text, self.eoc_id)
+        if self._dummy_ids is not None:  # the same for every tool output (rendered once), unless the template
+            try:  # writes something that changes, such as today's date (Llama 3's strftime_now): then again
+                return tool_suffix_ids(self.hf, self.tool_name, text, self.eoc_id, before=self._dummy_ids)
+            except ValueError:
+                pass
+        self._dummy_ids = dummy_turn_ids(self.hf, self.tool_name)
+        return tool_suffix_ids(self.hf, self.tool_name, text, self.eoc_id, before=self._dummy_ids)
 
     def to_dict(self) -> dict:
         """The ``tokenizer.json`` string, the chat template and the special tokens (:meth:`from_dict`)."""
@@ -342,11 +367,13 @@ class ChatTemplateTokenizer:
                               "transformers (make trl-venv) to load it") from None
         try:
             backend = Tokenizer.from_str(data["tokenizer_json"])
-        except Exception as err:  # tokenizers raises its own exception types
-            raise ValueError(f"the saved tokenizer.json does not load ({str(err).splitlines()[0][:120]}); the "
-                             "model file is damaged") from None
-        specials = {k: data[k] for k in ("eos_token", "pad_token", "unk_token", "bos_token") if data[k]}
-        hf = PreTrainedTokenizerFast(tokenizer_object=backend, clean_up_tokenization_spaces=False, **specials)
+            specials = {k: data[k] for k in ("eos_token", "pad_token", "unk_token", "bos_token") if data[k]}
+            hf = PreTrainedTokenizerFast(tokenizer_object=backend, clean_up_tokenization_spaces=False, **specials)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as err:  # noqa: BLE001 - tokenizers raises its own types, and Rust panics
+            raise ValueError(f"the saved tokenizer.json does not load ({_first_line(err)}); the model file is "
+                             "damaged") from None
         hf.chat_template = data["chat_template"]
         return cls(hf, end_token=data["end_token"], tool_name=data["tool_name"])
 
@@ -355,6 +382,12 @@ class ChatTemplateTokenizer:
 
     def __repr__(self) -> str:
         return f"ChatTemplateTokenizer(vocab_size={self.vocab_size}, end_token={self.end_token!r})"
+
+
+def _first_line(err: BaseException) -> str:
+    """``Type: first line of the message``, at most 160 characters."""
+    text = str(err).splitlines()[0][:120] if str(err).strip() else ""
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
 
 def check_tokenizer_dict(data: Any) -> None:

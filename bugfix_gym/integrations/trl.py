@@ -11,10 +11,12 @@
 TRL's contract for ``environment_factory`` (``trl/trainer/grpo_trainer.py``): the factory is called with
 no argument, once per concurrent rollout, and each instance is reused across batches; before each rollout
 TRL calls ``reset(**row)`` with every column of the dataset row, and a returned string is appended to the
-row's last user message; every public method other than ``reset`` and ``get_reward`` becomes a tool,
-described to the model from its type hints and its Google-style docstring (which is why the five tool
-methods below use ``Args:`` / ``Returns:`` sections rather than this project's ``:param:``); after the
-rollout TRL calls ``get_reward()``, an extra reward source of weight 1.
+row's last user message (the prompt and every tool answer have their control-token look-alikes escaped,
+:func:`~bugfix_gym.integrations.chat.escape_control_tokens`: TRL renders them with the model's own template);
+every public method other than ``reset`` and ``get_reward`` becomes a tool, described to the model from its
+type hints and its Google-style docstring (which is why the five tool methods below use ``Args:`` /
+``Returns:`` sections rather than this project's ``:param:``); after the rollout TRL calls ``get_reward()``,
+an extra reward source of weight 1.
 
 A GRPO group's G rollouts are G resets on the same row, so :meth:`BugFixToolEnv.reset` derives the task
 from the row alone (its ``tasks``, ``task``, ``seed`` columns), never from a generator it carries between
@@ -31,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from ..core.env import BugFixEnv
+from .chat import escape_control_tokens
 from ..tasks.generator import GENERATED_SPLITS
 from ..tasks.library import make_tasks
 
@@ -74,16 +77,16 @@ class BugFixToolEnv:
         :param pack: the task pack file of a pack row
         :param row: the row's other columns (``prompt``, ...), ignored
         """
+        self.env, self.info, self.reward, self.late_calls = None, {}, 0.0, 0  # a reset that fails keeps nothing
         if tasks not in SOURCES:
-            raise ValueError(f"a BugFix row's 'tasks' must be one of {', '.join(SOURCES)}, got {tasks!r}")
-        self.env = self._env_for(tasks, split, pack)
+            raise ValueError(f"a BugFix row's 'tasks' must be one of {', '.join(SOURCES)}, got {str(tasks)[:40]!r}")
+        env = self._env_for(tasks, split, pack)
         if tasks == "generated":
-            obs, self.info = self.env.reset(seed=int(seed))
+            obs, info = env.reset(seed=int(seed))
         else:
-            obs, self.info = self.env.reset(seed=int(seed), options={"task": task})
-        self.reward = 0.0
-        self.late_calls = 0
-        return obs
+            obs, info = env.reset(seed=int(seed), options={"task": task})
+        self.env, self.info = env, info
+        return escape_control_tokens(obs)
 
     def _env_for(self, tasks: str, split: str, pack: str) -> BugFixEnv:
         key = (tasks, split if tasks == "generated" else pack)
@@ -107,7 +110,7 @@ class BugFixToolEnv:
         obs, reward, terminated, truncated, self.info = self.env.step(action)
         if self.info["hidden_pass"]:
             self.reward = 1.0
-        return obs
+        return escape_control_tokens(obs)
 
     def read(self) -> str:
         """Show the function's current source code.
@@ -134,7 +137,7 @@ class BugFixToolEnv:
         Returns:
             The line it changed, or no change.
         """
-        return self._call(f"edit {op}")
+        return self._call(f"edit {op}" if isinstance(op, str) else f"edit <{type(op).__name__}>")
 
     def revert(self) -> str:
         """Restore the original source.

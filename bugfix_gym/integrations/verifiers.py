@@ -38,7 +38,7 @@ from typing import Any, Iterator
 import verifiers.v1 as vf
 
 from ..core.env import BugFixEnv
-from .chat import call_of_tool_call, tool_schemas
+from .chat import ChatError, call_of_tool_call, escape_control_tokens, tool_schemas
 from .trl import BugFixToolEnv, dataset_rows
 
 __all__ = ["BugFixTaskset", "BugFixVfEnv", "BugFixHarness", "load_environment", "tool_schemas"]
@@ -171,6 +171,7 @@ class BugFixVfEnv(vf.Env[BugFixVfEnvConfig]):
                 passed = passed or bool(info["hidden_pass"])
                 if env.stop is not None:
                     break
+                obs = escape_control_tokens(obs)  # the serving model's template renders it: no forged turns
                 answer = vf.ToolMessage(tool_call_id=call_id, content=obs) if call_id else obs
                 segment = await interaction.turn([answer] if call_id else answer)
         trace = interaction.trace
@@ -180,13 +181,21 @@ class BugFixVfEnv(vf.Env[BugFixVfEnvConfig]):
 
 
 def _last_call(messages: list[Any]) -> tuple[str | None, str]:
-    """The last assistant message's first tool call as ``(call id, text call)``, or ``(None, its text)``."""
+    """The last assistant message's first tool call as ``(call id, text call)``, or ``(None, its text)``; a tool
+    call or a content that cannot be read (no name, arguments of 5,000 digits or nested 20,000 deep, content
+    that is not text) is played as the invalid call it is, never raised."""
     for message in reversed(messages):
         if isinstance(message, vf.AssistantMessage):
             if message.tool_calls:
                 first = message.tool_calls[0]
-                return first.id, call_of_tool_call({"function": {"name": first.name, "arguments": first.arguments}})
-            return None, (message.content or "").strip()
+                try:
+                    return first.id, call_of_tool_call({"function": {"name": first.name,
+                                                                     "arguments": first.arguments}})
+                except ChatError:
+                    return first.id, "invalid tool call"
+            content = message.content
+            return None, content.strip() if isinstance(content, str) else "" if content is None else \
+                "invalid content"
     return None, ""
 
 
