@@ -42,6 +42,7 @@ import json
 import math
 import random
 import sys
+import threading
 from dataclasses import dataclass
 from types import CodeType
 from typing import Any, Callable, Sequence
@@ -60,7 +61,7 @@ TEXT_CHARS = 60  # a value in a failure text, at most (then "...")
 CODE_CHARS = 80  # the test statement in a failure text, at most
 
 _SCALARS = (type(None), bool, str)
-_SEQUENCE_TAGS = {list: "l", tuple: "t", set: "s", frozenset: "f"}
+_SEQUENCE_TAGS: dict[type, str] = {list: "l", tuple: "t", set: "s", frozenset: "f"}
 _TAG_TYPES = {tag: kind for kind, tag in _SEQUENCE_TAGS.items()}
 _MARKERS = {"type": "a value of type {}", "big": "a value too large to send back",
             "deep": "a value nested too deep to send back", "name": "a value of a type with an unprintable name"}
@@ -106,6 +107,14 @@ class Unsent:
 
     def __repr__(self) -> str:
         return f"<{self.why}>"
+
+    def __eq__(self, other: object) -> bool:
+        return False
+
+    def __ne__(self, other: object) -> bool:
+        return True
+
+    __hash__ = object.__hash__
 
 
 # ---------------------------------------------------------------------------------------------- the value codec
@@ -387,6 +396,9 @@ def record_assert_case(case: AssertCase, support: str, func: Callable, reset: Ca
     return calls
 
 
+_RANDOM_LOCK = threading.Lock()
+
+
 class _Replayer:
     """``candidate`` on the trusted side: checks each call's arguments against the record, returns the
     recorded value or raises the recorded exception; the first thing that does not fit aborts the case."""
@@ -427,7 +439,12 @@ def replay_assert_case(case: AssertCase, support: str, calls: Sequence[Call]) ->
     passes, and the case in words (the test statement, and the last call with what it gave)."""
     head = case_head(case)
     replayer = _Replayer(calls)
-    error = run_assert_case(case, support, replayer)
+    with _RANDOM_LOCK:  # the case seeds the random module: this process's own draws resume where they were
+        state = random.getstate()
+        try:
+            error = run_assert_case(case, support, replayer)
+        finally:
+            random.setstate(state)
     if replayer.aborted is not None:
         return False, f"test {head} : {replayer.aborted}"
     if error is not None:

@@ -61,9 +61,7 @@ def judge(entry: str, support: str, cases: Sequence, result: JobResult) -> Repai
     total = len(cases)
     if result.load_error is not None:
         why = f"the code does not load : {result.load_error}"
-        return RepairReport(0, total, why, (False,) * total,
-                            tuple(frozenset() for _ in cases) if result.lines is not None else None,
-                            (why,) * total)
+        return RepairReport(0, total, why, (False,) * total, result.lines, (why,) * total)
     per_case, details = [], []
     for case, outcome in zip(cases, result.outcomes):
         if type(case) is CallCase:
@@ -99,7 +97,7 @@ def run_repair_tests(entry: str, support: str, cases: Sequence, source: str, *, 
     :param source: the module to test
     :param coverage: also return, per case, the candidate's lines it ran (for ``locate``)
     :param timeout_s: wall-clock limit for all the cases (default ``bugfix_gym.execution.sandbox.TIMEOUT_S``)
-    :param max_ticks: loop iterations per candidate call (default ``bugfix_gym.execution.cases.MAX_LOOP_TICKS``)
+    :param max_ticks: loop iterations per candidate call (default ``bugfix_gym.execution.worker.LOOP_TICKS``)
     :param cache: look the report up / store it (off: always run)
     :param worker: the worker to use (default: this process's :func:`bugfix_gym.execution.worker.default_worker`)
     """

@@ -37,9 +37,10 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from . import sandbox
-from .cases import MAX_LOOP_TICKS, safe_name
+from .cases import safe_name
 from .repair_cases import AssertCase, CallCase, Unsent, contains_unsent, decode_value, encode_value
 
+LOOP_TICKS = 1_000_000  # loop iterations per candidate call (v0's 100,000 is too few for some HumanEval solutions)
 SLACK_S = 2.0  # seconds this process allows a request beyond its jobs' deadlines (forks, pipes, a loaded machine)
 START_TIMEOUT_S = 20.0  # seconds for a worker to start and set itself up
 BATCH_BYTES = 32 << 20  # the most one request's answers may hold together
@@ -152,8 +153,9 @@ def parse_job(job: Job, sent: Sequence[int], status: str, code: int, data: bytes
         return _failed(job, f"sandbox : not run (the request's answers passed {BATCH_BYTES} bytes)")
     complete = data.split(b"\n")[:-1]  # an answer cut short ends without its newline: that partial line is dropped
     stopped = {"timeout": f"sandbox : Timeout after {timeout_s:g} s",
-               "overflow": f"sandbox : the answer passed {sandbox.REPORT_BYTES} bytes",
-               "crash": f"sandbox : the code crashed (exit code {code})"}.get(status)
+               "overflow": "sandbox : the answer was too large",
+               "crash": f"sandbox : the code ended its process before answering "
+                        f"({f'killed by signal {-code}' if code < 0 else f'exit code {code}'})"}.get(status)
     n_lines = job.source.count("\n") + 1
     try:
         if not complete:
@@ -166,7 +168,8 @@ def parse_job(job: Job, sent: Sequence[int], status: str, code: int, data: bytes
             if type(line) is not int or not 0 < line <= n_lines:
                 line = None
             name = safe_name(name) or _NO_NAME
-            return JobResult(f"{name} (line {line})" if line else name, (), None)
+            return JobResult(f"{name} (line {line})" if line else name, (),
+                             tuple(frozenset() for _ in job.cases) if job.coverage else None)
         if len(complete) - 1 > len(sent):
             raise ValueError("more answers than cases")
         outcomes: list[tuple] = [("failed", "sandbox : cannot send this case's arguments")] * len(job.cases)
@@ -312,7 +315,7 @@ class Worker:
         """Run ``entry`` of ``source`` on ``cases`` in a fresh grandchild; never raises for what the code does.
 
         :param timeout_s: wall-clock limit for all the cases (default ``sandbox.TIMEOUT_S``)
-        :param max_ticks: loop iterations per candidate call (default :data:`bugfix_gym.execution.cases.MAX_LOOP_TICKS`)
+        :param max_ticks: loop iterations per candidate call (default :data:`LOOP_TICKS`)
         """
         return self.run_many([Job(source, entry, tuple(cases), support, coverage)], timeout_s, max_ticks)[0]
 
@@ -327,7 +330,8 @@ class Worker:
         mode = self._mode()
         if mode == "plain" and sandbox._is_root() and not sandbox.ALLOW_ROOT_PLAIN:
             why = ("sandbox : refusing to run candidate code as root in plain isolation (it would keep root's "
-                   "access); use namespace or uid isolation, or set bugfix_gym.execution.sandbox.ALLOW_ROOT_PLAIN = True")
+                   "access); use namespace or uid isolation, or set "
+                   "bugfix_gym.execution.sandbox.ALLOW_ROOT_PLAIN = True")
             return [_failed(job, why) for job in jobs]
         texts, sent = [], []
         for job in jobs:
@@ -340,7 +344,7 @@ class Worker:
             except (TypeError, ValueError):  # a source or a case text that is not text
                 return [_failed(job, "sandbox : cannot send the request") for job in jobs]
         request = {"sizes": [len(text) for text in texts], "timeout_s": timeout_s, "total_bytes": BATCH_BYTES,
-                   "max_ticks": MAX_LOOP_TICKS if max_ticks is None else int(max_ticks)}
+                   "max_ticks": LOOP_TICKS if max_ticks is None else int(max_ticks)}
         head = json.dumps(request).encode()
         body = b"%d\n" % len(head) + head + b"".join(texts)
         if self._pid != os.getpid():  # a forked copy of this process: the child and the lock are the parent's

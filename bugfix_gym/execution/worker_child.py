@@ -33,9 +33,10 @@ followed by each job's ``size`` bytes of answer. For each job it forks a grandch
   ran during that case (``sys.settrace``).
 
 The worker reads each answer with the request's deadline and ``REPORT_BYTES`` as its cap, kills
-the grandchild past either (status ``"timeout"`` / ``"overflow"``), and reports ``"ok"``,
-``"crash"`` (a non-zero exit), ``"setup"`` (the grandchild could not apply its limits: it never
-ran task code) or ``"skipped"`` (the request's ``total_bytes`` were used up by earlier jobs). It
+the grandchild past either (status ``"timeout"`` / ``"overflow"``), and reports ``"ok"`` (the answer
+ended with :data:`END`), ``"crash"`` (the process ended first, whatever its exit status),
+``"setup"`` (the grandchild could not apply its limits: it never ran task code) or ``"skipped"``
+(the request's ``total_bytes`` were used up by earlier jobs). It
 never runs task code itself and judges nothing: the env process trusts none of the answer.
 """
 
@@ -204,7 +205,7 @@ def _grandchild(mode: str, memory_mb: int, job_end: int, answer_end: int, parent
     try:
         _run_job(job, lambda text: _write_all(answer_end, text.encode() + b"\n"), params["max_ticks"], params["budget"])
         _write_all(answer_end, END)
-    except BaseException:  # noqa: BLE001 - task code broke the runner (monkeypatched json, ...): what was written stands
+    except BaseException:  # noqa: BLE001 - task code broke the runner (patched json, ...): what was written stands
         os._exit(1)
     os._exit(0)  # skip interpreter teardown: task code may have left atexit hooks
 
@@ -216,15 +217,20 @@ def _kill(pid: int) -> None:
         pass
 
 
+_OURS: set[int] = set()  # the grandchildren forked and not yet reaped
+
+
 def _reap_orphans() -> None:
-    """Namespace init: collect any process reparented to it (none can exist while RLIMIT_NPROC holds)."""
+    """Namespace init: collect any ended process reparented to it that is not one of its own grandchildren (none
+    can exist while RLIMIT_NPROC holds; this is the init's duty all the same)."""
     while True:
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
         except ChildProcessError:
             return
-        if pid == 0:
+        if info is None or info.si_pid in _OURS:
             return
+        os.waitpid(info.si_pid, 0)
 
 
 class _Grandchild:
@@ -242,6 +248,7 @@ class _Grandchild:
             os.close(self.job_write)
             os.close(self.answer_read)
             _grandchild(mode, memory_mb, job_read, answer_write, parent)
+        _OURS.add(self.pid)
         os.close(job_read)
         os.close(answer_write)
 
@@ -290,16 +297,15 @@ class _Grandchild:
         if ended:
             return status, 0, data[: -len(END)]
         code = self.reap()
-        if status == "ok" and code == SETUP_FAILED:
-            status = "setup"
-        elif status == "ok" and code != 0:
-            status = "crash"
+        if status == "ok":  # the answer ended without END: the process ended before it finished
+            status = "setup" if code == SETUP_FAILED else "crash"
         return status, code, data
 
     def reap(self) -> int:
         """Wait for the grandchild (killed, or exited) once; its exit code, or minus the signal that ended it."""
         if self.pid:
             _, wait_status = os.waitpid(self.pid, 0)
+            _OURS.discard(self.pid)
             self.pid = 0
             self.code = os.WEXITSTATUS(wait_status) if os.WIFEXITED(wait_status) else -os.WTERMSIG(wait_status)
             if self.namespace:
@@ -331,7 +337,7 @@ def _serve(mode: str, memory_mb: int, report_bytes: int) -> None:
             done.append(running)
             header.append([status, code, len(data)])
             payload.append(data)
-            used += len(data)
+            used += cap if status == "overflow" else len(data)
             if len(done) > 1:
                 done.pop(0).reap()
         _write_frame(1, {"jobs": header}, b"".join(payload))
