@@ -421,7 +421,8 @@ def test_a_worker_that_stops_answering_is_killed_and_replaced(monkeypatch):
         os.killpg(stuck._proc.pid, signal.SIGSTOP)
         monkeypatch.setattr(worker, "SLACK_S", 0.5)
         start = time.perf_counter()
-        report = run(stuck, "def f(x):\n    return x + 1\n", PLUS_ONE, timeout_s=0.5)
+        big = "def f(x):\n    return x + 1\n" + "#" * (4 << 20)  # far more than a pipe holds: the write waits too
+        report = run(stuck, big, PLUS_ONE, timeout_s=0.5)
         assert not report.ok and "did not answer within" in report.first_failure
         assert time.perf_counter() - start < 10
         assert run(stuck, "def f(x):\n    return x + 1\n", PLUS_ONE).ok and stuck.starts == 2

@@ -200,6 +200,7 @@ class Worker:
         self.isolation = isolation
         self.memory_mb = memory_mb
         self._proc: subprocess.Popen | None = None
+        self._buffer = b""  # read from the child's stdout beyond the last frame (the next one's start)
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self.starts = 0  # how many children this worker has started
@@ -237,12 +238,14 @@ class Worker:
                                     **sandbox.drop_to_nobody(mode))
         except OSError as exc:
             return f"cannot start the worker ({type(exc).__name__})"
-        self._proc = proc
+        self._proc, self._buffer = proc, b""
+        assert proc.stdin is not None and proc.stdout is not None
+        os.set_blocking(proc.stdin.fileno(), False)  # both ends are used raw, with a deadline
+        os.set_blocking(proc.stdout.fileno(), False)
+        deadline = time.monotonic() + START_TIMEOUT_S
         try:
-            assert proc.stdin is not None
-            proc.stdin.write(sandbox.module_bundle(MODULES))
-            proc.stdin.flush()
-            ready = self._read_frame(time.monotonic() + START_TIMEOUT_S, 1024)
+            self._write_all(sandbox.module_bundle(MODULES), deadline)
+            ready = self._read_frame(deadline, 1024)
         except (OSError, ValueError, TimeoutError) as exc:
             self._kill()
             if proc.returncode == sandbox.SETUP_FAILED:
@@ -263,6 +266,7 @@ class Worker:
             pass
         proc.kill()
         proc.wait()
+        self._buffer = b""
         for stream in (proc.stdin, proc.stdout):
             try:
                 if stream is not None:
@@ -278,32 +282,51 @@ class Worker:
         with self._lock:
             self._kill()
 
-    def _read_exactly(self, n: int, deadline: float) -> bytes:
-        """``n`` bytes from the child's stdout before ``deadline`` (TimeoutError), or ValueError at its end."""
+    def _wait(self, fd: int, event: int, deadline: float) -> None:
+        """Until ``fd`` is ready for ``event`` (TimeoutError past ``deadline``)."""
+        with selectors.DefaultSelector() as selector:
+            selector.register(fd, event)
+            while not selector.select(max(0.0, deadline - time.monotonic())):
+                if time.monotonic() >= deadline:
+                    raise TimeoutError
+
+    def _write_all(self, data: bytes, deadline: float) -> None:
+        """Write ``data`` to the child's stdin before ``deadline`` (TimeoutError), OSError if it has gone."""
+        assert self._proc is not None and self._proc.stdin is not None
+        fd, view = self._proc.stdin.fileno(), memoryview(data)
+        while view:
+            self._wait(fd, selectors.EVENT_WRITE, deadline)
+            try:
+                view = view[os.write(fd, view):]
+            except BlockingIOError:
+                continue
+
+    def _fill(self, deadline: float) -> None:
+        """Read what the child's stdout has (at least one byte) into the buffer; ValueError at its end."""
         assert self._proc is not None and self._proc.stdout is not None
         fd = self._proc.stdout.fileno()
-        chunks, size = [], 0
-        with selectors.DefaultSelector() as selector:
-            selector.register(fd, selectors.EVENT_READ)
-            while size < n:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError
-                if not selector.select(left):
-                    continue
-                chunk = os.read(fd, min(n - size, 1 << 20))
-                if not chunk:
-                    raise ValueError("the worker's answer ended early")
-                chunks.append(chunk)
-                size += len(chunk)
-        return b"".join(chunks)
+        self._wait(fd, selectors.EVENT_READ, deadline)
+        try:
+            chunk = os.read(fd, 1 << 20)
+        except BlockingIOError:
+            return
+        if not chunk:
+            raise ValueError("the worker's answer ended early")
+        self._buffer += chunk
+
+    def _read_exactly(self, n: int, deadline: float) -> bytes:
+        """``n`` bytes from the child's stdout before ``deadline`` (TimeoutError), or ValueError at its end."""
+        while len(self._buffer) < n:
+            self._fill(deadline)
+        data, self._buffer = self._buffer[:n], self._buffer[n:]
+        return data
 
     def _read_frame(self, deadline: float, limit: int) -> Any:
-        line = b""
-        while not line.endswith(b"\n"):
-            line += self._read_exactly(1, deadline)
-            if len(line) > 24:
+        while b"\n" not in self._buffer[:24]:
+            if len(self._buffer) >= 24:
                 raise ValueError("a malformed frame")
+            self._fill(deadline)
+        line, _, self._buffer = self._buffer.partition(b"\n")
         size = int(line)
         if not 0 <= size <= limit:
             raise ValueError("an oversized frame")
@@ -363,23 +386,24 @@ class Worker:
     def _exchange(self, mode: str, body: bytes, wait_s: float) -> tuple[list, bytes] | str:
         """Send one request (its frame and the jobs' texts), read the answer: ``(header, payload)``, or why there is
         none, in words."""
+        deadline = time.monotonic() + wait_s
         for attempt in (0, 1):
             if not self._alive():
                 self._kill()
                 why = self._start(mode)
                 if why is not None:
                     return why
-            assert self._proc is not None and self._proc.stdin is not None
             try:
-                self._proc.stdin.write(body)
-                self._proc.stdin.flush()
+                self._write_all(body, deadline)
+            except TimeoutError:
+                self._kill()
+                return f"the worker did not answer within {wait_s:g} s"
             except OSError:  # the child died before it read the request: nothing ran, so try a fresh one once
                 self._kill()
                 if attempt:
                     return "the worker died"
                 continue
             break
-        deadline = time.monotonic() + wait_s
         try:
             header = self._read_frame(deadline, 1 << 20)
             jobs = header["jobs"] if type(header) is dict else None
