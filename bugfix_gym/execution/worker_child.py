@@ -234,9 +234,10 @@ def _reap_orphans() -> None:
 
 
 class _Grandchild:
-    """A grandchild forked and contained ahead of its job, so the fork is off the request's path (the next one is
-    forked while this one runs). Its answer ends with :data:`END` (or its end of file): the worker answers the env
-    process first and kills and reaps the grandchild afterwards (:meth:`reap`)."""
+    """A grandchild forked and contained ahead of its job, so the fork is off the request's path: the next
+    request's is forked once an answer is sent, the next job's of a batch while this one runs. Its answer ends
+    with :data:`END` (or its end of file): the worker answers the env process first and kills and reaps the
+    grandchild afterwards (:meth:`reap`)."""
 
     def __init__(self, mode: str, memory_mb: int):
         self.namespace, self.code = mode == "namespace", 0
@@ -296,15 +297,18 @@ class _Grandchild:
         data = b"".join(chunks)
         if ended:
             return status, 0, data[: -len(END)]
-        code = self.reap()
+        code = self.reap() or 0
         if status == "ok":  # the answer ended without END: the process ended before it finished
             status = "setup" if code == SETUP_FAILED else "crash"
         return status, code, data
 
-    def reap(self) -> int:
-        """Wait for the grandchild (killed, or exited) once; its exit code, or minus the signal that ended it."""
+    def reap(self, block: bool = True) -> int | None:
+        """Wait for the grandchild (killed, or exited) once; its exit code, or minus the signal that ended it (None:
+        not ended yet, without ``block``)."""
         if self.pid:
-            _, wait_status = os.waitpid(self.pid, 0)
+            pid, wait_status = os.waitpid(self.pid, 0 if block else os.WNOHANG)
+            if pid == 0:
+                return None
             _OURS.discard(self.pid)
             self.pid = 0
             self.code = os.WEXITSTATUS(wait_status) if os.WIFEXITED(wait_status) else -os.WTERMSIG(wait_status)
@@ -317,32 +321,35 @@ def _serve(mode: str, memory_mb: int, report_bytes: int) -> None:
     """Answer requests until stdin ends. A request frame ``{"sizes", "timeout_s", "max_ticks", "total_bytes"}`` is
     followed by the jobs' JSON texts, ``sizes`` bytes each, passed on to the grandchildren unread."""
     stdin = sys.stdin.buffer
-    spare = _Grandchild(mode, memory_mb)
+    spare: _Grandchild | None = _Grandchild(mode, memory_mb)
     done: list[_Grandchild] = []  # killed or exited, reaped once the answer is on its way
     while True:
         request = _read_frame(stdin)
         if request is None:
-            os.close(spare.job_write)  # the spare reads no job and exits; PDEATHSIG covers the rest
+            if spare is not None:
+                os.close(spare.job_write)  # the spare reads no job and exits; PDEATHSIG covers the rest
             os._exit(0)
         header, payload, used = [], [], 0
-        for size in request["sizes"]:
+        for k, size in enumerate(request["sizes"]):
             job = stdin.read(size)
             if used >= request["total_bytes"]:
                 header.append(["skipped", 0, 0])
                 continue
-            running, cap = spare, min(report_bytes, request["total_bytes"] - used)
+            running, spare = spare or _Grandchild(mode, memory_mb), None
+            cap = min(report_bytes, request["total_bytes"] - used)
             running.send(job, request["timeout_s"], request["max_ticks"], cap)
-            spare = _Grandchild(mode, memory_mb)  # forked while `running` works
+            if k + 1 < len(request["sizes"]):  # in a batch, the next job's grandchild is forked while this one works
+                spare = _Grandchild(mode, memory_mb)
             status, code, data = running.collect()
             done.append(running)
             header.append([status, code, len(data)])
             payload.append(data)
             used += cap if status == "overflow" else len(data)
-            if len(done) > 1:
-                done.pop(0).reap()
+            done = [g for g in done if g.reap(block=False) is None]  # killed: they run no more code, so no waiting
         _write_frame(1, {"jobs": header}, b"".join(payload))
         while done:
             done.pop().reap()
+        spare = spare or _Grandchild(mode, memory_mb)  # the next request's, forked while the env judges this one
 
 
 def main(argv: list[str]) -> None:
