@@ -201,6 +201,7 @@ class Worker:
         self.memory_mb = memory_mb
         self._proc: subprocess.Popen | None = None
         self._buffer = b""  # read from the child's stdout beyond the last frame (the next one's start)
+        self._mode_running: str | None = None  # the isolation mode of the running child
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self.starts = 0  # how many children this worker has started
@@ -218,13 +219,13 @@ class Worker:
     def _forget(self) -> None:
         """After a fork: drop (and close, in this process only) the parent's pipes without touching its child."""
         if self._proc is not None:
-            for stream in (self._proc.stdin, self._proc.stdout):
+            for stream in (self._proc.stdin, self._proc.stdout):  # through the file objects, which own the fds
                 try:
                     if stream is not None:
-                        os.close(stream.fileno())
+                        stream.close()
                 except OSError:
                     pass
-        self._proc, self._pid = None, os.getpid()
+        self._proc, self._buffer, self._pid = None, b"", os.getpid()
         self._lock = threading.Lock()
 
     def _start(self, mode: str) -> str | None:
@@ -238,7 +239,7 @@ class Worker:
                                     **sandbox.drop_to_nobody(mode))
         except OSError as exc:
             return f"cannot start the worker ({type(exc).__name__})"
-        self._proc, self._buffer = proc, b""
+        self._proc, self._buffer, self._mode_running = proc, b"", mode
         assert proc.stdin is not None and proc.stdout is not None
         os.set_blocking(proc.stdin.fileno(), False)  # both ends are used raw, with a deadline
         os.set_blocking(proc.stdout.fileno(), False)
@@ -388,7 +389,7 @@ class Worker:
         none, in words."""
         deadline = time.monotonic() + wait_s
         for attempt in (0, 1):
-            if not self._alive():
+            if not self._alive() or self._mode_running != mode:
                 self._kill()
                 why = self._start(mode)
                 if why is not None:
