@@ -10,7 +10,11 @@ Every round times, in turn, the same five cases of ``bounded_score`` (the repair
 * ``one child per call``: :func:`bugfix_gym.execution.sandbox.run_cases_sandboxed` (v0's pack sandbox: a fresh
   interpreter each call);
 * ``worker``: :func:`bugfix_gym.execution.repair_runner.run_repair_tests` (``cache=False``: every call runs),
-  the persistent worker forking a contained grandchild, judged here;
+  the persistent worker forking a contained grandchild, judged here. The worker forks the next call's
+  grandchild after it has answered, so a call that follows other work (as an env step's does) finds one
+  ready: the alternation lets this row show that;
+* ``worker, back to back``: ten such calls in a row, per call: each waits for the fork the one before
+  started;
 * ``worker, batch``: :func:`bugfix_gym.execution.repair_runner.run_repair_tests_many` on ``--batch`` sources in
   one round trip, divided by ``--batch`` (what brute force pays per candidate).
 
@@ -43,6 +47,8 @@ def _timers(batch: int, worker: Worker) -> dict[str, tuple[Callable[[], object],
         "in-process": (lambda: run_cases(SOURCE, "bounded_score", CASES), 1),
         "one child per call": (lambda: sandbox.run_cases_sandboxed(SOURCE, "bounded_score", CASES), 1),
         "worker": (lambda: run_repair_tests("bounded_score", "", V1_CASES, SOURCE, cache=False, worker=worker), 1),
+        "worker, back to back": (lambda: [run_repair_tests("bounded_score", "", V1_CASES, SOURCE, cache=False,
+                                                           worker=worker) for _ in range(10)], 10),
         f"worker, batch of {batch}": (lambda: run_repair_tests_many("bounded_score", "", V1_CASES, sources,
                                                                     cache=False, worker=worker), batch),
     }
@@ -60,7 +66,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     timers = _timers(args.batch, worker)
     for call, _ in timers.values():  # warm imports, the isolation probe and the worker's start
         report = call()
-        assert all(r.ok for r in report) if isinstance(report, list) else report.ok, report
+        assert all(r.ok for r in report) if isinstance(report, list) else report.ok, report  # type: ignore
     times: dict[str, list[float]] = {name: [] for name in timers}
     for _ in range(args.rounds):
         for name, (call, calls) in timers.items():
@@ -74,8 +80,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     for name, v in times.items():
         print(f"{name:26s} {med[name]:12.2f} {min(v) * 1e3:8.2f} {max(v) * 1e3:8.2f} {med[name] / child:12.3f}")
     print(f"\nworker / in-process {med['worker'] / med['in-process']:.1f}x; one child per call / worker "
-          f"{child / med['worker']:.1f}x; worker / batch per source "
-          f"{med['worker'] / med[f'worker, batch of {args.batch}']:.1f}x")
+          f"{child / med['worker']:.1f}x; back to back / batch per source "
+          f"{med['worker, back to back'] / med[f'worker, batch of {args.batch}']:.2f}x")
     print(f"{args.rounds} alternating rounds; isolation {mode}; {os.cpu_count()} CPUs; load average "
           f"{', '.join(f'{x:.1f}' for x in os.getloadavg())}")
     return med

@@ -48,7 +48,7 @@ def test_sandbox_overhead_runs():
 
 def test_worker_overhead_runs():
     out = _load("worker_overhead").main(["--rounds", "1", "--batch", "2"])
-    assert set(out) == {"in-process", "one child per call", "worker", "worker, batch of 2"}
+    assert set(out) == {"in-process", "one child per call", "worker", "worker, back to back", "worker, batch of 2"}
     assert all(math.isfinite(v) and v > 0 for v in out.values())
 
 

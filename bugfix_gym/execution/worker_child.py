@@ -62,6 +62,7 @@ SETUP_FAILED = sandbox_child.SETUP_FAILED
 UNPRIVILEGED_UID = sandbox_child.UNPRIVILEGED_UID
 PRELOAD = ("math", "random", "re", "string", "itertools", "functools", "collections", "heapq", "bisect",
            "typing", "hashlib", "copy", "fractions", "decimal", "statistics", "operator", "json")
+MAX_UNREAPED = 8  # ended grandchildren the worker lets finish dying before it waits for the oldest
 END = b"\0"  # the grandchild's last byte after its last answer line (JSON text never holds a NUL byte)
 _CLONE_NEWIPC = 0x08000000
 _PR_SET_PDEATHSIG, _PR_SET_DUMPABLE = 1, 4
@@ -322,7 +323,7 @@ def _serve(mode: str, memory_mb: int, report_bytes: int) -> None:
     followed by the jobs' JSON texts, ``sizes`` bytes each, passed on to the grandchildren unread."""
     stdin = sys.stdin.buffer
     spare: _Grandchild | None = _Grandchild(mode, memory_mb)
-    done: list[_Grandchild] = []  # killed or exited, reaped once the answer is on its way
+    done: list[_Grandchild] = []  # killed or exited, reaped when they have ended (never before the answer)
     while True:
         request = _read_frame(stdin)
         if request is None:
@@ -347,9 +348,10 @@ def _serve(mode: str, memory_mb: int, report_bytes: int) -> None:
             used += cap if status == "overflow" else len(data)
             done = [g for g in done if g.reap(block=False) is None]  # killed: they run no more code, so no waiting
         _write_frame(1, {"jobs": header}, b"".join(payload))
-        while done:
-            done.pop().reap()
         spare = spare or _Grandchild(mode, memory_mb)  # the next request's, forked while the env judges this one
+        done = [g for g in done if g.reap(block=False) is None]  # the killed ones end on their own: no waiting,
+        while len(done) > MAX_UNREAPED:  # unless too many are still dying
+            done.pop(0).reap()
 
 
 def main(argv: list[str]) -> None:
