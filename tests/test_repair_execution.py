@@ -310,9 +310,9 @@ def test_expected_values_of_call_cases_never_reach_the_worker(w, monkeypatch):
     sent: list[bytes] = []
     real = Worker._exchange
 
-    def spy(self, mode, body, wait_s):
+    def spy(self, mode, body, n_jobs, wait_s):
         sent.append(body)
-        return real(self, mode, body, wait_s)
+        return real(self, mode, body, n_jobs, wait_s)
 
     monkeypatch.setattr(Worker, "_exchange", spy)
     secret = "expected-value-0x5EC12E7"
@@ -534,6 +534,8 @@ def test_the_cache_returns_the_same_report_and_keys_by_content(w):
 def test_a_case_of_another_type_is_a_clear_error(w):
     with pytest.raises(TypeError, match="CallCase or an AssertCase"):
         run_repair_tests("f", "", (((1,), 2),), "def f(x):\n    return x\n", worker=w)
+    with pytest.raises(ValueError, match="timeout_s must be a positive number"):
+        run_repair_tests("f", "", PLUS_ONE, "def f(x):\n    return x\n", worker=w, timeout_s=0, cache=False)
 
 
 # ---------------------------------------------------------------------------------------------- real tests: HumanEval

@@ -38,7 +38,7 @@ from typing import Any, Sequence
 
 from . import sandbox
 from .cases import safe_name
-from .repair_cases import AssertCase, CallCase, Unsent, contains_unsent, decode_value, encode_value
+from .repair_cases import AssertCase, CallCase, contains_unsent, decode_value, encode_value
 
 LOOP_TICKS = 1_000_000  # loop iterations per candidate call (v0's 100,000 is too few for some HumanEval solutions)
 SLACK_S = 2.0  # seconds this process allows a request beyond its jobs' deadlines (forks, pipes, a loaded machine)
@@ -351,6 +351,8 @@ class Worker:
         if not jobs:
             return []
         timeout_s = sandbox.TIMEOUT_S if timeout_s is None else float(timeout_s)
+        if not 0 < timeout_s < float("inf"):
+            raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
         mode = self._mode()
         if mode == "plain" and sandbox._is_root() and not sandbox.ALLOW_ROOT_PLAIN:
             why = ("sandbox : refusing to run candidate code as root in plain isolation (it would keep root's "
@@ -374,7 +376,7 @@ class Worker:
         if self._pid != os.getpid():  # a forked copy of this process: the child and the lock are the parent's
             self._forget()
         with self._lock:
-            answer = self._exchange(mode, body, len(jobs) * (timeout_s + 0.5) + SLACK_S)
+            answer = self._exchange(mode, body, len(jobs), len(jobs) * (timeout_s + 0.5) + SLACK_S)
         if isinstance(answer, str):
             return [_failed(job, f"sandbox : {answer}") for job in jobs]
         header, data = answer
@@ -384,16 +386,16 @@ class Worker:
             offset += size
         return results
 
-    def _exchange(self, mode: str, body: bytes, wait_s: float) -> tuple[list, bytes] | str:
-        """Send one request (its frame and the jobs' texts), read the answer: ``(header, payload)``, or why there is
-        none, in words."""
-        deadline = time.monotonic() + wait_s
+    def _exchange(self, mode: str, body: bytes, n_jobs: int, wait_s: float) -> tuple[list, bytes] | str:
+        """Send one request (its frame and the jobs' texts), read the answer: ``(header, payload)`` with one header
+        item a job, or why there is none, in words."""
         for attempt in (0, 1):
             if not self._alive() or self._mode_running != mode:
                 self._kill()
                 why = self._start(mode)
                 if why is not None:
                     return why
+            deadline = time.monotonic() + wait_s
             try:
                 self._write_all(body, deadline)
             except TimeoutError:
@@ -408,7 +410,7 @@ class Worker:
         try:
             header = self._read_frame(deadline, 1 << 20)
             jobs = header["jobs"] if type(header) is dict else None
-            if type(jobs) is not list or not all(_header_item(item) for item in jobs):
+            if type(jobs) is not list or len(jobs) != n_jobs or not all(_header_item(item) for item in jobs):
                 raise ValueError("a malformed header")
             total = sum(item[2] for item in jobs)
             if total > BATCH_BYTES:
@@ -447,4 +449,3 @@ def _close_default() -> None:
 
 
 atexit.register(_close_default)
-__all__ = ["Job", "JobResult", "Worker", "default_worker", "parse_job", "Unsent"]
