@@ -56,6 +56,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/ppo_update.py
 	$(PY) benchmarks/reinforce_step.py
 	$(PY) benchmarks/sandbox_overhead.py
+	$(PY) benchmarks/worker_overhead.py
 	$(PY) benchmarks/scale_out.py
 	$(PY) benchmarks/snippet_threads.py
 

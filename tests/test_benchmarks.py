@@ -46,6 +46,12 @@ def test_sandbox_overhead_runs():
     assert out and all(math.isfinite(v) and v > 0 for v in out.values())
 
 
+def test_worker_overhead_runs():
+    out = _load("worker_overhead").main(["--rounds", "1", "--batch", "2"])
+    assert set(out) == {"in-process", "one child per call", "worker", "worker, back to back", "worker, batch of 2"}
+    assert all(math.isfinite(v) and v > 0 for v in out.values())
+
+
 def test_algorithm_table_statistics_by_hand():
     """The table's interval, its first-crossing step count and its rows, on records worked by hand."""
     table = _load("algorithms")

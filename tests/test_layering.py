@@ -1,5 +1,6 @@
 """Layering: ``bugfix_gym``'s sub-packages and ``agents``' layers import only what lies below them; the execution
-leaf and the sandbox child are standard library only; no module takes part in an import cycle."""
+leaves and the contained children (the pack sandbox's, the v1 worker's) are standard library only; no module takes
+part in an import cycle."""
 
 from __future__ import annotations
 
@@ -40,7 +41,9 @@ def _imports(path: Path, skip_type_checking: bool = False) -> list[tuple[int, st
     return found
 
 
-@pytest.mark.parametrize("leaf, allowed", [("cases.py", set()), ("sandbox_child.py", {"cases"})])
+@pytest.mark.parametrize("leaf, allowed", [("cases.py", set()), ("sandbox_child.py", {"cases"}),
+                                           ("repair_cases.py", {"cases"}),
+                                           ("worker_child.py", {"cases", "repair_cases", "sandbox_child"})])
 def test_leaf_modules_import_only_the_standard_library(leaf, allowed):
     for level, module in _imports(PACKAGE / "execution" / leaf):
         top = module.split(".")[0]
@@ -54,6 +57,25 @@ def test_execution_loads_alone_in_an_isolated_interpreter():
     out = subprocess.run([sys.executable, "-I", "-S", "-c", probe, str(PACKAGE / "execution")], capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "['cases']", out.stderr
+
+
+@pytest.mark.parametrize("modules", [("cases", "sandbox_child"),
+                                     ("cases", "repair_cases", "sandbox_child", "worker_child")])
+def test_the_children_s_modules_load_from_stdin_alone_in_an_isolated_interpreter(modules):
+    """What the pack child and the worker child get: their modules' sources on stdin, run by the bootstrap under
+    ``python -I -S`` from ``/``; a probe module last, in place of the child's ``main``, lists what got imported."""
+    import json
+
+    from bugfix_gym.execution import sandbox
+
+    probe = ("import sys\ndef main(argv):\n    print(sorted(m for m in sys.modules if m.split('.')[0] not in "
+             "{*sys.stdlib_module_names, '__main__'}))\n")
+    body = json.dumps({"modules": [[name, (PACKAGE / "execution" / f"{name}.py").read_text()] for name in modules]
+                       + [["probe", probe]], "main": "probe"}).encode()
+    out = subprocess.run([sys.executable, "-I", "-S", "-c", sandbox.BOOT], input=b"%d\n" % len(body) + body,
+                         capture_output=True, timeout=60, cwd="/", env={})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.decode().strip() == repr(sorted([*modules, "probe"]))
 
 
 # ---------------------------------------------------------------------- the layers of bugfix_gym/
@@ -180,6 +202,9 @@ def test_bugfix_gym_has_no_import_cycle():
     assert _cycle(graph) is None, f"import cycle: {' -> '.join(_cycle(graph) or [])}"
     assert graph["bugfix_gym.execution.cases"] == set()
     assert graph["bugfix_gym.execution.sandbox"] == {"bugfix_gym.execution.cases"}
+    assert graph["bugfix_gym.execution.repair_cases"] == {"bugfix_gym.execution.cases"}
+    assert graph["bugfix_gym.execution.worker_child"] == {f"bugfix_gym.execution.{m}" for m in
+                                                          ("cases", "repair_cases", "sandbox_child")}
 
 
 def test_the_cycle_check_sees_a_cycle_through_a_lazy_import(tmp_path, monkeypatch):

@@ -73,26 +73,35 @@ class _TickLoops(ast.NodeTransformer):
     visit_For = visit_While = visit_AsyncFor = _tick
 
 
+def compile_ticked(source: str, filename: str) -> CodeType:
+    """``source`` compiled as a module whose every loop body first calls ``__bf_tick__()`` (which the
+    namespace it runs in must define). A source that does not compile raises."""
+    tree = _TickLoops().visit(ast.parse(source))
+    ast.fix_missing_locations(tree)
+    return compile(tree, filename, "exec")
+
+
 @functools.lru_cache(maxsize=COMPILED_CACHE_SIZE)
 def _compiled(source: str, name: str) -> CodeType:
     """The instrumented code object of ``source`` (immutable, so shared: an episode compiles the
     sources its task check already compiled). A source that does not compile raises, uncached."""
-    tree = _TickLoops().visit(ast.parse(source))
-    ast.fix_missing_locations(tree)
-    return compile(tree, f"<task {name}>", "exec")
+    return compile_ticked(source, f"<task {name}>")
 
 
-def compile_function(source: str, name: str) -> tuple[Callable, Callable[[], None]]:
+def compile_function(source: str, name: str, max_ticks: int | None = None) -> tuple[Callable, Callable[[], None]]:
     """Source -> (function, tick_reset) or raise the compile/exec error (as the test tool reports it).
 
     Every call executes the code in a new namespace, so each function has its own tick counter.
+
+    :param max_ticks: loop iterations allowed per call between two resets (default :data:`MAX_LOOP_TICKS`)
     """
     code = _compiled(source, name)
     counter = [0]
+    limit = MAX_LOOP_TICKS if max_ticks is None else max_ticks
 
     def tick():
         counter[0] += 1
-        if counter[0] > MAX_LOOP_TICKS:
+        if counter[0] > limit:
             raise LoopBudgetExceeded
 
     namespace: dict[str, Any] = {"__builtins__": builtins, "__bf_tick__": tick}

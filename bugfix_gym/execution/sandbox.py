@@ -7,7 +7,10 @@ What the parent does for one test list:
 
 * It sends the child the source, the function name and the argument lists (JSON, through a
   temporary file on stdin), never the expected values, and starts it with an empty
-  environment in a fresh session, ``/`` as the working directory.
+  environment in a fresh session, ``/`` as the working directory. The child's own code travels
+  on stdin too, ahead of the request (:func:`child_command`, :func:`module_bundle`): the child
+  opens no file of the checkout, so a checkout in a folder ``nobody`` cannot enter (``mktemp -d``,
+  ``/root``) keeps namespace isolation.
 * It reads the child's answer from a pipe with a deadline (``TIMEOUT_S``) and a size cap
   (``REPORT_BYTES``); past either it kills the child's process group at once.
 * It checks the answer (one outcome per case sent, each a plain JSON value, a bounded
@@ -62,7 +65,19 @@ ISOLATION: str | None = None  # "namespace" | "uid" | "plain"; None: the stronge
 ISOLATION_MODES = ("namespace", "uid", "plain")
 SETUP_FAILED = 121  # the child's exit status when it could not apply its limits (see sandbox_child.py)
 
-_CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_child.py")
+_HERE = os.path.dirname(os.path.abspath(__file__))
+#: the child's whole program text (``python -I -S -c BOOT ARGS``): it reads one frame from stdin (a length line,
+#: then JSON ``{"modules": [[name, source], ...], "main": name}``), runs each module's source as the top-level
+#: module of that name, and calls ``main(ARGS)`` of the last; the rest of stdin is that module's to read
+BOOT = ("import sys, json, types\n"
+        "r = sys.stdin.buffer\n"
+        "b = json.loads(r.read(int(r.readline(32))))\n"
+        "for k, s in b['modules']:\n"
+        "    m = types.ModuleType(k)\n"
+        "    m.__file__ = '<bugfix_gym ' + k + '>'\n"
+        "    sys.modules[k] = m\n"
+        "    exec(compile(s, m.__file__, 'exec'), m.__dict__)\n"
+        "sys.modules[b['main']].main(sys.argv[1:])\n")
 _UNSHARE_FLAGS = ("--user", "--map-root-user", "--pid", "--net", "--ipc", "--mount", "--fork", "--kill-child")
 UNPRIVILEGED_UID = 65534  # "nobody": as root, namespace mode starts unshare as this uid (so no root outside)
 ALLOW_ROOT_PLAIN = False  # True: let plain mode run pack code as root (it then keeps root's access to everything)
@@ -115,12 +130,38 @@ def run_cases_sandboxed(source: str, name: str, cases: Sequence[tuple[tuple, Any
     return judge(name, cases, *answer)
 
 
-def _command(mode: str, timeout_s: float, memory_mb: int) -> list[str]:
+def child_command(mode: str, args: Sequence[str]) -> list[str]:
+    """The command line of a contained child in ``mode``: the bootstrap :data:`BOOT` under ``python -I -S``
+    (an interpreter ``nobody`` can run in namespace mode as root), under ``unshare`` in namespace mode."""
     python = _nobody_python() if mode == "namespace" and _is_root() else sys.executable
-    child = [python or sys.executable, "-I", "-S", _CHILD, mode, repr(timeout_s), str(memory_mb), str(REPORT_BYTES)]
+    child = [python or sys.executable, "-I", "-S", "-c", BOOT, *args]
     if mode == "namespace":
         return [_unshare() or "unshare", *_UNSHARE_FLAGS, "--", *child]
     return child
+
+
+def drop_to_nobody(mode: str) -> dict[str, Any]:
+    """``subprocess.Popen`` arguments that start the child as ``nobody`` where that is how ``mode`` runs as root."""
+    if mode == "namespace" and _is_root():  # the namespace's root is then nobody outside it, not root
+        return dict(user=UNPRIVILEGED_UID, group=UNPRIVILEGED_UID, extra_groups=[])
+    return {}
+
+
+@functools.lru_cache(maxsize=None)
+def _module_source(name: str) -> str:
+    with open(os.path.join(_HERE, f"{name}.py"), encoding="utf-8") as source:
+        return source.read()
+
+
+def module_bundle(names: Sequence[str]) -> bytes:
+    """The first frame of a child's stdin for :data:`BOOT`: the sources of this package's leaf modules
+    ``names`` (in import order; the last one's ``main`` runs), read here, by the env process."""
+    body = json.dumps({"modules": [[name, _module_source(name)] for name in names], "main": names[-1]}).encode()
+    return b"%d\n" % len(body) + body
+
+
+def _command(mode: str, timeout_s: float, memory_mb: int) -> list[str]:
+    return child_command(mode, [mode, repr(timeout_s), str(memory_mb), str(REPORT_BYTES)])
 
 
 def _run_child(mode: str, request: bytes, timeout_s: float, memory_mb: int) -> tuple[int | None, bytes, str | None]:
@@ -130,14 +171,13 @@ def _run_child(mode: str, request: bytes, timeout_s: float, memory_mb: int) -> t
     """
     deadline = time.monotonic() + timeout_s
     with tempfile.TemporaryFile() as stdin:
+        stdin.write(module_bundle(("cases", "sandbox_child")))
         stdin.write(request)
         stdin.seek(0)
-        drop: dict[str, Any] = {}
-        if mode == "namespace" and _is_root():  # the namespace's root is then nobody outside it, not root
-            drop = dict(user=UNPRIVILEGED_UID, group=UNPRIVILEGED_UID, extra_groups=[])
         try:
             proc = subprocess.Popen(_command(mode, timeout_s, memory_mb), stdin=stdin, stdout=subprocess.PIPE,
-                                    stderr=subprocess.DEVNULL, cwd="/", env={}, start_new_session=True, **drop)
+                                    stderr=subprocess.DEVNULL, cwd="/", env={}, start_new_session=True,
+                                    **drop_to_nobody(mode))
         except OSError as exc:
             return None, type(exc).__name__.encode(), "start"
     assert proc.stdout is not None

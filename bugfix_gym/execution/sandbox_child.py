@@ -1,19 +1,20 @@
 """The sandbox child: call task-pack code under limits and send back one outcome per call.
 
-:mod:`bugfix_gym.execution.sandbox` starts this file as ``python -I -S sandbox_child.py MODE TIMEOUT_S
-MEMORY_MB REPORT_BYTES`` (in ``namespace`` mode under ``unshare``) with an empty environment,
-``/`` as the working directory and the request on stdin: JSON ``{"source", "name", "args"}``,
-the argument lists only, never the expected values. It answers with one JSON object on the
+:mod:`bugfix_gym.execution.sandbox` starts ``python -I -S -c BOOT MODE TIMEOUT_S MEMORY_MB
+REPORT_BYTES`` (in ``namespace`` mode under ``unshare``) with an empty environment, ``/`` as the
+working directory and everything on stdin: first this module's source and that of its leaf
+``cases.py`` (the bootstrap, :data:`bugfix_gym.execution.sandbox.BOOT`, runs them as the top-level
+modules ``cases`` and ``sandbox_child``: the child opens no file of the checkout, so a checkout
+that ``nobody`` cannot read keeps namespace isolation), then the request: JSON ``{"source",
+"name", "args"}``, the argument lists only, never the expected values. It answers with one JSON object on the
 saved stdout, ``{"load_error": null | name, "outcomes": [...]}``, one outcome per argument
 list: ``["value", v]`` (a plain JSON value), ``["raised", exception name]``, ``["type", type
 name]`` (a value that is not plain JSON) or ``["big"]`` (too large to send). The parent trusts
 none of it: it checks the shape and the count and compares the values itself.
 
-Standard library only. ``-I`` keeps the script's folder off ``sys.path``, so the child appends
-it (after the standard library: no file there can shadow a standard module), imports its
-sibling leaf module ``cases.py`` as the top-level module ``cases``, and removes the
-folder again before any task code runs. (Imported as ``bugfix_gym.execution.sandbox_child``, it uses
-``bugfix_gym.execution.cases`` instead and touches no path.)
+Standard library only: ``-I -S`` puts nothing but the standard library on ``sys.path``, and the
+bootstrap has put ``cases`` in ``sys.modules``. (Imported as ``bugfix_gym.execution.sandbox_child``,
+it uses ``bugfix_gym.execution.cases`` instead.)
 
 Modes (:func:`bugfix_gym.execution.sandbox.available_isolation` picks one):
 
@@ -38,11 +39,8 @@ import sys
 
 if __package__:  # imported as bugfix_gym.execution.sandbox_child (documentation tools, type checkers)
     from . import cases as execution
-else:  # run as the sandbox child: the leaf module next to this file, as a top-level module
-    sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+else:  # loaded by the child's bootstrap, which put the leaf module ``cases`` in sys.modules first
     import cases as execution  # type: ignore[no-redef]
-
-    del sys.path[-1]
 
 UNPRIVILEGED_UID = 65534  # "nobody"
 MAX_VALUE_CHARS = 100_000  # a returned value longer than this as JSON comes back as ["big"]
@@ -59,10 +57,17 @@ def _limit(resource_module, which: str, value: int) -> None:
         pass  # a limit the OS refuses (or one already lower); the wall clock still holds
 
 
-def _libc():
-    import ctypes
+_LIBC: tuple = ()
 
-    return ctypes, ctypes.CDLL(None, use_errno=True)
+
+def _libc():
+    """``(ctypes, the C library)``, loaded once per process (a worker's grandchildren inherit it)."""
+    global _LIBC
+    if not _LIBC:
+        import ctypes
+
+        _LIBC = (ctypes, ctypes.CDLL(None, use_errno=True))
+    return _LIBC
 
 
 def _no_new_privileges() -> None:
