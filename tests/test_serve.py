@@ -276,6 +276,19 @@ def test_tool_schemas_name_the_five_calls_and_round_trip_every_call():
     assert call_of_tool_call({"function": {"name": "edit", "arguments": "{broken"}}) == "edit"
 
 
+def test_closing_the_server_joins_every_thread_it_started(model_file):
+    """A connection thread (or the deadline watchdog) that outlives ``server_close`` can free the last
+    reference to the model while the interpreter exits, which aborts ``serve`` at Ctrl-C (SIGABRT)."""
+    with serving(model_file, NAME, log_requests=False) as server:
+        idle = socket.create_connection(server.server_address[:2])  # a keep-alive client that never writes
+        status, _ = _request(server.url + "/models")
+        assert status == 200
+        threads = [server._watchdog, *server._connection_threads]
+        assert len(threads) >= 3 and all(t.is_alive() for t in threads[:1])
+    idle.close()
+    assert not any(t.is_alive() for t in threads)
+
+
 def test_serve_command_starts_and_refuses_bad_models_in_one_line(model_file, tmp_path, capsys):
     assert main(["serve", str(tmp_path / "missing.zip")]) == 2
     assert "no model file" in capsys.readouterr().err

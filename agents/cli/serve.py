@@ -124,11 +124,13 @@ class ChatServer(ThreadingHTTPServer):
         self.refused = 0  # connections answered 503 by the accept loop
         self._lock = threading.Lock()
         self._open = 0
+        self._connections: set[socket.socket] = set()
+        self._connection_threads: list[threading.Thread] = []  # joined by server_close
         self.turns = Turns()
         self._deadlines: dict[int, tuple[float, ChatHandler]] = {}
         self._stop = threading.Event()
-        super().__init__((host, address[1]), ChatHandler)
         self._watchdog = threading.Thread(target=self._watch, name="bugfix-gym-serve-deadlines", daemon=True)
+        super().__init__((host, address[1]), ChatHandler)  # a failed bind calls server_close first
         self._watchdog.start()
 
     @property
@@ -143,23 +145,32 @@ class ChatServer(ThreadingHTTPServer):
         """A thread for the connection, or (over ``max_connections``) a 503 written from here."""
         with self._lock:
             full = self._open >= self.guard.max_connections
-            self._open += 0 if full else 1
+            if not full:
+                self._open += 1
+                self._connections.add(request)
         if full:
             self._refuse(request)
             return
+        thread = threading.Thread(target=self.process_request_thread, args=(request, client_address), daemon=True)
+        with self._lock:
+            self._connection_threads = [t for t in self._connection_threads if t.is_alive()]
+            self._connection_threads.append(thread)
         try:
-            super().process_request(request, client_address)
+            thread.start()
         except BaseException:
-            with self._lock:
-                self._open -= 1
+            self._done(request)
             raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
-            with self._lock:
-                self._open -= 1
+            self._done(request)
+
+    def _done(self, request: socket.socket) -> None:
+        with self._lock:
+            self._open -= 1
+            self._connections.discard(request)
 
     def _refuse(self, sock: socket.socket) -> None:
         """Answer 503 without a thread and close: nothing here waits on the client."""
@@ -200,9 +211,21 @@ class ChatServer(ThreadingHTTPServer):
             for handler in late:
                 handler.expire()
 
-    def server_close(self) -> None:
+    def server_close(self, drain_s: float = 5.0) -> None:
+        """Stop listening, close the open connections and join their threads (at most ``drain_s`` in all): a
+        connection thread that frees the last reference to the server, and with it the model's tensors, while
+        the interpreter exits aborts the process (``terminate called without an active exception``)."""
         self._stop.set()
         super().server_close()
+        with self._lock:
+            for sock in self._connections:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+            threads, self._connection_threads = self._connection_threads, []
+        end = time.monotonic() + drain_s
+        for thread in [self._watchdog, *threads]:
+            if thread.is_alive():
+                thread.join(max(0.0, end - time.monotonic()))
 
 
 class Turns:
