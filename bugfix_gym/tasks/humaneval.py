@@ -109,7 +109,7 @@ def check_cases(test_source: str, entry: str) -> tuple[RepairCase, ...]:
             continue
         if not _calls_candidate(stmt):  # assert True, 'This prints if this assert fails ...'
             continue
-        case = plain_call_case(stmt.test, "candidate") if isinstance(stmt, ast.Assert) else None
+        case: RepairCase | None = plain_call_case(stmt.test, "candidate") if isinstance(stmt, ast.Assert) else None
         if case is None:
             named = entry in _names(stmt) or any(entry in _names(s) for s in setup)
             prefix = [f"{entry} = candidate"] if named else []
@@ -208,7 +208,7 @@ def first_sentences(doc: str, entry: str = "", limit: int = STATEMENT_CHARS) -> 
     whole stays within ``limit`` characters; a first sentence longer than that is cut at a word, with
     ``...``. Printable ASCII, one line. The examples start at a ``>>>``, an ``Example(s)`` / ``For example``
     / ``Note`` / ``Constraints`` line or inline ``Example:``, or a call of ``entry`` written in the text."""
-    kept = []
+    kept: list[str] = []
     for line in doc.splitlines():
         if _EXAMPLES_START.match(line) and kept:
             break

@@ -1,6 +1,10 @@
 """User task packs: your own buggy functions, loaded from a JSON or TOML file and validated.
 
-A pack is a list of tasks, either the whole file (JSON list) or under a ``tasks`` key
+:func:`load_task_pack` reads both formats: this module's (v0, below) and BugFix-v1's, which a file declares
+with a top-level ``"format": "bugfix-gym/v1"`` (:mod:`bugfix_gym.tasks.packs_v1`: real bugs with no fix op,
+or correct functions to inject bugs into). A file without ``format`` (or ``"bugfix-gym/v0"``) is v0.
+
+A v0 pack is a list of tasks, either the whole file (JSON list) or under a ``tasks`` key
 (JSON object or TOML ``[[tasks]]`` tables). Each task has exactly these keys::
 
     name       the function's name (a Python identifier), unique in the pack
@@ -31,7 +35,7 @@ the task and what to change. Pack tasks get ``split="pack"`` and ``sandbox=True`
 code always runs in a contained child process) and are registered so the scripted oracle
 finds them.
 
-``python -m bugfix_gym.tasks.packs FILE`` checks a pack and lists its tasks.
+``python -m bugfix_gym.tasks.packs FILE`` checks a pack (either format) and lists its tasks.
 """
 
 from __future__ import annotations
@@ -43,12 +47,14 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..edits.ops import DEFECTS, FIX_OPS
+from . import packs_v1
 from .library import Task, name_taken, register, task_problems
 from .pack_files import (  # noqa: F401 (the limits and the error stay importable from here)
     MAX_CASES, MAX_NAME_CHARS, MAX_PACK_BYTES, MAX_SOURCE_CHARS, MAX_SOURCE_DEPTH, MAX_STATEMENT_CHARS,
     SOURCE_CHARS as _SOURCE_CHARS, TaskPackError, check_defines as _defines, parse_cases as _cases,
     read_pack_file as _read, short as _short, text_field as _text,
 )
+from .problems import Problem
 
 REQUIRED = ("name", "statement", "source", "fix_op", "visible", "hidden")
 OPTIONAL = ("defect",)
@@ -94,6 +100,12 @@ def _parse(raw: Any, where: str) -> Task:
                 uid=f"pack/{name}/{digest}")  # content in the uid: an edited pack is a different task
 
 
+def _parse_v0(raw: Any, where: str) -> Task:
+    """:func:`_parse`, after saying so when the entry is written in v1's keys in a file that does not declare v1."""
+    packs_v1.v1_key_in_v0_pack(raw, where)
+    return _parse(raw, where)
+
+
 def _check_name(task: Task, where: str) -> None:
     reason = name_taken(task.name)
     if reason is not None:
@@ -114,22 +126,27 @@ def task_from_dict(raw: Any, where: str = "task") -> Task:
     return task
 
 
-def load_task_pack(path: str | Path) -> list[Task]:
-    """Load, validate and register the tasks of a ``.json`` / ``.toml`` pack.
+def load_task_pack(path: str | Path) -> list[Any]:
+    """Load and validate the tasks of a ``.json`` / ``.toml`` pack, v0 or v1 (:mod:`bugfix_gym.tasks.packs_v1`:
+    a file that says ``"format": "bugfix-gym/v1"``).
 
     :param path: the pack file
-    :return: the tasks, ready for ``BugFixEnv(tasks=...)``
+    :return: a v0 pack's :class:`Task` s, registered and ready for ``BugFixEnv(tasks=...)``; a v1 pack's
+        :class:`~bugfix_gym.tasks.problems.RepairTask` s (buggy functions) and
+        :class:`~bugfix_gym.tasks.problems.Problem` s (correct functions to inject bugs into), in file order
     :raises TaskPackError: (a ``ValueError``) with a one-line message on any problem
     """
     path = Path(path)
     data = _read(path)
+    if packs_v1.file_format(data, path) == packs_v1.FORMAT_V1:
+        return list(packs_v1.load_v1(data, path))
     if isinstance(data, dict):
         if "tasks" not in data:
             raise TaskPackError(f"{path}: a pack needs a 'tasks' list (or a JSON list of tasks at the top level)")
         data = data["tasks"]
     if not isinstance(data, list) or not data:
         raise TaskPackError(f"{path}: 'tasks' must be a non-empty list of tasks")
-    tasks = [_parse(raw, f"{path}: task {i}") for i, raw in enumerate(data)]
+    tasks = [_parse_v0(raw, f"{path}: task {i}") for i, raw in enumerate(data)]
     for i, task in enumerate(tasks):  # names first: no code runs for a pack that cannot be used anyway
         if any(t.name == task.name for t in tasks[:i]):
             raise TaskPackError(f"{path}: task {i} ({task.name}): the name is used twice in the pack")
@@ -147,7 +164,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m bugfix_gym.tasks.packs FILE...``: validate packs, list their tasks."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m bugfix_gym.tasks.packs", description="Check BugFix task packs.")
+    parser = argparse.ArgumentParser(prog="python -m bugfix_gym.tasks.packs",
+                                     description="Check BugFix task packs (v0, or v1: \"format\": \"bugfix-gym/v1\").")
     parser.add_argument("files", nargs="+", help=".json or .toml task pack")
     args = parser.parse_args(argv)
     status = 0
@@ -160,7 +178,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         print(f"{file}: {len(tasks)} task{'s' if len(tasks) != 1 else ''} ok")
         for task in tasks:
-            print(f"  {task.name:24s} {task.fix_op:15s} {len(task.visible)} visible / {len(task.hidden)} hidden")
+            if isinstance(task, Task):
+                name, kind = task.name, task.fix_op
+            else:  # v1: a buggy function (a RepairTask) or a correct one to inject bugs into (a Problem)
+                name = task.pid.rpartition("/")[2] if isinstance(task, Problem) else task.name
+                kind = "correct" if isinstance(task, Problem) else ("buggy+fixed" if task.fixed_source else "buggy")
+            print(f"  {name:24s} {kind:15s} {len(task.visible)} visible / {len(task.hidden)} hidden")
     return status
 
 

@@ -31,6 +31,9 @@ from . import book_tasks
 from .problems import Problem, normalise_source
 from .templates import TEMPLATES, WORDS, Template
 
+Row = tuple[str, str, str, str, Sequence[tuple], str]
+"""(pid, entry, statement, correct source, inputs, split)."""
+
 N_VISIBLE = 3  # v0's visible cases: the first three
 BOOK_SPLITS = ("train", "heldout")
 TEMPLATE_SPLITS = ("train", "heldout", "test")
@@ -59,18 +62,18 @@ def template_inputs(template: Template) -> list[tuple]:
     return inputs
 
 
-def _book_rows() -> list[tuple[str, str, str, str, Sequence[tuple], str]]:
-    """(pid, entry, statement, correct source, inputs, split) of every book task."""
-    rows = []
+def _book_rows() -> list[Row]:
+    """A :data:`Row` per book task."""
+    rows: list[Row] = []
     for split, table in (("train", book_tasks.TRAIN), ("heldout", book_tasks.HELDOUT)):
         for name, statement, correct, _fix_op, inputs in table:
             rows.append((f"book/{name}", name, statement, textwrap.dedent(correct), inputs, split))
     return rows
 
 
-def _template_rows() -> list[tuple[str, str, str, str, Sequence[tuple], str]]:
-    """(pid, entry, statement, correct source, inputs, split) of every template."""
-    rows = []
+def _template_rows() -> list[Row]:
+    """A :data:`Row` per template."""
+    rows: list[Row] = []
     for split in TEMPLATE_SPLITS:
         for template in TEMPLATES[split]:
             names = template_names(template)
@@ -80,7 +83,7 @@ def _template_rows() -> list[tuple[str, str, str, str, Sequence[tuple], str]]:
     return rows
 
 
-def _problems(rows: list[tuple[str, str, str, str, Sequence[tuple], str]], origin: str) -> tuple[Problem, ...]:
+def _problems(rows: list[Row], origin: str) -> tuple[Problem, ...]:
     sources = [normalise_source(row[3]) for row in rows]
     jobs = [Job(source, row[1], tuple(CallCase(tuple(args), None) for args in row[4]))
             for source, row in zip(sources, rows)]
