@@ -124,7 +124,7 @@ def make_file(records: Sequence[dict[str, Any]] | None = None, checks: tuple[dic
 
 
 def dumps(content: dict[str, Any]) -> str:
-    """The file's text: JSON, one split's ids on few lines, a newline at the end."""
+    """The file's text: indented JSON (one id a line: a changed split reads as a short diff), ending in a newline."""
     return json.dumps(content, indent=1) + "\n"
 
 
