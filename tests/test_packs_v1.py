@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import copy
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -114,16 +112,15 @@ def test_toml_v1_pack(tmp_path):
     assert task.hidden == (CallCase((4,), 2), CallCase((9,), 4)) and task.fixed_source is None
 
 
-def test_the_cli_checks_either_format(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "bugfix_gym.tasks.packs", str(BUGGY_PACK), str(CORRECT_PACK),
-                          str(EXAMPLES / "task_pack_example.json")], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert "8 tasks ok" in out.stdout and "buggy+fixed" in out.stdout and "correct" in out.stdout
-    assert "swap_minmax" in out.stdout  # the v0 pack, listed as before
+def test_the_cli_checks_either_format(tmp_path, capsys):
+    assert packs.main([str(BUGGY_PACK), str(CORRECT_PACK), str(EXAMPLES / "task_pack_example.json")]) == 0
+    out = capsys.readouterr().out
+    assert "8 tasks ok" in out and "buggy+fixed" in out and "correct" in out
+    assert "swap_minmax" in out  # the v0 pack, listed as before
     broken = _write(tmp_path, [dict(GOOD, statement="two\nlines")])
-    out = subprocess.run([sys.executable, "-m", "bugfix_gym.tasks.packs", str(broken)], capture_output=True,
-                         text=True, timeout=120)
-    assert out.returncode == 1 and out.stderr.count("\n") == 1 and "'statement' must be one line" in out.stderr
+    assert packs.main([str(broken)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'statement' must be one line" in err
 
 
 # ---------------------------------------------------------------------------------------------- one-line errors
