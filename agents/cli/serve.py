@@ -331,7 +331,7 @@ class ChatHandler(BaseHTTPRequestHandler):
         self.server.watch(self, None)
         with contextlib.suppress(OSError):
             super().finish()
-        if self.close_connection and not self.body_read and self._declares_body():
+        if self.close_connection and not self.body_read and not self.expired and self._declares_body():
             self._linger()
 
     def _declares_body(self) -> bool:
@@ -342,7 +342,8 @@ class ChatHandler(BaseHTTPRequestHandler):
     def _linger(self) -> None:
         """After answering a request whose body was not read (a 413, a 401, refused framing), stop writing and read
         and drop what the client still sends, for at most :data:`LINGER_S` and :data:`LINGER_BYTES`: closing
-        over unread bytes resets the connection, and a client still sending its body then loses the answer."""
+        over unread bytes resets the connection, and a client still sending its body then loses the answer. Not after a
+        deadline: a client that slow is not waited for."""
         sock, left, end = self.connection, LINGER_BYTES, time.monotonic() + LINGER_S
         with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_WR)
