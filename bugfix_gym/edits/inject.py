@@ -251,10 +251,6 @@ def _statement_variants(slot: Slot, ctx: _Context) -> Iterator[tuple[str, str, R
         yield "line_dup", "", dup
 
 
-def _is_var(node: ast.AST, ctx: _Context) -> bool:
-    return isinstance(node, ast.Name) and node.id in ctx.variables
-
-
 def _var_variants(slot: Slot, ctx: _Context) -> Iterator[tuple[str, str, Recipe]]:
     node = slot.node
     if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in ctx.variables

@@ -58,7 +58,7 @@ MUTATION_DOC: Mapping[str, str] = MappingProxyType({
     "swap": "swap two neighbouring operands / arguments / elements / slice bounds / subscripts; no ARG where "
             "there are two, else ARG = cI (swap I and I + 1)",
     "name": "replace a Name (read or assigned), or a True / False / None, by another identifier; ARG = nK or a "
-            "fixed word used as a name in the source (any builtin word where the name is called)",
+            "fixed word the source uses as a variable (any builtin word where the name is called)",
     "attr": "replace an attribute or method name; ARG = a method word or nK of a name used as an attribute",
     "const": "replace a literal (number, string, True / False / None, a negative number, an empty [] {} ()); "
              "ARG = a constant word",
@@ -71,7 +71,8 @@ MUTATION_DOC: Mapping[str, str] = MappingProxyType({
               "operand of and / or, any comparison or and / or)",
     "wrap": "e -> f(e), f a builtin word of WRAP_WORDS (a value: name, call, subscript, attribute, "
             "arithmetic, display, comprehension)",
-    "extend_and": "c -> c and x (where negate applies, and on not c); ARG = nK, a name word or a constant word",
+    "extend_and": "c -> c and x (where negate applies, and on not c); ARG = nK, a fixed word the source uses as a "
+                  "variable, or a constant word",
     "extend_or": "c -> c or x (as extend_and)",
     "extend_add": "e -> e + x (where plus1 applies); ARG as extend_and",
     "extend_sub": "e -> e - x (as extend_add)",
@@ -290,7 +291,8 @@ def site_table(tree: ast.Module) -> SiteTable:
 # ---------------------------------------------------------------------------------------------- names
 def _named_nodes(tree: ast.AST) -> Iterator[tuple[int, int, str, str]]:
     """``(line, col, identifier, kind)`` of every Name, parameter and attribute outside imports and annotations;
-    kind is ``'name'`` (a Name or a parameter), ``'attr'`` or ``'declared'`` (in a global / nonlocal statement)."""
+    kind is ``'name'`` (a Name read), ``'var'`` (a Name assigned, or a parameter), ``'attr'`` or ``'declared'`` (in a
+    global / nonlocal statement)."""
     todo: list[ast.AST] = [tree]
     while todo:
         node = todo.pop()
@@ -299,9 +301,9 @@ def _named_nodes(tree: ast.AST) -> Iterator[tuple[int, int, str, str]]:
         if isinstance(node, (ast.Global, ast.Nonlocal)):
             yield from ((node.lineno, node.col_offset, ident, "declared") for ident in node.names)
         if isinstance(node, ast.Name):
-            yield node.lineno, node.col_offset, node.id, "name"
+            yield node.lineno, node.col_offset, node.id, "name" if isinstance(node.ctx, ast.Load) else "var"
         elif isinstance(node, ast.arg):
-            yield node.lineno, node.col_offset, node.arg, "name"
+            yield node.lineno, node.col_offset, node.arg, "var"
         elif isinstance(node, ast.Attribute):
             yield node.end_lineno or node.lineno, node.end_col_offset or 0, node.attr, "attr"
         for field, value in ast.iter_fields(node):
@@ -318,7 +320,7 @@ class Names:
     """The names of a source: the table (``nK`` -> identifier) and what the argument sets draw on."""
 
     table: tuple[str, ...]
-    name_words: tuple[str, ...]  # fixed identifier words the source uses as names, in ARGS order
+    name_words: tuple[str, ...]  # fixed identifier words the source uses as variables, in ARGS order
     attr_slots: tuple[str, ...]  # the nK whose identifier is used as an attribute
     declared: frozenset[str]     # identifiers of global / nonlocal statements (never an argument)
 
@@ -343,7 +345,7 @@ def _names(tree: ast.Module) -> Names:
             continue
         if kind == "attr":
             attrs.add(ident)
-        elif ident in IDENT_WORDS:
+        elif kind == "var" and ident in IDENT_WORDS:
             words.add(ident)
         if ident not in IDENT_WORDS and ident not in table and len(table) < MAX_NAMES:
             table.append(ident)
