@@ -111,6 +111,11 @@ POSITIONS: tuple[str, ...] = ("c0", "c1", "c2", "c3")
 ARGS: tuple[str, ...] = NAME_SLOTS + OPERATOR_WORDS + BUILTIN_WORDS + METHOD_WORDS + CONSTANT_WORDS + POSITIONS
 """The argument head's vocabulary: the names table's slots, operator, builtin, method and constant words, positions."""
 
+MUTATION_INDEX: Mapping[str, int] = MappingProxyType({w: i for i, w in enumerate(MUTATIONS)})
+"""A mutation word's index in the mutation head."""
+ARG_INDEX: Mapping[str, int] = MappingProxyType({w: i for i, w in enumerate(ARGS)})
+"""An argument word's index in the argument head (``None``, no argument, has none: the env decides its slot)."""
+
 IDENT_WORDS: frozenset[str] = frozenset(BUILTIN_WORDS + METHOD_WORDS)
 """The fixed words that are identifiers: never in a names table, written as themselves."""
 
@@ -663,9 +668,10 @@ def is_legal(source: str, edit: Edit) -> bool:
 
 
 __all__: tuple[str, ...] = (
-    "ARGS", "ARITH_OPS", "ASSIGN_OPS", "BIT_ASSIGN_OPS", "BIT_OPS", "BOOL_OPS", "BUILTIN_WORDS", "COMPARE_OPS",
-    "CONSTANT_WORDS", "Analysis", "Edit", "EditError", "IDENTITY_OPS", "IDENT_WORDS", "MAX_EXPRS", "MAX_LINES",
-    "MAX_NAMES", "MEMBER_OPS", "METHOD_WORDS", "MUTATIONS", "MUTATION_DOC", "NAME_SLOTS", "Names", "OPERATOR_WORDS",
-    "POSITIONS", "SiteTable", "Slot", "WRAP_WORDS", "analysis", "constant_node", "edit_list", "is_legal",
-    "legal_edits", "names_line", "names_table", "normalise", "op_node", "op_word", "site_table",
+    "ARGS", "ARG_INDEX", "ARITH_OPS", "ASSIGN_OPS", "BIT_ASSIGN_OPS", "BIT_OPS", "BOOL_OPS", "BUILTIN_WORDS",
+    "COMPARE_OPS", "CONSTANT_WORDS", "Analysis", "Edit", "EditError", "IDENTITY_OPS", "IDENT_WORDS", "MAX_EXPRS",
+    "MAX_LINES", "MAX_NAMES", "MEMBER_OPS", "METHOD_WORDS", "MUTATIONS", "MUTATION_DOC", "MUTATION_INDEX", "NAME_SLOTS",
+    "Names", "OPERATOR_WORDS", "POSITIONS", "SiteTable", "Slot", "WRAP_WORDS", "analysis", "constant_node",
+    "edit_list", "is_legal", "legal_edits", "names_line", "names_table", "normalise", "op_node", "op_word",
+    "site_table",
 )
