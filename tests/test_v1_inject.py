@@ -107,13 +107,13 @@ def test_defect_class_table_examples_are_what_the_engine_injects():
 def test_injections_round_trip_on_humaneval_problems():
     from bugfix_gym.tasks.humaneval import humaneval_problems
 
-    problems = random.Random(3).sample(humaneval_problems("all"), 10)
+    problems = random.Random(3).sample(humaneval_problems("all"), 6)
     total = 0
     for problem in problems:
         for inj in injections(problem.source, problem.entry):
             _check_round_trip(problem.source, inj)
             total += 1
-    assert total > 200
+    assert total > 150
 
 
 def test_injection_only_touches_the_entry_function():
