@@ -72,7 +72,8 @@ def dump_format(e: dict) -> dict:
                per_token_loss=[0.0] * n + e["loss_weights"])
     for key in ("logprobs", "old_logprobs", "new_logprobs"):
         out[key] = [0.0] * n + e[key]
-    out["turns"] = [dict(t, start=t["start"] + n, end=t["end"] + n) if "start" in t else t for t in e["turns"]]
+    if "turns" in e:
+        out["turns"] = [dict(t, start=t["start"] + n, end=t["end"] + n) if "start" in t else t for t in e["turns"]]
     return out
 
 

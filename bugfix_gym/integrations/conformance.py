@@ -416,8 +416,8 @@ def check_group_shares_reset(batch: Sequence[Episode], options: dict[str, Any]) 
                 return (f"group {group!r}: episode {e}'s reset key {_short(key)} differs from episode {e0}'s "
                         f"{_short(key0)}")
             if prompt != prompt0:
-                t = next((i for i, (a, b) in enumerate(zip(prompt, prompt0)) if a != b), min(len(prompt),
-                                                                                              len(prompt0)))
+                t = next((i for i, (a, b) in enumerate(zip(prompt, prompt0)) if a != b),
+                         min(len(prompt), len(prompt0)))
                 return (f"group {group!r}: episode {e}'s prompt ids differ from episode {e0}'s at prompt token "
                         f"{t} ({len(prompt)} and {len(prompt0)} ids)")
     return None
@@ -564,7 +564,8 @@ def _spans(episode: Episode, role: str) -> list[tuple[int, int]]:
 def run_checks(batch: Sequence[Any], *, tokenizer: Tokenizer | None = None,
                end_ids: Iterable[int] | None = None, only: Iterable[str] | None = None,
                ratio_tol: float = 1e-5, logprob_tol: float = 1e-3, normaliser_tol: float = 1e-3,
-               tool_end_ids: Sequence[int] | None = None, strict: bool = False) -> list[CheckResult]:
+               tool_end_ids: Sequence[int] | None = None, strict: bool = False,
+               allow_skip: Iterable[str] = ()) -> list[CheckResult]:
     """Every registered check on ``batch`` (or those named in ``only``).
 
     An episode whose ``turns`` give no spans gets them from its ids (:func:`derive_spans`): a model turn runs
@@ -584,12 +585,15 @@ def run_checks(batch: Sequence[Any], *, tokenizer: Tokenizer | None = None,
         generation prompt, ours with ``<turn>``; default: read off the tokenizer, :func:`tool_end_of`)
     :param strict: a check skipped for lack of a field or an option fails (``--strict``); one with nothing to
         check in this batch (no groups, no tool output) still skips
+    :param allow_skip: checks ``strict`` lets skip all the same (a trainer that cannot dump what they read, e.g.
+        ``prefix_preserved`` for one that keeps no per-turn ids)
     :return: one :class:`CheckResult` per check, in registration order
     :raises ValueError: an episode that is not one, or an unknown check name (one line)
     """
     batch = [normalise(episode, e) for e, episode in enumerate(batch)]
     names = list(CHECKS) if only is None else list(only)
-    unknown = [n for n in names if n not in CHECKS]
+    allowed = set(allow_skip)
+    unknown = [n for n in [*names, *allowed] if n not in CHECKS]
     if unknown:
         raise ValueError(f"unknown conformance check(s) {unknown}; use some of {', '.join(CHECKS)}")
     ends = set(end_ids or ())
@@ -609,7 +613,7 @@ def run_checks(batch: Sequence[Any], *, tokenizer: Tokenizer | None = None,
         try:
             where = function(batch, options)
         except Skip as why:
-            if strict and why.missing:
+            if strict and why.missing and name not in allowed:
                 results.append(CheckResult(name, bug, "FAIL", f"--strict: skipped for lack of what it reads: {why}",
                                            missing=True))
             else:
@@ -655,8 +659,8 @@ def derive_spans(ids: Sequence[int], mask: Sequence[Any], end_ids: set[int], too
             break
         start = j + 1
         if tool_end:
-            k = next((t for t in range(start, n - len(tool_end) + 1) if list(ids[t:t + len(tool_end)]) == tool_end),
-                     None)
+            k = next((t for t in range(start, n - len(tool_end) + 1)
+                      if list(ids[t:t + len(tool_end)]) == tool_end), None)
             end = n if k is None else k + len(tool_end)
         else:
             end = next((t for t in range(start + 1, n) if mask[t] and not mask[t - 1]), n) if not mask[start] \
@@ -864,6 +868,9 @@ def add_arguments(parser: Any) -> None:
     parser.add_argument("--strict", action="store_true",
                         help="a check skipped for lack of a field or an option fails (exit 1); one with nothing "
                              "to check in this batch (no groups, no tool output) still skips")
+    parser.add_argument("--allow-skip", default="", metavar="CHECKS",
+                        help="comma-separated checks --strict lets skip (e.g. prefix_preserved for a trainer that "
+                             "keeps no per-turn ids)")
     parser.add_argument("--logprob-tol", type=float, default=1e-3, metavar="X",
                         help="sampler_matches_trainer's largest |sampler - trainer| log-prob gap (default 1e-3)")
     parser.add_argument("--ratio-tol", type=float, default=1e-5, metavar="X",
@@ -894,7 +901,8 @@ def run_command(args: Any, prog: str = "bugfix-gym conformance") -> int:
             print(f"{prog}: error: --{flag.replace('_', '-')} takes comma-separated integer ids, got "
                   f"{getattr(args, flag)!r}", file=sys.stderr)
             return 2
-    tols = {"logprob_tol": getattr(args, "logprob_tol", 1e-3), "ratio_tol": getattr(args, "ratio_tol", 1e-5)}
+    tols: dict[str, float] = {"logprob_tol": getattr(args, "logprob_tol", 1e-3),
+                              "ratio_tol": getattr(args, "ratio_tol", 1e-5)}
     bad = [k for k, v in tols.items() if not (math.isfinite(v) and v > 0)]
     if bad:
         print(f"{prog}: error: --{bad[0].replace('_', '-')} must be a positive number, got {tols[bad[0]]}",
@@ -907,8 +915,10 @@ def run_command(args: Any, prog: str = "bugfix-gym conformance") -> int:
             "give the tokenizer file bugfix-gym train --dump wrote (DUMP.tokenizer.json), a tokenizer.json or a "
             "save_pretrained folder")
         episodes = _read(load_dump, args.dump, "", "give a dump file (one JSON episode per line)")
+        allowed = [name.strip() for name in getattr(args, "allow_skip", "").split(",") if name.strip()]
         results = run_checks(episodes, end_ids=ids["end_ids"], tokenizer=tokenizer,
-                             tool_end_ids=ids["tool_end_ids"], strict=strict, **tols)
+                             tool_end_ids=ids["tool_end_ids"], strict=strict, allow_skip=allowed,
+                             logprob_tol=tols["logprob_tol"], ratio_tol=tols["ratio_tol"])
     except ValueError as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2

@@ -202,8 +202,8 @@ def check_safetensors(blob: bytes, name: str) -> dict[str, Any]:
             raise ValueError(f"{name}: tensor {key[:60]!r} has dtype {str(dtype)[:10]!r}; a model may hold "
                              f"{', '.join(SAFETENSORS_DTYPES)}")
         shape, offsets = info.get("shape"), info.get("data_offsets")
-        if not (isinstance(shape, list) and len(shape) <= 8 and all(isinstance(d, int) and 0 <= d <= 2**31
-                                                                   for d in shape)):
+        if not (isinstance(shape, list) and len(shape) <= 8
+                and all(isinstance(d, int) and 0 <= d <= 2**31 for d in shape)):
             raise ValueError(f"{name}: tensor {key[:60]!r} has no shape of whole numbers")
         if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)
                 and 0 <= offsets[0] <= offsets[1] <= data_bytes):
@@ -247,8 +247,9 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
     weights = path / "model.safetensors"
     if not weights.exists():
         found = ", ".join(sorted(p.name for p in path.iterdir() if p.suffix in (".bin", ".safetensors", ".pt")))
-        raise ValueError(f"{path} holds no model.safetensors{f' (it has {found}; pickled weights are not read)' if found else ''}; "
-                         "save the model with save_pretrained (safe_serialization, one shard)")
+        also = f" (it has {found}; pickled weights are not read)" if found else ""
+        raise ValueError(f"{path} holds no model.safetensors{also}; save the model with save_pretrained "
+                         "(safe_serialization, one shard)")
     blob = _read(weights, MAX_WEIGHTS_BYTES, "model.safetensors")
     header = check_safetensors(blob, str(weights))
     tokenizer = read_tokenizer(path)
