@@ -59,6 +59,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "GRPO stops early when what is left would not hold the last evaluation (0: no budget)")
     p.add_argument("--bf16", action="store_true", help="bf16 autocast (TRL's default) instead of float32: the "
                    "sampler's and the trainer's log-probs then differ by up to ~0.03 (sampler_matches_trainer)")
+    p.add_argument("--init", default="", metavar="DIR", help="start GRPO from this save_pretrained model (e.g. an "
+                   "earlier run's OUT/sft/model) instead of running the SFT")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="runs/trl_grpo")
     return p.parse_args(argv)
@@ -186,9 +188,14 @@ def main(argv=None) -> None:
 
     os.makedirs(args.out, exist_ok=True)
     tokenizer = chat_tokenizer()
-    model = tiny_causal_lm(tokenizer, seed=args.seed)
     start = time.time()
-    sft(model, tokenizer, args)
+    if args.init:
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(args.init, dtype=torch.float32)
+    else:
+        model = tiny_causal_lm(tokenizer, seed=args.seed)
+        sft(model, tokenizer, args)
     model.save_pretrained(f"{args.out}/sft/model")  # beta > 0: TRL loads its reference model from this path
     model.config._name_or_path = f"{args.out}/sft/model"
     eval_start = time.time()
