@@ -275,7 +275,8 @@ def serving(model: str | Path | TokenOnPolicyAlgorithm, model_name: str = "bugfi
     """A :class:`ChatServer` answering in a background thread for the ``with`` block, then shut down:
     ``with serving("tokenppo.zip") as server: client(base_url=server.url)``.
 
-    :param model: a model file, or a loaded algorithm (its policy's decoding as it is)
+    :param model: a model file, a ``save_pretrained`` folder (:mod:`agents.cli.serve_hf`), or a loaded algorithm
+        (its policy's decoding as it is)
     :param model_name: the served name
     :param host: the address (default: local only)
     :param port: the port (0: a free one)
@@ -283,9 +284,14 @@ def serving(model: str | Path | TokenOnPolicyAlgorithm, model_name: str = "bugfi
     """
     from agents.algorithms.presets import load_algorithm
     from agents.bugfix.chat_agent import ChatAgent
+    from agents.cli.serve_hf import load_served
 
-    loaded = load_algorithm(model) if isinstance(model, (str, Path)) else model
-    server = ChatServer((host, port), ChatAgent(loaded), model_name, **kwargs)
+    agent: ChatAgent | HFChatModel
+    if isinstance(model, (str, Path)) and Path(model).is_dir():
+        agent = load_served(Path(model))
+    else:
+        agent = ChatAgent(load_algorithm(model) if isinstance(model, (str, Path)) else model)
+    server = ChatServer((host, port), agent, model_name, **kwargs)
     thread = threading.Thread(target=server.serve_forever, name="bugfix-gym-serve", daemon=True)
     thread.start()
     try:
@@ -567,7 +573,7 @@ def chat_completion(server: ChatServer, body: Any) -> dict[str, Any]:
     if isinstance(server.agent, HFChatModel):
         answers = server.agent.write(ids, n=request["n"], temperature=request["temperature"], seed=request["seed"],
                                      max_tokens=request["max_tokens"], top=top)
-        choices = [hf_choice(i, a, server.agent, request) for i, a in enumerate(answers)]
+        choices = [hf_choice(i, a, server.agent, request, ids) for i, a in enumerate(answers)]
         written = sum(len(a.tokens) for a in answers)
     else:
         if top and server.agent.policy.foresight is not None:
@@ -632,7 +638,8 @@ def choice(index: int, call: WrittenCall, tools: bool, logprobs: bool,
     return out
 
 
-def hf_choice(index: int, answer: HFAnswer, model: HFChatModel, request: dict[str, Any]) -> dict[str, Any]:
+def hf_choice(index: int, answer: HFAnswer, model: HFChatModel, request: dict[str, Any], prompt: list[int]
+              ) -> dict[str, Any]:
     """One ``choices`` entry of a folder's LM: its tool calls (read with the response template) when the request
     offered tools, else its text.
 
@@ -640,8 +647,9 @@ def hf_choice(index: int, answer: HFAnswer, model: HFChatModel, request: dict[st
     :param answer: the sampled answer
     :param model: the served model
     :param request: the read request
+    :param prompt: the chat's ids the answer continues
     """
-    calls = model.tool_calls(answer) if request["tools"] else []
+    calls = model.tool_calls(answer, prompt) if request["tools"] else []
     message: dict[str, Any] = {"role": "assistant", "content": None if calls else answer.text}
     if calls:
         message["tool_calls"] = [{"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function", "function": c}

@@ -13,6 +13,7 @@ read_checkpoint`: bounded files, a checked safetensors header) and its config is
 
 from __future__ import annotations
 
+import inspect
 import json
 import threading
 from dataclasses import dataclass, field
@@ -81,8 +82,9 @@ class HFChatModel:
         with self._lock:
             device = next(self.lm.parameters()).device
             feed = torch.tensor([ids] * n, device=device)  # [n, T]
+            arg = "cache" if "cache" in inspect.signature(self.lm.forward).parameters else "past_key_values"
             out = self.lm(input_ids=feed, use_cache=True)
-            cache = out.past_key_values
+            cache = out[arg]  # transformers >= 5.2x calls the KV cache "cache"
             tokens: list[list[int]] = [[] for _ in range(n)]
             logps: list[list[float]] = [[] for _ in range(n)]
             tops: list[list[list[tuple[int, float]]]] = [[] for _ in range(n)]
@@ -104,8 +106,8 @@ class HFChatModel:
                         live[b] = int(pick[b]) != eoc
                 if not any(live):
                     break
-                out = self.lm(input_ids=pick[:, None], past_key_values=cache, use_cache=True)
-                cache, logits = out.past_key_values, out.logits[:, -1].float()
+                out = self.lm(input_ids=pick[:, None], use_cache=True, **{arg: cache})
+                cache, logits = out[arg], out.logits[:, -1].float()
         return [HFAnswer(t, self.tok.decode(t), lp, bool(t) and t[-1] == eoc, tp)
                 for t, lp, tp in zip(tokens, logps, tops)]
 
@@ -113,14 +115,14 @@ class HFChatModel:
         """One id as text (its end-of-turn id included), for ``logprobs``."""
         return self.tok.decode([token], stop_at_eoc=False)
 
-    def tool_calls(self, answer: HFAnswer) -> list[dict[str, Any]]:
-        """The tool calls of an answer, read with the tokenizer's response template (``parse_response``); none
-        when it has none or the text does not parse."""
+    def tool_calls(self, answer: HFAnswer, prompt: list[int]) -> list[dict[str, Any]]:
+        """The tool calls of an answer, read with the tokenizer's response template (``parse_response``, after
+        the prompt ``prompt`` that the answer continues); none when it has none or the text does not parse."""
         hf = self.tok.hf
         if getattr(hf, "response_template", None) is None and getattr(hf, "response_schema", None) is None:
             return []
         try:
-            parsed = hf.parse_response(answer.tokens)
+            parsed = hf.parse_response(answer.tokens, prefix=list(prompt))
         except Exception:  # noqa: BLE001 - malformed text is an answer without calls, as TRL reads it
             return []
         calls = []
