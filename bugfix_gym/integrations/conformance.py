@@ -321,8 +321,10 @@ def check_retokenisation_stable(batch: Sequence[Episode], options: dict[str, Any
         raise Skip("no tokenizer given (--tokenizer)")
     end_ids = options.get("end_ids") or set()
     for e, episode in enumerate(batch):
-        ids, mask = list(episode["completion_ids"]), _field(episode, "mask")
+        ids, mask, sampled = list(episode["completion_ids"]), _field(episode, "mask"), _sampled_positions(episode)
         for start, end in _model_runs(mask):
+            if all(t in sampled for t in range(start, end)):
+                continue  # the sampler's own ids, trained as written
             end -= 1 if ids[end - 1] in end_ids else 0  # an end id is a control token, not text (ours has none)
             again = _encode(tokenizer, tokenizer.decode(ids[start:end]))
             if again != ids[start:end]:
@@ -332,15 +334,23 @@ def check_retokenisation_stable(batch: Sequence[Episode], options: dict[str, Any
     return None
 
 
-def _sampled_ids_trained(episode: Episode) -> bool:
-    """Every model turn of the episode has ``input_ids`` / ``output_ids``, and together they are the ids trained
-    (what the sampler wrote is what the trainer trains: no text in between)."""
-    turns = [t for t in episode.get("turns") or () if "input_ids" in t and "output_ids" in t]
+def _sampled_positions(episode: Episode) -> set[int]:
+    """The completion positions whose ids are what the sampler wrote, shown by a model turn's ``input_ids`` /
+    ``output_ids`` that the trained ids repeat (no text in between: nothing to re-tokenise there)."""
     full = list(episode["prompt_ids"]) + list(episode["completion_ids"])
-    written = sum(len(t["output_ids"]) for t in turns)
-    return bool(turns) and written == sum(1 for m in episode["mask"] if m) and all(
-        full[len(t["input_ids"]):len(t["input_ids"]) + len(t["output_ids"])] == list(t["output_ids"])
-        and full[:len(t["input_ids"])] == list(t["input_ids"]) for t in turns)
+    p, covered = len(episode["prompt_ids"]), set()
+    for t in episode.get("turns") or ():
+        if "input_ids" in t and "output_ids" in t:
+            n, out = len(t["input_ids"]), list(t["output_ids"])
+            if n >= p and full[:n] == list(t["input_ids"]) and full[n:n + len(out)] == out:
+                covered.update(range(n - p, n - p + len(out)))
+    return covered
+
+
+def _sampled_ids_trained(episode: Episode) -> bool:
+    """Every model token of the episode is covered by :func:`_sampled_positions`."""
+    covered = _sampled_positions(episode)
+    return all(t in covered for t, m in enumerate(episode["mask"]) if m)
 
 
 def _encode(tokenizer: Tokenizer, text: str) -> list[int]:

@@ -138,7 +138,8 @@ class BatchRecorder:
         logprobs: list[float | None] = [None] * len(completion)
         for inp, out, lps in sorted(self.turns, key=lambda t: len(t[0])):
             n = len(inp)
-            if n in seen or n < len(prompt) or full[:n] != inp or full[n:n + len(out)] != out:
+            out = out[:len(full) - n]  # TRL cuts a last turn that runs past max_completion_length: what was kept
+            if n in seen or n < len(prompt) or not out or full[:n] != inp or full[n:n + len(out)] != out:
                 continue
             seen.add(n)
             turns.append({"input_ids": inp, "output_ids": out})
