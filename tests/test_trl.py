@@ -304,13 +304,13 @@ def _grpo_config(tmp_path, **kwargs):
 
 def test_the_environment_factory_dump_carries_turns_sampler_logprobs_and_rewards(tokenizer, tmp_path):
     """TRL keeps neither per-turn ids nor (without vLLM) the sampler's log-probs: the recorder does."""
-    from datasets import Dataset
     from trl import GRPOTrainer
 
     from bugfix_gym.integrations.conformance import load_dump
     from bugfix_gym.integrations.trl_dump import conformance_dump_callback
 
-    trainer = GRPOTrainer(model=tiny_causal_lm(tokenizer, seed=0), args=_grpo_config(tmp_path, max_tool_calling_iterations=3),
+    trainer = GRPOTrainer(model=tiny_causal_lm(tokenizer, seed=0),
+                          args=_grpo_config(tmp_path, max_tool_calling_iterations=3),
                           train_dataset=make_dataset("train", n=4, seed=5), processing_class=tokenizer,
                           reward_funcs=[], environment_factory=BugFixToolEnv)
     trainer.add_callback(conformance_dump_callback(trainer, tmp_path / "first.jsonl"))

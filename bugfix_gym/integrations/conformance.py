@@ -338,7 +338,7 @@ def _sampled_positions(episode: Episode) -> set[int]:
     """The completion positions whose ids are what the sampler wrote, shown by a model turn's ``input_ids`` /
     ``output_ids`` that the trained ids repeat (no text in between: nothing to re-tokenise there)."""
     full = list(episode["prompt_ids"]) + list(episode["completion_ids"])
-    p, covered = len(episode["prompt_ids"]), set()
+    p, covered = len(episode["prompt_ids"]), set[int]()
     for t in episode.get("turns") or ():
         if "input_ids" in t and "output_ids" in t:
             n, out = len(t["input_ids"]), list(t["output_ids"])

@@ -80,9 +80,9 @@ class BatchRecorder:
     def __enter__(self) -> "BatchRecorder":
         trainer, model = self.trainer, self.trainer.model
         single, generate, rewards = trainer._generate_single_turn, model.generate, trainer._calculate_rewards
-        own = getattr(trainer, "rollout_func", None)
-        if isinstance(getattr(own, "turns", None), list):
-            own.turns.clear()
+        own_turns = getattr(getattr(trainer, "rollout_func", None), "turns", None)
+        if isinstance(own_turns, list):
+            own_turns.clear()
 
         def record_generate(*args: Any, **kwargs: Any) -> Any:
             import copy
@@ -94,7 +94,8 @@ class BatchRecorder:
             config = copy.deepcopy(kwargs["generation_config"])
             config.output_scores, config.return_dict_in_generate = True, True
             out = generate(*args, **dict(kwargs, generation_config=config))
-            start = (kwargs.get("input_ids") if kwargs.get("input_ids") is not None else args[0]).shape[1]
+            inputs: Any = kwargs.get("input_ids") if kwargs.get("input_ids") is not None else args[0]
+            start = inputs.shape[1]
             new = out.sequences[:, start:]  # [B, T_new]
             logps = torch.stack([torch.log_softmax(s.float(), -1) for s in out.scores], 1)  # [B, T_new, V]
             self._last = logps.gather(-1, new[..., None].long())[..., 0]  # [B, T_new]
@@ -131,7 +132,8 @@ class BatchRecorder:
         for turn in getattr(own, "turns", None) or ():
             self.turns.append((list(turn["input_ids"]), list(turn["output_ids"]), None))
 
-    def episode_turns(self, prompt: list[int], completion: list[int]) -> tuple[list[dict[str, Any]], list | None]:
+    def episode_turns(self, prompt: list[int], completion: list[int]
+                      ) -> tuple[list[dict[str, Any]], list[float | None]]:
         """The recorded model turns of one rollout (each ``input_ids`` / ``output_ids``), and the sampler's
         log-prob of each completion token (0 on the env's; None unless every model token has one)."""
         full, seen, turns = prompt + completion, set(), []
