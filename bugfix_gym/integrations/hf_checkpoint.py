@@ -1,7 +1,7 @@
 """Hugging Face files read as data: a ``save_pretrained`` directory (``config.json``, ``model.safetensors``,
 ``tokenizer.json``, ``tokenizer_config.json``, ``chat_template.jinja``) or a lone ``tokenizer.json``.
 
-Every file is read bounded (:func:`~bugfix_gym.integrations.conformance.read_bounded`: a regular file, at
+Every file is read bounded (:func:`~bugfix_gym.integrations.bounded_json.read_bounded`: a regular file, at
 most its limit), parsed as plain JSON, and checked before anything is built: the safetensors header's
 dtypes, shapes and offsets must describe exactly the bytes that follow it. Nothing is loaded through
 pickle, remote code or the network. :func:`read_tokenizer` gives a tokenizer for ``bugfix-gym conformance
@@ -30,7 +30,7 @@ SAFETENSORS_DTYPES = {"F32": 4, "BF16": 2, "F16": 2}
 
 
 def _read(path: Path, limit: int, what: str) -> bytes:
-    from .conformance import read_bounded
+    from .bounded_json import read_bounded
 
     try:
         return read_bounded(str(path), limit, what)
@@ -39,7 +39,7 @@ def _read(path: Path, limit: int, what: str) -> bytes:
 
 
 def _json(path: Path, limit: int, what: str) -> Any:
-    from .conformance import parse_json
+    from .bounded_json import parse_json
 
     blob = _read(path, limit, what)
     try:
@@ -186,7 +186,7 @@ def check_safetensors(blob: bytes, name: str) -> dict[str, Any]:
     if size > min(MAX_HEADER_BYTES, len(blob) - 8):
         raise ValueError(f"{name}: its header claims {size} bytes, more than the file holds; not a safetensors file")
     try:
-        from .conformance import parse_json
+        from .bounded_json import parse_json
 
         header = parse_json(blob[8:8 + size].decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
