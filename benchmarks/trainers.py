@@ -2,9 +2,9 @@
 policy) and TRL's ``GRPOTrainer`` (``environment_factory=BugFixToolEnv``) on the same tiny causal LM, side by side
 in one run on the CPU, one torch thread each.
 
-    python benchmarks/trainers.py                                # 8 batches of 16 episodes each, random init
     python benchmarks/trainers.py --init runs/trl_grpo/sft/model # both from examples/trl_grpo.py's SFT model
-    python benchmarks/trainers.py --quick                        # 2 batches of 8
+    python benchmarks/trainers.py                                # random init (TRL's rollouts then make no call)
+    python benchmarks/trainers.py --quick                        # 1 repeat of 2 batches of 8
 
 Both get the same LM weights (``tiny_causal_lm(chat_tokenizer())`` of ``--seed``, or ``--init``'s folder), the
 same BugFix train tasks, group size, batch, learning rate, KL coefficient, loss aggregation (``grpo``'s
@@ -13,7 +13,9 @@ same BugFix train tasks, group size, batch, learning rate, KL coefficient, loss 
 legal-call grammar (every call is one of the env's, ``edit fix_init<|end|>``) with the KV-cached sampler of
 ``agents.rollout``; TRL samples free text with ``generate`` and parses ``<call>edit op=fix_init</call>`` with the
 tokenizer's response template. Reported per trainer: env steps (tool calls played) per second, trained (model)
-tokens per second, the pass rate of the first and the last batch, the wall time; and ours / TRL.
+tokens per second, the pass rate of the first batch and of the last quarter of the batches, the wall time,
+and ours / TRL; ``--repeats`` runs both that many times, alternating which goes first (seed ``--seed + r``),
+and the table gives the medians (the machine is shared: one trainer's run must not meet the load alone).
 Needs .venv-trl (``make trl-venv``); docs/llm_trainers.md has the figures.
 """
 
@@ -86,15 +88,15 @@ def run_trl(args: argparse.Namespace) -> dict[str, float]:
 
     tokenizer = chat_tokenizer()
     rows = dataset_rows("train", n=args.batches * args.batch // args.group + 4, seed=args.seed)
-    config = GRPOConfig(output_dir="runs/bench_trainers/trl", per_device_train_batch_size=args.batch // 4,
+    config = GRPOConfig(output_dir=f"{args.out}/trl", per_device_train_batch_size=args.batch // 4,
                         steps_per_generation=4, num_iterations=4, num_generations=args.group,
                         max_completion_length=128, max_steps=args.batches * 16, learning_rate=args.lr,
                         beta=args.beta, loss_type="grpo", temperature=1.0, top_k=0, lr_scheduler_type="constant",
                         max_tool_calling_iterations=7, save_strategy="no", report_to="none", use_cpu=True,
                         bf16=False, seed=args.seed, logging_steps=16, disable_tqdm=True, log_completions=False)
     lm = start_model(args.init, args.seed)
-    lm.save_pretrained("runs/bench_trainers/start")  # beta > 0: TRL loads its reference model from the path
-    lm.config._name_or_path = "runs/bench_trainers/start"
+    lm.save_pretrained(f"{args.out}/start")  # beta > 0: TRL loads its reference model from the path
+    lm.config._name_or_path = f"{args.out}/start"
     trainer = GRPOTrainer(model=lm, args=config, processing_class=tokenizer,
                           train_dataset=Dataset.from_list(rows), reward_funcs=[],
                           environment_factory=partial(Counted, show_verdict=False))
@@ -127,11 +129,18 @@ def run_trl(args: argparse.Namespace) -> dict[str, float]:
             "last_pass": statistics.mean(means[-max(1, len(means) // 4):])}
 
 
+def with_rates(run: dict[str, float]) -> dict[str, float]:
+    rates = {"env steps/s": run["env_steps"] / run["wall_s"], "trained tokens/s": run["tokens"] / run["wall_s"]}
+    return dict(run, **rates)
+
+
+def median(runs: list[dict[str, float]]) -> dict[str, float]:
+    return {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+
+
 def table(ours: dict[str, float], trl: dict[str, float]) -> str:
     rows = [("episodes", "{:.0f}"), ("wall_s", "{:.1f}"), ("env_steps", "{:.0f}"), ("env steps/s", "{:.1f}"),
             ("tokens", "{:.0f}"), ("trained tokens/s", "{:.1f}"), ("first_pass", "{:.3f}"), ("last_pass", "{:.3f}")]
-    for r in (ours, trl):
-        r["env steps/s"], r["trained tokens/s"] = r["env_steps"] / r["wall_s"], r["tokens"] / r["wall_s"]
     lines = ["| | ours (grpo preset) | TRL GRPOTrainer | ours / TRL |", "|---|---|---|---|"]
     for key, fmt in rows:
         ratio = f"{ours[key] / trl[key]:.2f}" if trl[key] else "-"
@@ -139,7 +148,7 @@ def table(ours: dict[str, float], trl: dict[str, float]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> tuple[dict[str, float], dict[str, float]]:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--batches", type=int, default=8, help="GRPO batches (generations) per trainer")
@@ -149,16 +158,26 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--beta", type=float, default=0.04, help="KL coefficient (the grpo preset's)")
     p.add_argument("--init", default="", help="a save_pretrained model both start from (default: random init)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--quick", action="store_true", help="2 batches of 8")
+    p.add_argument("--repeats", type=int, default=3, help="runs of each trainer, alternating which goes first")
+    p.add_argument("--quick", action="store_true", help="1 repeat of 2 batches of 8")
+    p.add_argument("--out", default="runs/bench_trainers", help="where TRL's start model and output go")
     args = p.parse_args(argv)
     if args.quick:
-        args.batches, args.batch = 2, 8
+        args.repeats, args.batches, args.batch = 1, 2, 8
     torch.set_num_threads(1)
-    ours = run_ours(args)
-    print(f"ours: {ours}", flush=True)
-    trl = run_trl(args)
-    print(f"TRL: {trl}", flush=True)
+    runs: dict[str, list[dict[str, float]]] = {"ours": [], "TRL": []}
+    seed = args.seed
+    for r in range(args.repeats):
+        args.seed = seed + r
+        for name in (("ours", "TRL") if r % 2 == 0 else ("TRL", "ours")):
+            result = with_rates(run_ours(args) if name == "ours" else run_trl(args))
+            runs[name].append(result)
+            print(f"repeat {r} (seed {args.seed}) {name}: " + ", ".join(f"{k} {v:.3g}" for k, v in result.items()),
+                  flush=True)
+    ours, trl = median(runs["ours"]), median(runs["TRL"])
+    print(f"medians of {args.repeats} repeat(s):")
     print(table(ours, trl))
+    return ours, trl
 
 
 if __name__ == "__main__":

@@ -387,3 +387,17 @@ def test_a_tool_output_in_the_mask_fails_a_real_trl_dump_with_and_without_turns(
         batch = episodes if with_turns else [{k: v for k, v in e.items() if k != "turns"} for e in episodes]
         result = {r.name: r for r in run_checks(batch, tokenizer=tok)}["tool_spans_masked"]
         assert result.failed and "tool output 0 has mask 1" in result.detail, result
+
+
+@pytest.mark.slow
+def test_the_trainers_benchmark_runs_both_trainers_on_the_same_episodes(tmp_path, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "trainers.py"
+    spec = importlib.util.spec_from_file_location("benchmark_trainers", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    ours, trl = module.main(["--batches", "1", "--batch", "8", "--out", str(tmp_path)])
+    assert ours["episodes"] == trl["episodes"] == 8 and ours["env_steps"] > 0 and ours["tokens"] > 0
+    assert "| env steps/s |" in capsys.readouterr().out
