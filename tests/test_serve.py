@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -235,6 +236,21 @@ def test_oversized_bodies_and_unknown_routes(server):
     assert got == 413 and answer["error"]["code"] == "request_too_large"
     assert _request(server.url + "/completions", raw=b"{}")[0] == 404
     assert _request(server.url + "/nowhere")[1]["error"]["code"] == "unknown_route"
+
+
+def test_a_client_still_sending_a_refused_body_reads_the_answer(server):
+    """The 413 goes out before the body is read; closing over the unread bytes would reset the connection, and a
+    client still sending its body would lose the answer (urllib did, now and then, under load)."""
+    with socket.create_connection(server.server_address[:2], timeout=30) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n" % (MAX_BODY_BYTES + 1))
+        sock.recv(1, socket.MSG_PEEK)  # the answer has arrived: the server has not read the body
+        time.sleep(0.2)
+        sock.sendall(b" " * (MAX_BODY_BYTES + 1))
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 413") and b"request_too_large" in answer
 
 
 def test_max_tokens_cuts_a_call_and_says_length(server):

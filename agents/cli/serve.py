@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from agents.cli.serve_hf import HFAnswer, HFChatModel
 
 MAX_BODY_BYTES = 1 << 20  # a request body above this is refused (413): BugFix chats are a few KB
+LINGER_S, LINGER_BYTES = 2.0, 2 * MAX_BODY_BYTES  # what is read and dropped after refusing an unread body
 MAX_HEAD_BYTES = 64 << 10  # a request's header lines together (431 above): http.server alone allows 100 x 64 KiB
 MAX_CHOICES = 16  # the most calls ``n`` may ask for in one request
 MIN_TEMPERATURE = 1e-3  # a temperature in (0, MIN_TEMPERATURE) samples at MIN_TEMPERATURE (float32 would divide by 0)
@@ -336,11 +337,34 @@ class ChatHandler(BaseHTTPRequestHandler):
         super().setup()
         self.rfile = _HeadReader(self.rfile)  # type: ignore[assignment]
         self.expired = False
+        self.body_read = False
 
     def finish(self) -> None:
         self.server.watch(self, None)
         with contextlib.suppress(OSError):
             super().finish()
+        if self.close_connection and not self.body_read and not self.expired and self._declares_body():
+            self._linger()
+
+    def _declares_body(self) -> bool:
+        headers = getattr(self, "headers", None)  # None: the request line or headers could not be read
+        return headers is None or headers.get("Content-Length", "0").strip() not in ("", "0") \
+            or headers.get("Transfer-Encoding") is not None
+
+    def _linger(self) -> None:
+        """After answering a request whose body was not read (a 413, a 401, refused framing), stop writing and read
+        and drop what the client still sends, for at most :data:`LINGER_S` and :data:`LINGER_BYTES`: closing
+        over unread bytes resets the connection, and a client still sending its body then loses the answer. Not after a
+        deadline: a client that slow is not waited for."""
+        sock, left, end = self.connection, LINGER_BYTES, time.monotonic() + LINGER_S
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_WR)
+            while left > 0 and (wait := end - time.monotonic()) > 0:
+                sock.settimeout(wait)
+                chunk = sock.recv(min(1 << 16, left))
+                if not chunk:
+                    break
+                left -= len(chunk)
 
     def expire(self) -> None:
         """Called by the watchdog: the request is late; its reads end (the answer can still be written)."""
@@ -353,6 +377,7 @@ class ChatHandler(BaseHTTPRequestHandler):
         super().handle_one_request()
 
     def parse_request(self) -> bool:
+        self.body_read = False
         self.server.watch(self, self.server.guard.request_deadline_s)  # the headers and the body
         self.rfile.left = MAX_HEAD_BYTES  # type: ignore[attr-defined]
         try:
@@ -450,6 +475,7 @@ class ChatHandler(BaseHTTPRequestHandler):
             raise ApiError(413, f"the request body is {length} bytes, more than the {MAX_BODY_BYTES} this "
                                 "server reads: send a shorter chat", "request_too_large")
         raw = self.rfile.read(length)
+        self.body_read = True
         self.server.watch(self, None)
         if len(raw) < length:
             self.close_connection = True

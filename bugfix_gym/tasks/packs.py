@@ -1,6 +1,10 @@
 """User task packs: your own buggy functions, loaded from a JSON or TOML file and validated.
 
-A pack is a list of tasks, either the whole file (JSON list) or under a ``tasks`` key
+:func:`load_task_pack` reads both formats: this module's (v0, below) and BugFix-v1's, which a file declares
+with a top-level ``"format": "bugfix-gym/v1"`` (:mod:`bugfix_gym.tasks.packs_v1`: real bugs with no fix op,
+or correct functions to inject bugs into). A file without ``format`` (or ``"bugfix-gym/v0"``) is v0.
+
+A v0 pack is a list of tasks, either the whole file (JSON list) or under a ``tasks`` key
 (JSON object or TOML ``[[tasks]]`` tables). Each task has exactly these keys::
 
     name       the function's name (a Python identifier), unique in the pack
@@ -31,161 +35,30 @@ the task and what to change. Pack tasks get ``split="pack"`` and ``sandbox=True`
 code always runs in a contained child process) and are registered so the scripted oracle
 finds them.
 
-``python -m bugfix_gym.tasks.packs FILE`` checks a pack and lists its tasks.
+``python -m bugfix_gym.tasks.packs FILE`` checks a pack (either format) and lists its tasks.
 """
 
 from __future__ import annotations
 
-import ast
 import hashlib
-import json
-import os
-import stat
-import string
 import sys
 import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..execution.cases import MAX_VALUE_DEPTH, is_plain
 from ..edits.ops import DEFECTS, FIX_OPS
+from . import packs_v1
 from .library import Task, name_taken, register, task_problems
+from .pack_files import (  # noqa: F401 (the limits and the error stay importable from here)
+    MAX_CASES, MAX_NAME_CHARS, MAX_PACK_BYTES, MAX_SOURCE_CHARS, MAX_SOURCE_DEPTH, MAX_STATEMENT_CHARS,
+    SOURCE_CHARS as _SOURCE_CHARS, TaskPackError, check_defines as _defines, parse_cases as _cases,
+    read_pack_file as _read, short as _short, text_field as _text,
+)
+from .problems import Problem
 
 REQUIRED = ("name", "statement", "source", "fix_op", "visible", "hidden")
 OPTIONAL = ("defect",)
-MAX_PACK_BYTES = 4 * 1024 * 1024
-MAX_NAME_CHARS = 40
-MAX_STATEMENT_CHARS = 200
-MAX_SOURCE_CHARS = 4000
-MAX_CASES = 4096  # hidden cases of one task: every outcome must fit the sandbox's 1 MiB report
 VALIDATION_BUDGET_S = 120.0  # wall-clock seconds to validate a whole pack (each test run also has its own deadline)
-_SOURCE_CHARS = frozenset(string.printable) - frozenset("\x0b\x0c")
-
-
-class TaskPackError(ValueError):
-    """A task pack that cannot be used; the message is one line saying where and why."""
-
-
-def _read(path: Path) -> Any:
-    suffix = path.suffix.lower()
-    if suffix not in (".json", ".toml"):
-        raise TaskPackError(f"{path}: task packs are .json or .toml files, got {suffix or 'no extension'!r}")
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens without blocking, and is refused below
-        with os.fdopen(fd, "rb") as file:
-            if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
-                raise TaskPackError(f"{path}: not a regular file (a FIFO, a device or a folder); give a pack file")
-            raw = file.read(MAX_PACK_BYTES + 1)
-    except OSError as exc:
-        raise TaskPackError(f"{path}: cannot read the file ({exc.strerror or type(exc).__name__})") from None
-    if len(raw) > MAX_PACK_BYTES:
-        raise TaskPackError(f"{path}: the file is over {MAX_PACK_BYTES >> 20} MiB; split it into smaller packs")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise TaskPackError(f"{path}: the file is not UTF-8 text") from None
-    kind = "JSON" if suffix == ".json" else "TOML"
-    parse = json.loads if suffix == ".json" else _toml().loads
-    try:
-        return parse(text)
-    except json.JSONDecodeError as exc:
-        raise TaskPackError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
-    except RecursionError:
-        raise TaskPackError(f"{path}: invalid {kind}: lists or tables are nested too deeply") from None
-    except ValueError as exc:  # tomllib.TOMLDecodeError, or an integer over Python's digit limit in either format
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        if "integer string conversion" in reason:
-            reason = f"an integer has more than {sys.get_int_max_str_digits()} digits"
-        raise TaskPackError(f"{path}: invalid {kind}: {reason}") from None
-
-
-def _toml():
-    try:
-        import tomllib  # Python >= 3.11
-    except ModuleNotFoundError:
-        try:
-            import tomli as tomllib  # the same parser, for Python 3.10
-        except ModuleNotFoundError:
-            raise TaskPackError("TOML task packs need Python 3.11+ or `pip install tomli`; "
-                                "JSON packs work everywhere") from None
-    return tomllib
-
-
-def _case(raw: Any, where: str) -> tuple[tuple, Any]:
-    if isinstance(raw, dict):
-        unknown = set(raw) - {"args", "expected"}
-        if unknown or "args" not in raw or "expected" not in raw:
-            raise TaskPackError(f"{where}: a test case is {{\"args\": [...], \"expected\": value}}, got keys "
-                                f"{sorted(raw)}")
-        args, expected = raw["args"], raw["expected"]
-    elif isinstance(raw, (list, tuple)) and len(raw) == 2:
-        args, expected = raw
-    else:
-        raise TaskPackError(f"{where}: a test case is {{\"args\": [...], \"expected\": value}} or [[...args], "
-                            f"expected], got {_short(raw)}")
-    if not isinstance(args, list):
-        raise TaskPackError(f"{where}: test case args must be a list of arguments, got {_short(args)}")
-    for value in (*args, expected):
-        if not is_plain(value, MAX_VALUE_DEPTH):
-            raise TaskPackError(f"{where}: test values are JSON values (null, booleans, numbers, strings, lists, "
-                                f"objects) nested at most {MAX_VALUE_DEPTH} deep, got {_short(value)}")
-    return tuple(args), expected
-
-
-def _cases(raw: Any, where: str, key: str) -> tuple[tuple[tuple, Any], ...]:
-    if not isinstance(raw, list) or not raw:
-        raise TaskPackError(f"{where}: {key!r} must be a non-empty list of test cases")
-    if len(raw) > MAX_CASES:
-        raise TaskPackError(f"{where}: {key!r} has {len(raw)} test cases; keep it to at most {MAX_CASES} "
-                            "(split the task)")
-    return tuple(_case(c, f"{where} {key}[{i}]") for i, c in enumerate(raw))
-
-
-def _short(value: Any, limit: int = 40) -> str:
-    text = ascii(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-MAX_SOURCE_DEPTH = 100  # syntax-tree levels a pack's source may nest (the edit ops and the sandbox recurse)
-
-
-def _depth(tree: ast.AST) -> int:
-    """How deep the syntax tree nests, counted without recursion."""
-    deepest, todo = 0, [(tree, 1)]
-    while todo:
-        node, depth = todo.pop()
-        deepest = max(deepest, depth)
-        todo += [(child, depth + 1) for child in ast.iter_child_nodes(node)]
-    return deepest
-
-
-def _defines(source: str, name: str, where: str) -> None:
-    try:
-        tree = ast.parse(source)
-    except SyntaxError as exc:
-        raise TaskPackError(f"{where}: source does not parse (line {exc.lineno}: {exc.msg})") from None
-    except ValueError as exc:  # null bytes
-        raise TaskPackError(f"{where}: source does not parse ({exc})") from None
-    except (RecursionError, MemoryError):
-        raise TaskPackError(f"{where}: source is nested too deeply to parse; keep expressions under "
-                            f"{MAX_SOURCE_DEPTH} levels") from None
-    if _depth(tree) > MAX_SOURCE_DEPTH:
-        raise TaskPackError(f"{where}: source is nested more than {MAX_SOURCE_DEPTH} levels deep; simplify it")
-    if not any(isinstance(n, ast.FunctionDef) and n.name == name for n in tree.body):
-        raise TaskPackError(f"{where}: source does not define a top-level function 'def {name}(...)'")
-
-
-def _text(value: Any, key: str, where: str, limit: int, allowed: frozenset[str] | None = None) -> str:
-    """A string field: non-empty, at most ``limit`` characters, only ``allowed`` ones (default: printable ASCII)."""
-    if not isinstance(value, str) or not value.strip():
-        raise TaskPackError(f"{where}: {key!r} must be a non-empty string")
-    if len(value) > limit:
-        raise TaskPackError(f"{where}: {key!r} is {len(value)} characters; keep it to at most {limit}")
-    for i, char in enumerate(value):
-        if (char not in allowed) if allowed is not None else not (" " <= char <= "~"):
-            what = "one line of printable ASCII" if allowed is None else "printable ASCII (newlines and tabs allowed)"
-            raise TaskPackError(f"{where}: {key!r} must be {what}; character {i} is {ascii(char)}")
-    return value
 
 
 def _parse(raw: Any, where: str) -> Task:
@@ -227,6 +100,12 @@ def _parse(raw: Any, where: str) -> Task:
                 uid=f"pack/{name}/{digest}")  # content in the uid: an edited pack is a different task
 
 
+def _parse_v0(raw: Any, where: str) -> Task:
+    """:func:`_parse`, after saying so when the entry is written in v1's keys in a file that does not declare v1."""
+    packs_v1.v1_key_in_v0_pack(raw, where)
+    return _parse(raw, where)
+
+
 def _check_name(task: Task, where: str) -> None:
     reason = name_taken(task.name)
     if reason is not None:
@@ -247,22 +126,27 @@ def task_from_dict(raw: Any, where: str = "task") -> Task:
     return task
 
 
-def load_task_pack(path: str | Path) -> list[Task]:
-    """Load, validate and register the tasks of a ``.json`` / ``.toml`` pack.
+def load_task_pack(path: str | Path) -> list[Any]:
+    """Load and validate the tasks of a ``.json`` / ``.toml`` pack, v0 or v1 (:mod:`bugfix_gym.tasks.packs_v1`:
+    a file that says ``"format": "bugfix-gym/v1"``).
 
     :param path: the pack file
-    :return: the tasks, ready for ``BugFixEnv(tasks=...)``
+    :return: a v0 pack's :class:`Task` s, registered and ready for ``BugFixEnv(tasks=...)``; a v1 pack's
+        :class:`~bugfix_gym.tasks.problems.RepairTask` s (buggy functions) and
+        :class:`~bugfix_gym.tasks.problems.Problem` s (correct functions to inject bugs into), in file order
     :raises TaskPackError: (a ``ValueError``) with a one-line message on any problem
     """
     path = Path(path)
     data = _read(path)
+    if packs_v1.file_format(data, path) == packs_v1.FORMAT_V1:
+        return list(packs_v1.load_v1(data, path))
     if isinstance(data, dict):
         if "tasks" not in data:
             raise TaskPackError(f"{path}: a pack needs a 'tasks' list (or a JSON list of tasks at the top level)")
         data = data["tasks"]
     if not isinstance(data, list) or not data:
         raise TaskPackError(f"{path}: 'tasks' must be a non-empty list of tasks")
-    tasks = [_parse(raw, f"{path}: task {i}") for i, raw in enumerate(data)]
+    tasks = [_parse_v0(raw, f"{path}: task {i}") for i, raw in enumerate(data)]
     for i, task in enumerate(tasks):  # names first: no code runs for a pack that cannot be used anyway
         if any(t.name == task.name for t in tasks[:i]):
             raise TaskPackError(f"{path}: task {i} ({task.name}): the name is used twice in the pack")
@@ -280,7 +164,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m bugfix_gym.tasks.packs FILE...``: validate packs, list their tasks."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m bugfix_gym.tasks.packs", description="Check BugFix task packs.")
+    parser = argparse.ArgumentParser(prog="python -m bugfix_gym.tasks.packs",
+                                     description="Check BugFix task packs (v0, or v1: \"format\": \"bugfix-gym/v1\").")
     parser.add_argument("files", nargs="+", help=".json or .toml task pack")
     args = parser.parse_args(argv)
     status = 0
@@ -293,7 +178,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         print(f"{file}: {len(tasks)} task{'s' if len(tasks) != 1 else ''} ok")
         for task in tasks:
-            print(f"  {task.name:24s} {task.fix_op:15s} {len(task.visible)} visible / {len(task.hidden)} hidden")
+            if isinstance(task, Task):
+                name, kind = task.name, task.fix_op
+            else:  # v1: a buggy function (a RepairTask) or a correct one to inject bugs into (a Problem)
+                name = task.pid.rpartition("/")[2] if isinstance(task, Problem) else task.name
+                kind = "correct" if isinstance(task, Problem) else ("buggy+fixed" if task.fixed_source else "buggy")
+            print(f"  {name:24s} {kind:15s} {len(task.visible)} visible / {len(task.hidden)} hidden")
     return status
 
 
