@@ -154,3 +154,17 @@ def test_conformance_reads_a_tokenizer_json_and_a_save_pretrained_folder(folder,
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="holds no tokenizer.json"):
         load_tokenizer(str(tmp_path / "empty"))
+
+
+def test_a_trainer_output_with_checkpoints_names_the_latest_and_the_context_is_bounded(folder, tmp_path, capsys):
+    out = tmp_path / "grpo"  # a Trainer's output_dir: checkpoint-N folders, no model of its own
+    out.mkdir()
+    for step in (5, 40, 120):
+        _copy(folder, out / f"checkpoint-{step}")
+    assert main(["serve", str(out), "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "holds no config.json" in err and f"its latest checkpoint is {out / 'checkpoint-120'}" in err
+    assert main(["serve", str(folder), "--port", "0", "--max-model-len", "4096"]) == 2
+    assert "--max-model-len 4096 is beyond the model's 2048 positions" in capsys.readouterr().err
+    assert main(["serve", str(folder), "--port", "0", "--foresight", "0.5"]) == 2
+    assert "answers through its chat template: drop them" in capsys.readouterr().err
