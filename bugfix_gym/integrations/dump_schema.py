@@ -92,7 +92,7 @@ def _build() -> dict[str, Any]:
             for name, (required, own) in LAYOUTS.items()}
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": "https://github.com/bugfix-gym/bugfix-gym/docs/dump.schema.json",
+        "$id": "urn:bugfix-gym:conformance-dump",
         "title": "bugfix-gym conformance dump: one episode (one line of the dump)",
         "description": "One JSON object per line, one line per episode, in one of three layouts (native, TRL, "
                        "verl); token indices in messages and in turns' start / end count in the layout's token "
