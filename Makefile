@@ -93,15 +93,17 @@ $(TRL_STAMP): pyproject.toml constraints-trl.txt environments/bugfix_gym_verifie
 	$(TRL_PY) -m pip install -q -c constraints-trl.txt -e ".[trl,verifiers]" -e environments/bugfix_gym_verifiers pytest
 	touch $(TRL_STAMP)
 
-# SFT on scripted play, then TRL's GRPO with environment_factory=BugFixToolEnv (examples/trl_grpo.py), in .venv-trl
+# SFT on scripted play, then TRL's GRPO with environment_factory=BugFixToolEnv (examples/trl_grpo.py), in .venv-trl;
+# saves runs/trl_grpo/grpo/model (bugfix-gym serve serves it) and checks the first batch's dump with strict.
+# The time it takes on the 2-core machine: docs/llm_trainers.md ("What it reached")
 trl: $(TRL_STAMP)
-	$(TRL_PY) examples/trl_grpo.py --dump runs/trl_grpo/first_batch.jsonl
+	PYTHONPATH=. $(TRL_PY) examples/trl_grpo.py --dump runs/trl_grpo/first_batch.jsonl
 
 # the tests that need trl / transformers / tokenizers / verifiers (they skip in .venv), in .venv-trl
 test-trl: $(TRL_STAMP)
-	$(TRL_PY) -m pytest tests/test_trl.py tests/test_conformance.py tests/test_hf_tokens.py tests/test_hf_policy.py \
-		tests/test_serve_hf.py tests/test_hf_files.py tests/test_chat_template.py tests/test_adapter_rewards.py \
-		tests/test_verifiers.py
+	$(TRL_PY) -m pytest tests/test_trl.py tests/test_conformance.py tests/test_conformance_layouts.py \
+		tests/test_hf_tokens.py tests/test_hf_policy.py tests/test_serve_hf.py tests/test_serve_folder.py \
+		tests/test_hf_files.py tests/test_chat_template.py tests/test_adapter_rewards.py tests/test_verifiers.py
 
 clean:
 	rm -rf $(VENV) $(RLLIB_VENV) $(TRL_VENV) build *.egg-info

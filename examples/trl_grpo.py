@@ -12,14 +12,17 @@ Everything is local: the chat tokenizer is built from BugFix's vocabulary and th
    (``BugFixToolEnv(show_verdict=False)``, whose docstring says why);
 3. the train pass rate (sampled play of every train task, ``--eval-episodes`` each) before and after GRPO.
 
-``--dump FILE`` writes the first GRPO batch as a conformance dump (rollout-func path: with ``turns``) and
-runs the conformance checks on it. Run in .venv-trl: ``make trl`` (docs/llm_trainers.md has its figures).
+``--dump FILE`` writes the first GRPO batch as a conformance dump (the model turns' ids, the sampler's log-probs,
+the rewards) and runs the conformance checks on it with ``strict``. The GRPO model is saved with
+``save_pretrained`` to ``OUT/grpo/model`` (``bugfix-gym serve OUT/grpo/model`` serves it). Training runs in
+float32: TRL's configs default to bf16 autocast, and on the CPU the sampler's KV-cached steps and the trainer's
+full pass then round differently (``--bf16``; docs/conformance.md). Run in .venv-trl: ``make trl``
+(docs/llm_trainers.md has its figures).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 from functools import partial
@@ -30,7 +33,8 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--sft-episodes", type=int, default=400, help="scripted episodes to imitate")
     p.add_argument("--sft-epochs", type=float, default=6.0)
     p.add_argument("--teacher", default="retry", choices=("blind", "retry", "careful"),
@@ -53,6 +57,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--dump", default="", help="write the first GRPO batch here (JSON lines) and check it")
     p.add_argument("--time-budget", type=float, default=0.0, help="seconds in all (SFT, GRPO, both evaluations): "
                    "GRPO stops early when what is left would not hold the last evaluation (0: no budget)")
+    p.add_argument("--bf16", action="store_true", help="bf16 autocast (TRL's default) instead of float32: the "
+                   "sampler's and the trainer's log-probs then differ by up to ~0.03 (sampler_matches_trainer)")
+    p.add_argument("--init", default="", metavar="DIR", help="start GRPO from this save_pretrained model (e.g. an "
+                   "earlier run's OUT/sft/model) instead of running the SFT")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="runs/trl_grpo")
     return p.parse_args(argv)
@@ -70,7 +78,8 @@ def sft(model, tokenizer, args) -> None:
                              seed=args.seed, teacher=args.teacher, show_verdict=False)
     config = SFTConfig(output_dir=f"{args.out}/sft", num_train_epochs=args.sft_epochs, per_device_train_batch_size=16,
                        learning_rate=3e-3, lr_scheduler_type="cosine", logging_steps=20, save_strategy="no",
-                       report_to="none", use_cpu=True, seed=args.seed, max_length=None, dataloader_num_workers=0)
+                       report_to="none", use_cpu=True, seed=args.seed, max_length=None, dataloader_num_workers=0,
+                       bf16=args.bf16)
     SFTTrainer(model=model, args=config, train_dataset=Dataset.from_list(rows), processing_class=tokenizer).train()
 
 
@@ -103,7 +112,7 @@ def grpo_trainer(model, tokenizer, args):
                         mask_truncated_completions=args.mask_truncated, disable_tqdm=True,
                         learning_rate=args.lr, beta=args.beta, temperature=1.0, top_k=0, logging_steps=5,
                         max_tool_calling_iterations=7, save_strategy="no", report_to="none", use_cpu=True,
-                        seed=args.seed, log_completions=False)
+                        seed=args.seed, log_completions=False, bf16=args.bf16)
     if args.rollout_func:
         rows = rollout_rows(rows)
         return DumpingGRPOTrainer(model=model, args=config, train_dataset=Dataset.from_list(rows),
@@ -132,7 +141,7 @@ def late_call_penalty(penalty: float, eos_token_id: int):
 def _dumping_trainer_class():
     from trl import GRPOTrainer
 
-    from bugfix_gym.integrations.trl_dump import batch_episodes
+    from bugfix_gym.integrations.trl_dump import dump_first_batch
 
     class Dumping(GRPOTrainer):
         """GRPOTrainer that writes its first generated batch as a conformance dump."""
@@ -142,13 +151,10 @@ def _dumping_trainer_class():
             self.dump, self.dumped = dump, False
 
         def _generate_and_score_completions(self, inputs):
-            output = super()._generate_and_score_completions(inputs)
             if self.dump and not self.dumped:
                 self.dumped = True
-                episodes = batch_episodes(self, inputs, output)
-                with open(self.dump, "w") as f:
-                    f.writelines(json.dumps(e) + "\n" for e in episodes)
-            return output
+                return dump_first_batch(self, inputs, super()._generate_and_score_completions, self.dump)
+            return super()._generate_and_score_completions(inputs)
 
     return Dumping
 
@@ -182,9 +188,14 @@ def main(argv=None) -> None:
 
     os.makedirs(args.out, exist_ok=True)
     tokenizer = chat_tokenizer()
-    model = tiny_causal_lm(tokenizer, seed=args.seed)
     start = time.time()
-    sft(model, tokenizer, args)
+    if args.init:
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(args.init, dtype=torch.float32)
+    else:
+        model = tiny_causal_lm(tokenizer, seed=args.seed)
+        sft(model, tokenizer, args)
     model.save_pretrained(f"{args.out}/sft/model")  # beta > 0: TRL loads its reference model from this path
     model.config._name_or_path = f"{args.out}/sft/model"
     eval_start = time.time()
@@ -197,13 +208,16 @@ def main(argv=None) -> None:
     if args.time_budget > 0:  # the last evaluation plays longer episodes than the first: keep 1.5 times its time
         trainer.add_callback(time_budget_callback(start + args.time_budget, 1.5 * eval_s + 10))
     trainer.train()
+    trainer.save_model(f"{args.out}/grpo/model")  # config, model.safetensors, the tokenizer: bugfix-gym serve reads it
+    tokenizer.save_pretrained(f"{args.out}/grpo/model")
     after = train_pass(model, tokenizer, args.eval_episodes, seed=args.seed + 10)
     print(f"after GRPO ({trainer.state.global_step} steps): train pass {after:.3f} (SFT start {before:.3f}, "
-          f"{after - before:+.3f}; {time.time() - start:.0f} s in all)", flush=True)
+          f"{after - before:+.3f}; {time.time() - start:.0f} s in all); saved to {args.out}/grpo/model", flush=True)
     if args.dump:
         from bugfix_gym.integrations.conformance import format_report, load_dump, run_checks
+        from bugfix_gym.integrations.hf_tokenizer import ChatTemplateTokenizer
 
-        print(format_report(run_checks(load_dump(args.dump), tokenizer=tokenizer, end_ids=[tokenizer.eos_token_id])))
+        print(format_report(run_checks(load_dump(args.dump), tokenizer=ChatTemplateTokenizer(tokenizer), strict=True)))
 
 
 if __name__ == "__main__":

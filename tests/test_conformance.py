@@ -46,9 +46,9 @@ def episode(group: int, reward: float, adv: float) -> dict:
     logprobs = [-0.5, -0.2, -0.1, 0.0, 0.0, -0.3, -0.05]
     return dict(prompt_ids=prompt, completion_ids=completion, mask=mask, logprobs=logprobs,
                 old_logprobs=list(logprobs), new_logprobs=list(logprobs), loss_weights=dr_grpo_weights(mask, adv),
-                turns=[{"role": "model", "start": 2, "end": 5, "input_ids": prompt, "output_ids": first},
-                       {"role": "tool", "start": 5, "end": 7},
-                       {"role": "model", "start": 7, "end": 9, "input_ids": prompt + first + tool,
+                turns=[{"role": "model", "start": 0, "end": 3, "input_ids": prompt, "output_ids": first},
+                       {"role": "tool", "start": 3, "end": 5},
+                       {"role": "model", "start": 5, "end": 7, "input_ids": prompt + first + tool,
                         "output_ids": second}],
                 response_length=5, group=group, reset_key=f"task-{group}", reward=reward, advantages=adv,
                 truncated=False, loss_type="dr_grpo", max_completion_length=L_MAX)
@@ -72,6 +72,8 @@ def dump_format(e: dict) -> dict:
                per_token_loss=[0.0] * n + e["loss_weights"])
     for key in ("logprobs", "old_logprobs", "new_logprobs"):
         out[key] = [0.0] * n + e[key]
+    if "turns" in e:
+        out["turns"] = [dict(t, start=t["start"] + n, end=t["end"] + n) if "start" in t else t for t in e["turns"]]
     return out
 
 
@@ -79,9 +81,20 @@ def failed(batch, **kwargs) -> set[str]:
     return {r.name for r in run_checks(batch, end_ids=[END], tokenizer=CharTokenizer(), **kwargs) if r.failed}
 
 
+TOKEN_LEVEL = "retokenisation_stable"  # not applicable where every turn's output_ids are the ids trained
+
+
 def test_a_correct_batch_passes_every_check_and_skips_none():
-    results = run_checks(good_batch(), end_ids=[END], tokenizer=CharTokenizer())
-    assert [r.status for r in results] == ["pass"] * len(CHECKS), format_report(results)
+    results = run_checks(good_batch(), end_ids=[END], tokenizer=CharTokenizer(), strict=True)
+    assert {r.name: r.status for r in results} == {name: "skip" if name == TOKEN_LEVEL else "pass"
+                                                   for name in CHECKS}, format_report(results)
+    assert not [r for r in results if r.missing]
+    without_turn_ids = good_batch()
+    for e in without_turn_ids:
+        e["turns"] = [{k: v for k, v in t.items() if k not in ("input_ids", "output_ids")} for t in e["turns"]]
+    results = run_checks(without_turn_ids, end_ids=[END], tokenizer=CharTokenizer())
+    assert {r.name: r.status for r in results} == {name: "skip" if name == "prefix_preserved" else "pass"
+                                                   for name in CHECKS}, format_report(results)
 
 
 def _mask_longer(b):  # trl#5144: the tool mask got one entry per tool token too many
@@ -199,7 +212,8 @@ def test_a_second_bug_per_check_fails_exactly_that_check(bug):
 
 def test_the_dump_format_reads_like_trls_layout_and_counts_tokens_in_input_ids():
     good = [dump_format(e) for e in good_batch()]
-    assert [r.status for r in run_checks(good, end_ids=[END], tokenizer=CharTokenizer())] == ["pass"] * len(CHECKS)
+    assert [r.status for r in run_checks(good, end_ids=[END], tokenizer=CharTokenizer())] == [
+        "skip" if name == TOKEN_LEVEL else "pass" for name in CHECKS]
     for name in ("env_tokens_out_of_loss", "loss_normaliser", "eos_trained"):
         trl, ours = good_batch(), good_batch()
         BROKEN[name](trl)
@@ -240,16 +254,25 @@ def test_retokenised_history_fails_the_prefix_check_at_the_merged_token():
 
 def test_a_merging_tokenizer_fails_retokenisation_on_the_turn_that_decodes_to_the_merge():
     assert failed(good_batch()) == set()
-    results = {r.name: r for r in run_checks(good_batch(), tokenizer=CharTokenizer(merge=True))}
+    batch = good_batch()  # without per-turn ids: nothing shows the trainer trains what the sampler wrote
+    for e in batch:
+        e["turns"] = [t for t in e["turns"] if "start" in t and t["role"] == "tool"]
+    assert failed(batch) == set()
+    results = {r.name: r for r in run_checks(batch, tokenizer=CharTokenizer(merge=True))}
     assert results["retokenisation_stable"].failed
     assert results["retokenisation_stable"].detail.startswith("episode 0 token 0")
 
 
 def test_missing_fields_skip_their_checks_rather_than_pass():
     bare = [{k: v for k, v in e.items() if k in ("prompt_ids", "completion_ids", "mask")} for e in good_batch()]
-    results = {r.name: r.status for r in run_checks(bare)}
-    assert results["mask_length"] == "pass"
-    assert {n for n, s in results.items() if s == "skip"} == set(CHECKS) - {"mask_length"}
+    results = {r.name: r for r in run_checks(bare)}
+    assert results["mask_length"].status == "pass"
+    assert {n for n, r in results.items() if r.status == "skip"} == set(CHECKS) - {"mask_length"}
+    no_groups = {"group_shares_reset", "group_advantages_centred", "zero_variance_groups"}
+    assert {n for n, r in results.items() if r.status == "skip" and not r.missing} == no_groups  # nothing to check
+    strict = {r.name: r for r in run_checks(bare, strict=True)}
+    assert {n for n, r in strict.items() if r.failed} == set(CHECKS) - {"mask_length"} - no_groups
+    assert strict["loss_normaliser"].detail.startswith("--strict: skipped for lack of what it reads: no 'loss_type'")
 
 
 def test_a_batch_without_ids_is_one_clear_error():
@@ -285,7 +308,7 @@ def test_bugfix_gym_conformance_prints_one_line_per_check_and_exits_1_on_a_failu
     assert main(["conformance", str(good), "--end-ids", str(END)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [ln.split()[:2] for ln in lines] == [["skip" if name == "retokenisation_stable" else "pass", name]
-                                                for name in CHECKS]  # the command has no tokenizer to re-encode with
+                                                for name in CHECKS]  # n/a: every turn's output_ids are trained
     assert main(["conformance", str(bad), "--json"]) == 1
     report = json.loads(capsys.readouterr().out)
     assert report["failed"] == 1 and {c["name"]: c["status"] for c in report["checks"]}["loss_normaliser"] == "FAIL"
@@ -295,9 +318,9 @@ def test_bugfix_gym_conformance_prints_one_line_per_check_and_exits_1_on_a_failu
 @pytest.mark.parametrize("content, error", [
     (None, "cannot read"), ("", "holds no episode"), ("\n\n", "holds no episode"), ("{not json\n", ":1 is not JSON"),
     ("[1, 2]\n", "episode 0 is list, not a JSON object"), ('{"mask": [1]}\n', "needs 'input_ids' and 'loss_mask'"),
-    ('{"input_ids": [1, "x"], "loss_mask": [0, 1]}\n', "'input_ids' holds something other than integer ids"),
+    ('{"input_ids": [1, "x"], "loss_mask": [0, 1]}\n', "input_ids[1] is string, not integer"),
     ('{"input_ids": [1, 2], "loss_mask": [0, 1], "turns": [{"start": 0, "end": 9}]}\n', "a turn's span"),
-    ('{"input_ids": [1, 2], "loss_mask": [0, 1], "logprobs": "abc"}\n', "'logprobs' is str, not a list"),
+    ('{"input_ids": [1, 2], "loss_mask": [0, 1], "logprobs": "abc"}\n', "logprobs is string, not array"),
     (b"\xff\xfe\x00", "not a text file"),
 ])
 def test_an_unreadable_dump_is_one_line_and_exit_2(tmp_path, capsys, content, error):
@@ -355,7 +378,7 @@ HOSTILE_DUMPS = {
     "a negative constant normaliser": (_normalised("constant", {"loss_norm_const": -2}), "loss_norm_const is -2"),
     "a zero max length": (_normalised("dr_grpo", {"max_completion_length": 0}), "max_completion_length is 0"),
     "a word for a length": (json.dumps(dict(dump_format(good_batch()[0]), response_length="lots")) + "\n",
-                            "cannot read this dump"),
+                            "response_length is string, not integer (docs/dump.schema.json)"),
 }
 
 
@@ -392,5 +415,6 @@ def test_a_dump_or_tokenizer_that_is_no_regular_file_is_refused_before_it_is_rea
     argv = [target] if flag == "dump" else [str(good), "--tokenizer", target]
     assert main(["conformance", *argv]) == 2
     err = capsys.readouterr().err
-    expected = {"too big": "more than the 100 read", "folder": "Is a directory"}.get(where, "is not a regular file")
+    folder = "Is a directory" if flag == "dump" else "holds no tokenizer.json"  # --tokenizer reads save_pretrained
+    expected = {"too big": "more than the 100 read", "folder": folder}.get(where, "is not a regular file")
     assert expected in err and len(err.splitlines()) == 1, err

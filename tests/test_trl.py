@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 from bugfix_gym import FIX_OPS, CALLS, get_task  # noqa: E402
 from bugfix_gym.integrations.conformance import run_checks  # noqa: E402
 from bugfix_gym.integrations.hf_model import tiny_causal_lm  # noqa: E402
-from bugfix_gym.integrations.hf_tokenizer import call_ids, chat_tokenizer  # noqa: E402
+from bugfix_gym.integrations.hf_tokenizer import ChatIds, ChatTemplateTokenizer, call_ids, chat_tokenizer  # noqa: E402
 from bugfix_gym.integrations.trl import ENDED, SUBMITTED, BugFixToolEnv, dataset_rows, make_dataset  # noqa: E402
 from bugfix_gym.integrations.trl_rollout import (make_rollout_func, play_episode, reset_key,  # noqa: E402
                                                  rollout_rows, scripted_sft_rows)
@@ -98,8 +98,11 @@ def test_turn_k_ids_are_a_prefix_of_turn_k_plus_1_and_a_text_level_loop_breaks_o
     assert result.failed == trap
     if trap:
         assert "turn 0: turn 1's input differs" in result.detail and "trl#5224" in result.bug
-        # the merged id is what a decode-and-encode round trip gives for the model's first call
-        assert run_checks([token_level], only=["retokenisation_stable"], tokenizer=tok)[0].failed
+        # the merged id is what a decode-and-encode round trip gives for the model's first call (a dump without
+        # the per-turn ids; with them, the sampled ids are the trained ids and nothing goes through text)
+        without_turns = {k: v for k, v in token_level.items() if k != "turns"}
+        assert run_checks([without_turns], only=["retokenisation_stable"], tokenizer=tok)[0].failed
+        assert run_checks([token_level], only=["retokenisation_stable"], tokenizer=tok)[0].status == "skip"
 
 
 def test_reset_is_deterministic_per_row_so_a_group_shares_its_task():
@@ -271,7 +274,7 @@ def test_the_dump_callback_writes_the_first_batch_and_it_passes_the_checks(token
     config = GRPOConfig(output_dir=str(tmp_path / "grpo"), per_device_train_batch_size=4, num_generations=2,
                         max_completion_length=96, max_steps=1, learning_rate=1e-3, beta=0.0, temperature=1.0,
                         top_k=0, save_strategy="no", report_to="none", use_cpu=True, seed=0, log_completions=False,
-                        loss_type=loss_type)
+                        loss_type=loss_type, bf16=False)
     trainer = GRPOTrainer(model=tiny_causal_lm(tokenizer, seed=0), args=config, train_dataset=Dataset.from_list(rows),
                           processing_class=tokenizer, reward_funcs=id_sum_reward,
                           rollout_func=make_rollout_func(rows, tokenizer, max_turns=3, max_new_tokens=8))
@@ -281,11 +284,123 @@ def test_the_dump_callback_writes_the_first_batch_and_it_passes_the_checks(token
     assert callback.written and "_generate_and_score_completions" not in vars(trainer)
     episodes = load_dump(str(tmp_path / "dumps" / "first.jsonl"))
     assert len(episodes) == 4 and {e["loss_type"] for e in episodes} == {loss_type}
-    results = {r.name: r for r in run_checks(episodes, end_ids=[tokenizer.eos_token_id])}
+    results = {r.name: r for r in run_checks(episodes, tokenizer=ChatTemplateTokenizer(tokenizer), strict=True)}
     assert set(results) == set(CHECKS) and not [r for r in results.values() if r.failed], results
-    for name in ("loss_normaliser", "first_ratio_one", "env_tokens_out_of_loss", "group_shares_reset"):
+    for name in ("loss_normaliser", "first_ratio_one", "env_tokens_out_of_loss", "group_shares_reset",
+                 "prefix_preserved", "sampler_matches_trainer"):
         assert results[name].status == "pass", results[name]
+    assert all("reward" in e and e["turns"] and "logprobs" in e for e in episodes)
     assert any(w != 0.0 for e in episodes for w in e["loss_weights"])  # the normaliser compared real weights
     for e in episodes:  # and another formula's weights would not pass (the completions may all be one length:
         e.update(loss_type="dr_grpo" if loss_type != "dr_grpo" else "bnpo", max_completion_length=96)  # not grpo)
     assert run_checks(episodes, only=["loss_normaliser"])[0].failed
+
+
+def _grpo_config(tmp_path, **kwargs):
+    from trl import GRPOConfig
+
+    return GRPOConfig(output_dir=str(tmp_path / "grpo"), per_device_train_batch_size=4, num_generations=2,
+                      max_completion_length=96, max_steps=1, learning_rate=1e-3, beta=0.0, temperature=1.0, top_k=0,
+                      save_strategy="no", report_to="none", use_cpu=True, seed=0, log_completions=False, bf16=False,
+                      loss_type="dapo", **kwargs)
+
+
+def test_the_environment_factory_dump_carries_turns_sampler_logprobs_and_rewards(tokenizer, tmp_path):
+    """TRL keeps neither per-turn ids nor (without vLLM) the sampler's log-probs: the recorder does."""
+    from trl import GRPOTrainer
+
+    from bugfix_gym.integrations.conformance import load_dump
+    from bugfix_gym.integrations.trl_dump import conformance_dump_callback
+
+    trainer = GRPOTrainer(model=tiny_causal_lm(tokenizer, seed=0),
+                          args=_grpo_config(tmp_path, max_tool_calling_iterations=3),
+                          train_dataset=make_dataset("train", n=4, seed=5), processing_class=tokenizer,
+                          reward_funcs=[], environment_factory=BugFixToolEnv)
+    trainer.add_callback(conformance_dump_callback(trainer, tmp_path / "first.jsonl"))
+    trainer.train()
+    assert "generate" not in vars(trainer.model) and "_generate_single_turn" not in vars(trainer)
+    episodes = load_dump(str(tmp_path / "first.jsonl"))
+    assert all(e["turns"] and len(e["logprobs"]) == len(e["completion_ids"]) and e["reward"] == 0.0 for e in episodes)
+    results = {r.name: r for r in run_checks(episodes, tokenizer=ChatTemplateTokenizer(tokenizer), strict=True)}
+    assert not [r for r in results.values() if r.failed], results
+    assert results["sampler_matches_trainer"].status == "pass" and results["prefix_preserved"].status == "pass"
+
+
+def _scripted_rollout_func(rows, tokenizer):
+    """A ``rollout_func`` that plays the scripted ``blind`` policy (one edit, then submit): real tool outputs in
+    every episode, the model's log-probs by one forward pass."""
+    from bugfix_gym.core.scripted import scripted_policy
+    from bugfix_gym.core.tools import parse_call
+
+    by_prompt = {row["prompt"][-1]["content"]: row for row in rows}
+    turns: list = []
+
+    def rollout_func(prompts, trainer):
+        out = {"prompt_ids": [], "completion_ids": [], "logprobs": [], "env_mask": []}
+        for k, prompt in enumerate(prompts):
+            env, policy = BugFixToolEnv(show_verdict=False), scripted_policy("blind", seed=k)
+            chat, text = ChatIds(tokenizer, env.reset(**by_prompt[prompt[-1]["content"]])), ""
+            while env.info["stop"] is None:
+                name, op = parse_call(policy(text, env.info)) or ("submit", None)
+                chat.add_model(call_ids(tokenizer, name, op))
+                text = getattr(env, name)(*([op] if op else []))
+                chat.add_tool(name, text)
+            chat.add_model([tokenizer.eos_token_id])
+            ids = torch.tensor([chat.prompt_ids + chat.completion_ids])
+            with torch.no_grad():
+                logp = torch.log_softmax(trainer.model(ids).logits[0, :-1].float(), -1).gather(1, ids[0, 1:, None])
+            p = len(chat.prompt_ids)
+            out["prompt_ids"].append(chat.prompt_ids)
+            out["completion_ids"].append(chat.completion_ids)
+            out["logprobs"].append([float(x) for x in logp[p - 1:, 0]])
+            out["env_mask"].append(chat.mask)
+            turns.extend(chat.turns)
+        return out
+
+    rollout_func.turns = turns
+    return rollout_func
+
+
+def test_a_tool_output_in_the_mask_fails_a_real_trl_dump_with_and_without_turns(tokenizer, tmp_path):
+    from datasets import Dataset
+    from trl import GRPOTrainer
+
+    from bugfix_gym.integrations.conformance import load_dump
+    from bugfix_gym.integrations.trl_dump import conformance_dump_callback
+
+    def length_reward(completion_ids, **kwargs):
+        return [float(len(ids) % 5) for ids in completion_ids]
+
+    rows = rollout_rows(dataset_rows("train", n=4, seed=5))
+    trainer = GRPOTrainer(model=tiny_causal_lm(tokenizer, seed=0), args=_grpo_config(tmp_path),
+                          train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
+                          reward_funcs=length_reward, rollout_func=_scripted_rollout_func(rows, tokenizer))
+    trainer.add_callback(conformance_dump_callback(trainer, tmp_path / "first.jsonl"))
+    trainer.train()
+    episodes = load_dump(str(tmp_path / "first.jsonl"))
+    assert all(0 in e["mask"] for e in episodes)  # every episode has tool outputs
+    tok = ChatTemplateTokenizer(tokenizer)
+    results = {r.name: r for r in run_checks(episodes, tokenizer=tok, strict=True)}
+    assert not [r for r in results.values() if r.failed], results
+    assert results["tool_spans_masked"].status == "pass" and results["eos_trained"].status == "pass"
+    for e in episodes:  # trl#5144's class: the tool outputs marked as the model's (and counted)
+        e["mask"] = [1] * len(e["mask"])
+        e["response_length"] = len(e["mask"])
+    for with_turns in (True, False):
+        batch = episodes if with_turns else [{k: v for k, v in e.items() if k != "turns"} for e in episodes]
+        result = {r.name: r for r in run_checks(batch, tokenizer=tok)}["tool_spans_masked"]
+        assert result.failed and "tool output 0 has mask 1" in result.detail, result
+
+
+@pytest.mark.slow
+def test_the_trainers_benchmark_runs_both_trainers_on_the_same_episodes(tmp_path, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "trainers.py"
+    spec = importlib.util.spec_from_file_location("benchmark_trainers", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    ours, trl = module.main(["--batches", "1", "--batch", "8", "--out", str(tmp_path)])
+    assert ours["episodes"] == trl["episodes"] == 8 and ours["env_steps"] > 0 and ours["tokens"] > 0
+    assert "| env steps/s |" in capsys.readouterr().out

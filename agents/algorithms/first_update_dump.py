@@ -38,8 +38,10 @@ def policy_loss_weights(loss: Callable[[th.Tensor], th.Tensor], logp: th.Tensor)
     return grad.detach()
 
 
-def _spans(owner: list[int]) -> list[dict[str, Any]]:
-    """The model turns (runs of policy tokens) and tool outputs (runs of tool tokens) as ``[start, end)``."""
+def _spans(owner: list[int], ids: list[int]) -> list[dict[str, Any]]:
+    """The model turns (runs of policy tokens) and tool outputs (runs of tool tokens) as ``[start, end)``; a model
+    turn also carries what the sampler was given (``input_ids``: the ids before it, as the KV-cached sampler
+    appends every turn to one list) and wrote (``output_ids``), for ``prefix_preserved``."""
     turns: list[dict[str, Any]] = []
     for t, code in enumerate(owner):
         role = {OWNER_POLICY: "model", OWNER_TOOL: "tool"}.get(code)
@@ -49,6 +51,9 @@ def _spans(owner: list[int]) -> list[dict[str, Any]]:
             turns[-1]["end"] = t + 1
         else:
             turns.append({"role": role, "start": t, "end": t + 1})
+    for turn in turns:
+        if turn["role"] == "model":
+            turn.update(input_ids=ids[:turn["start"]], output_ids=ids[turn["start"]:turn["end"]])
     return turns
 
 
@@ -78,8 +83,8 @@ def episodes(buffer: TokenRolloutBuffer, new_logp: th.Tensor, weights: th.Tensor
     for i, traj in enumerate(buffer.trajectories):
         n = int(buffer.lengths[i])
         codes = [int(c) for c in owner[i, :n].tolist()]
-        episode = dict(input_ids=[int(x) for x in data["ids"][i, :n].tolist()],
-                       loss_mask=[int(c == OWNER_POLICY) for c in codes], turns=_spans(codes),
+        ids = [int(x) for x in data["ids"][i, :n].tolist()]
+        episode = dict(input_ids=ids, loss_mask=[int(c == OWNER_POLICY) for c in codes], turns=_spans(codes, ids),
                        logprobs=_per_token(data["sample_logp"], i, n), old_logprobs=_per_token(old, i, n),
                        new_logprobs=_per_token(new_logp, i, n), per_token_loss=_per_token(weights, i, n),
                        advantages=_per_token(advantages * mask, i, n), response_length=int(mask[i].sum()),

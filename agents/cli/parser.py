@@ -238,13 +238,18 @@ def _add_serve_command(sub: Any) -> None:
                                        "transcript and answered with the agent's next call (docs/serve.md). "
                                        "Decodes under the call grammar alone unless --call-mask / --foresight "
                                        "say otherwise.")
-    serve.add_argument("model", type=Path, help="a model .zip file (from `bugfix-gym train` or model.save)")
+    serve.add_argument("model", type=Path, help="a model .zip file (from `bugfix-gym train` or model.save), or a "
+                                                "save_pretrained folder (examples/trl_grpo.py's grpo/model, a TRL "
+                                                "output; needs .venv-trl)")
     serve.add_argument("--host", default="127.0.0.1",
                        help="IP address to listen on (default: 127.0.0.1; beyond loopback needs --allow-remote)")
     serve.add_argument("--port", type=Number(int, 0, 65535, what="a port from 0 to 65535"), default=8000,
                        help="port to listen on; 0 picks a free one (default: 8000)")
-    serve.add_argument("--model-name", metavar="NAME",
-                       help="the model name clients send as \"model\" (default: the file name without .zip)")
+    serve.add_argument("--model-name", "--served-model-name", metavar="NAME", dest="model_name",
+                       help="the model name clients send as \"model\" (default: the file name without .zip, or "
+                            "the folder's name)")
+    serve.add_argument("--max-model-len", type=Number(int, 2, 1 << 20, what="a whole number of tokens"),
+                       metavar="N", help="the context served, chat and answer together (default: the model's)")
     serve.add_argument("--call-mask", choices=CALL_MASKS,
                        help="decode under this env call mask, which every request then sends as a field of that "
                             "name (9 booleans over bugfix_gym.CALLS) (default: none)")

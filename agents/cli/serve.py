@@ -1,11 +1,14 @@
 """``bugfix-gym serve MODEL``: an OpenAI-compatible chat server (standard library ``http.server``) that
-plays a saved TinyAgent, so any OpenAI-client harness can play BugFix with it (docs/serve.md).
+plays a saved TinyAgent, or a Hugging Face ``save_pretrained`` folder (a TRL output), so any OpenAI-client
+harness can play BugFix with it (docs/serve.md).
 
 Routes: ``GET /health``, ``GET /v1/models`` (and ``/v1/models/NAME``), ``POST /v1/chat/completions``
-(non-streaming). Each request's chat is read as a BugFix transcript
-(:func:`bugfix_gym.integrations.chat.transcript_of`) and answered with ONE call of the agent
+(non-streaming), ``POST /tokenize``. A model file's agent reads each request's chat as a BugFix transcript
+(:func:`bugfix_gym.integrations.chat.transcript_of`) and answers with ONE call
 (:class:`agents.bugfix.chat_agent.ChatAgent`): a ``tool_calls`` entry when the request has ``tools``,
-else the call's text. Errors are OpenAI-shaped JSON, ``{"error": {"message", "type", "code"}}``.
+else the call's text. A folder's LM answers through its own chat template (:mod:`agents.cli.serve_hf`).
+Responses can carry the token ids (``return_token_ids``) and each token's ``top_logprobs``. Errors are
+OpenAI-shaped JSON, ``{"error": {"message", "type", "code"}}``.
 """
 
 from __future__ import annotations
@@ -32,11 +35,13 @@ from bugfix_gym.integrations.chat import ChatError, tool_call_of, transcript_of
 from bugfix_gym.integrations.chat_template import ChatTemplateError
 
 from agents.cli.evaluate import load_model, override_decoding
+from agents.cli.flags import UNSET
 from agents.cli.serve_guard import ServeGuard, guard_from_args, host_header_ok, listen_address, remote_warning
 
 if TYPE_CHECKING:
     from agents.algorithms.on_policy import TokenOnPolicyAlgorithm
     from agents.bugfix.chat_agent import ChatAgent, WrittenCall
+    from agents.cli.serve_hf import HFAnswer, HFChatModel
 
 MAX_BODY_BYTES = 1 << 20  # a request body above this is refused (413): BugFix chats are a few KB
 LINGER_S, LINGER_BYTES = 2.0, 2 * MAX_BODY_BYTES  # what is read and dropped after refusing an unread body
@@ -54,7 +59,8 @@ HTTP_ERRORS = {
     501: ("unsupported_method", "this server answers GET and POST only"),
     505: ("unsupported_http_version", "this server speaks HTTP/1.0 and HTTP/1.1"),
 }
-_ROUTES = "routes: GET /health, GET /v1/models, POST /v1/chat/completions"
+_ROUTES = "routes: GET /health, GET /v1/models, POST /v1/chat/completions, POST /tokenize"
+MAX_TOP_LOGPROBS = 20  # OpenAI's limit on top_logprobs
 
 
 class ApiError(Exception):
@@ -115,7 +121,7 @@ class ChatServer(ThreadingHTTPServer):
     # group member) got connection resets past it. Requests still run one at a time on the model.
     request_queue_size = 256
 
-    def __init__(self, address: tuple[str, int], agent: ChatAgent, model_name: str,
+    def __init__(self, address: tuple[str, int], agent: ChatAgent | HFChatModel, model_name: str,
                  call_mask_key: str | None = None, log_requests: bool = True, guard: ServeGuard | None = None):
         self.guard = guard or ServeGuard()
         host, self.remote = listen_address(address[0], self.guard.allow_remote)
@@ -270,7 +276,8 @@ def serving(model: str | Path | TokenOnPolicyAlgorithm, model_name: str = "bugfi
     """A :class:`ChatServer` answering in a background thread for the ``with`` block, then shut down:
     ``with serving("tokenppo.zip") as server: client(base_url=server.url)``.
 
-    :param model: a model file, or a loaded algorithm (its policy's decoding as it is)
+    :param model: a model file, a ``save_pretrained`` folder (:mod:`agents.cli.serve_hf`), or a loaded algorithm
+        (its policy's decoding as it is)
     :param model_name: the served name
     :param host: the address (default: local only)
     :param port: the port (0: a free one)
@@ -278,9 +285,14 @@ def serving(model: str | Path | TokenOnPolicyAlgorithm, model_name: str = "bugfi
     """
     from agents.algorithms.presets import load_algorithm
     from agents.bugfix.chat_agent import ChatAgent
+    from agents.cli.serve_hf import load_served
 
-    loaded = load_algorithm(model) if isinstance(model, (str, Path)) else model
-    server = ChatServer((host, port), ChatAgent(loaded), model_name, **kwargs)
+    agent: ChatAgent | HFChatModel
+    if isinstance(model, (str, Path)) and Path(model).is_dir():
+        agent = load_served(Path(model))
+    else:
+        agent = ChatAgent(load_algorithm(model) if isinstance(model, (str, Path)) else model)
+    server = ChatServer((host, port), agent, model_name, **kwargs)
     thread = threading.Thread(target=server.serve_forever, name="bugfix-gym-serve", daemon=True)
     thread.start()
     try:
@@ -413,7 +425,7 @@ class ChatHandler(BaseHTTPRequestHandler):
     def _post(self) -> dict[str, Any]:
         path = self.path.split("?")[0].rstrip("/")
         self._authorised()
-        if path != "/v1/chat/completions":
+        if path not in ("/v1/chat/completions", "/tokenize"):
             self.close_connection = True  # the body is not read
             raise ApiError(404, f"no route POST {path[:80]}; chats go to POST /v1/chat/completions",
                            "unknown_route")
@@ -424,7 +436,7 @@ class ChatHandler(BaseHTTPRequestHandler):
                            "unsupported_media_type")
         body = parse_body(self._body())
         with self.server.turns.turn():
-            return chat_completion(self.server, body)
+            return tokenize(self.server, body) if path == "/tokenize" else chat_completion(self.server, body)
 
     def _authorised(self) -> None:
         """A 401 unless the request carries the API key (every route but ``/health``)."""
@@ -541,17 +553,15 @@ def parse_body(raw: bytes) -> Any:
         raise ApiError(400, f"the request body is not plain JSON ({printable(str(e), 120)})", "invalid_json") from None
 
 
-def chat_completion(server: ChatServer, body: Any) -> dict[str, Any]:
-    """A chat completions request -> its response: the chat read as a transcript, ``n`` calls sampled.
-
-    :param server: the server (its agent, model name and call-mask setting)
-    :param body: the request's parsed JSON
-    """
+def _encode(server: ChatServer, messages: Any) -> list[int]:
+    """The chat's ids as the served model reads them, or a 400 that says what is wrong with it."""
     from agents.bugfix.chat_agent import ContextFull
+    from agents.cli.serve_hf import HFChatModel
 
-    request = read_request(body, server.model_name, server.call_mask_key)
     try:
-        ids = server.agent.encode(transcript_of(request["messages"]))
+        if isinstance(server.agent, HFChatModel):
+            return server.agent.encode(messages)
+        return server.agent.encode(transcript_of(messages))
     except ChatError as e:
         raise ApiError(400, str(e), "invalid_messages", "messages") from None
     except ContextFull as e:
@@ -559,16 +569,76 @@ def chat_completion(server: ChatServer, body: Any) -> dict[str, Any]:
     except ChatTemplateError as e:  # an HF tokenizer's template over its budget (or failing) on this chat
         message = str(e) if e.over_budget else "the model's chat template or tokenizer cannot encode this chat"
         raise ApiError(400, message, "chat_template_error", "messages") from None
-    calls = server.agent.write(ids, n=request["n"], temperature=request["temperature"], seed=request["seed"],
-                               max_tokens=request["max_tokens"], open_calls=request["open_calls"])
-    choices = [choice(i, call, request["tools"], request["logprobs"]) for i, call in enumerate(calls)]
-    written = sum(len(call.tokens) for call in calls)
-    return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
-            "model": server.model_name, "choices": choices,
-            "usage": {"prompt_tokens": len(ids), "completion_tokens": written, "total_tokens": len(ids) + written}}
 
 
-def choice(index: int, call: WrittenCall, tools: bool, logprobs: bool) -> dict[str, Any]:
+def tokenize(server: ChatServer, body: Any) -> dict[str, Any]:
+    """``POST /tokenize`` (vLLM's): a chat's ids as the model reads them, without sampling.
+
+    :param server: the server
+    :param body: ``{"model", "messages"}``
+    """
+    if not isinstance(body, dict):
+        raise ApiError(400, "the request body must be a JSON object with \"model\" and \"messages\"", "invalid_json")
+    _model_of(body, server.model_name)
+    ids = _encode(server, body.get("messages"))
+    return {"count": len(ids), "max_model_len": server.agent.max_len, "tokens": ids}
+
+
+def chat_completion(server: ChatServer, body: Any) -> dict[str, Any]:
+    """A chat completions request -> its response: the chat read as a transcript (a folder's LM: rendered by its
+    chat template), ``n`` calls sampled.
+
+    :param server: the server (its agent, model name and call-mask setting)
+    :param body: the request's parsed JSON
+    """
+    from agents.cli.serve_hf import HFChatModel
+
+    request = read_request(body, server.model_name, server.call_mask_key)
+    ids = _encode(server, request["messages"])
+    top = request["top_logprobs"]
+    if isinstance(server.agent, HFChatModel):
+        answers = server.agent.write(ids, n=request["n"], temperature=request["temperature"], seed=request["seed"],
+                                     max_tokens=request["max_tokens"], top=top)
+        choices = [hf_choice(i, a, server.agent, request, ids) for i, a in enumerate(answers)]
+        written = sum(len(a.tokens) for a in answers)
+    else:
+        if top and server.agent.policy.foresight is not None:
+            raise ApiError(400, "top_logprobs is not available with --foresight (it closes ops after the model "
+                                "scores them); leave it out", "unsupported_value", "top_logprobs")
+        calls = server.agent.write(ids, n=request["n"], temperature=request["temperature"], seed=request["seed"],
+                                   max_tokens=request["max_tokens"], open_calls=request["open_calls"])
+        tops = [top_logprobs(server.agent, ids, call.tokens, top, request["temperature"], request["open_calls"])
+                if top else None for call in calls]
+        choices = [choice(i, call, request["tools"], request["logprobs"], tops[i], request)
+                   for i, call in enumerate(calls)]
+        written = sum(len(call.tokens) for call in calls)
+    response = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
+                "model": server.model_name, "choices": choices,
+                "usage": {"prompt_tokens": len(ids), "completion_tokens": written, "total_tokens": len(ids) + written}}
+    if request["return_token_ids"]:
+        response["prompt_token_ids"] = ids
+    return response
+
+
+def _logprob_entry(token: int, text: str, logp: float, as_ids: bool) -> dict[str, Any]:
+    word = f"token_id:{token}" if as_ids else text
+    return {"token": word, "logprob": logp, "bytes": list(word.encode("utf-8"))}
+
+
+def _logprobs(tokens: list[int], logps: list[float], text_of: Callable[[int], str],
+              tops: list[list[tuple[int, float]]] | None, as_ids: bool) -> dict[str, Any]:
+    """A choice's ``logprobs``: each token with its log-prob and its ``top_logprobs`` (most likely first)."""
+    content = []
+    for k, (token, lp) in enumerate(zip(tokens, logps)):
+        entry = _logprob_entry(token, text_of(token), lp, as_ids)
+        entry["top_logprobs"] = [_logprob_entry(t, text_of(t), v, as_ids) for t, v in (tops[k] if tops else [])]
+        content.append(entry)
+    return {"content": content}
+
+
+def choice(index: int, call: WrittenCall, tools: bool, logprobs: bool,
+           tops: list[list[tuple[int, float]]] | None = None, request: dict[str, Any] | None = None
+           ) -> dict[str, Any]:
     """One ``choices`` entry: the call as a tool call (with ``tools``, when it is one of the env's calls),
     else as text; ``finish_reason`` ``tool_calls``, ``stop`` (ended with ``<eoc>``) or ``length``.
 
@@ -576,16 +646,90 @@ def choice(index: int, call: WrittenCall, tools: bool, logprobs: bool) -> dict[s
     :param call: the sampled call
     :param tools: the request offered tools (and did not say ``tool_choice: "none"``)
     :param logprobs: add each token's log-prob (under the distribution it was sampled from)
+    :param tops: per token, the most likely ids and their log-probs (``top_logprobs``)
+    :param request: the read request (``return_token_ids``, ``return_tokens_as_token_ids``)
     """
+    request = request or {}
     function = tool_call_of(call.text) if tools and call.ended else None
     message: dict[str, Any] = {"role": "assistant", "content": None if function else call.text}
     if function is not None:
         message["tool_calls"] = [{"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function", "function": function}]
     finish = "tool_calls" if function is not None else "stop" if call.ended else "length"
-    content = [{"token": word, "logprob": lp, "bytes": list(word.encode("utf-8")), "top_logprobs": []}
-               for word, lp in zip(call.words, call.logp)]
-    return {"index": index, "message": message, "finish_reason": finish,
-            "logprobs": {"content": content} if logprobs else None}
+    words = dict(zip(call.tokens, call.words))
+    out = {"index": index, "message": message, "finish_reason": finish,
+           "logprobs": _logprobs(call.tokens, call.logp, lambda t: words.get(t, str(t)), tops,
+                                 bool(request.get("return_tokens_as_token_ids"))) if logprobs else None}
+    if request.get("return_token_ids"):
+        out["token_ids"] = list(call.tokens)
+    return out
+
+
+def hf_choice(index: int, answer: HFAnswer, model: HFChatModel, request: dict[str, Any], prompt: list[int]
+              ) -> dict[str, Any]:
+    """One ``choices`` entry of a folder's LM: its tool calls (read with the response template) when the request
+    offered tools, else its text.
+
+    :param index: the choice's index
+    :param answer: the sampled answer
+    :param model: the served model
+    :param request: the read request
+    :param prompt: the chat's ids the answer continues
+    """
+    calls = model.tool_calls(answer, prompt) if request["tools"] else []
+    message: dict[str, Any] = {"role": "assistant", "content": None if calls else answer.text}
+    if calls:
+        message["tool_calls"] = [{"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function", "function": c}
+                                 for c in calls]
+    finish = "tool_calls" if calls else "stop" if answer.ended else "length"
+    out = {"index": index, "message": message, "finish_reason": finish,
+           "logprobs": _logprobs(answer.tokens, answer.logp, model.token_text, answer.top,
+                                 request["return_tokens_as_token_ids"]) if request["logprobs"] else None}
+    if request["return_token_ids"]:
+        out["token_ids"] = list(answer.tokens)
+    return out
+
+
+def top_logprobs(agent: ChatAgent, ids: list[int], tokens: list[int], k: int, temperature: float,
+                 open_calls: list[bool] | None) -> list[list[tuple[int, float]]]:
+    """Per written token, the ``k`` most likely ids and their log-probs under the distribution it was sampled
+    from (the model at ``temperature``, 1 when greedy, masked by the call grammar from its start state), from
+    one full forward over the chat and the call; a token the grammar forces has log-prob 0 and no other.
+
+    :param agent: the served agent
+    :param ids: the chat's ids
+    :param tokens: the call's ids
+    :param k: how many
+    :param temperature: the request's temperature
+    :param open_calls: the env's call mask (``--call-mask``), or None
+    """
+    import torch
+
+    from agents.model.threads import use_threads
+
+    policy, grammar = agent.policy, agent.policy.grammar
+    state = 0 if grammar is None else (grammar.start if open_calls is None else grammar.start_for(open_calls))
+    model = policy.model
+    with agent._lock, use_threads(policy.torch_threads, policy.device), torch.no_grad():
+        was_training = model.training
+        model.eval()
+        try:
+            device = next(model.parameters()).device
+            logits, _ = model(torch.tensor([list(ids) + list(tokens[:-1])], device=device))  # [1, T, V]
+        finally:
+            model.train(was_training)
+    out = []
+    for j, token in enumerate(tokens):
+        step = logits[0, len(ids) - 1 + j].float() / (temperature or 1.0)  # [V]
+        if grammar is not None:
+            if grammar.forced(state) is not None:
+                out.append([(int(token), 0.0)])
+                state = grammar.step(state, token)
+                continue
+            step = grammar.mask_logits(step[None], torch.tensor([state], device=step.device))[0]
+            state = grammar.step(state, token)
+        values, index = torch.log_softmax(step, -1).topk(min(k, step.numel()))
+        out.append([(int(i), float(v)) for i, v in zip(index.tolist(), values.tolist()) if v > float("-inf")])
+    return out
 
 
 def read_request(body: Any, model_name: str, call_mask_key: str | None) -> dict[str, Any]:
@@ -601,11 +745,7 @@ def read_request(body: Any, model_name: str, call_mask_key: str | None) -> dict[
     if body.get("stream"):
         raise ApiError(400, "streaming is not supported: send \"stream\": false (or leave it out)",
                        "unsupported_value", "stream")
-    if not isinstance(body.get("model"), str):
-        raise ApiError(400, f"the request needs \"model\": {model_name!r}", "missing_model", "model")
-    if body["model"] != model_name:
-        raise ApiError(404, f"no model {_shown(body['model'])}; this server serves {model_name!r}", "model_not_found",
-                       "model")
+    _model_of(body, model_name)
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
     tools = body.get("tools")
     if tools is not None and not isinstance(tools, list):
@@ -616,9 +756,21 @@ def read_request(body: Any, model_name: str, call_mask_key: str | None) -> dict[
                 temperature=_temperature(_number(body, "temperature", float, 0.0, 2.0, 1.0)),
                 seed=_number(body, "seed", int, -(2**63), 2**63 - 1, None),
                 max_tokens=_number({"max_tokens": max_tokens}, "max_tokens", int, 1, None, None),
-                logprobs=_flag(body, "logprobs"),
+                logprobs=_flag(body, "logprobs") or bool(body.get("top_logprobs")),
+                top_logprobs=_number(body, "top_logprobs", int, 0, MAX_TOP_LOGPROBS, 0),
+                return_token_ids=_flag(body, "return_token_ids"),
+                return_tokens_as_token_ids=_flag(body, "return_tokens_as_token_ids"),
                 tools=bool(tools) and body.get("tool_choice") != "none",
                 open_calls=_open_calls(body, call_mask_key))
+
+
+def _model_of(body: dict[str, Any], model_name: str) -> None:
+    """A 400 without ``model``, a 404 for another model's name."""
+    if not isinstance(body.get("model"), str):
+        raise ApiError(400, f"the request needs \"model\": {model_name!r}", "missing_model", "model")
+    if body["model"] != model_name:
+        raise ApiError(404, f"no model {_shown(body['model'])}; this server serves {model_name!r}", "model_not_found",
+                       "model")
 
 
 def _number(body: dict[str, Any], key: str, kind: type, low: float, high: float | None, default: Any) -> Any:
@@ -675,10 +827,13 @@ def _open_calls(body: dict[str, Any], call_mask_key: str | None) -> list[bool] |
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    """Load ``args.model`` and serve it until Ctrl-C; returns the exit status.
+    """Load ``args.model`` (a model file, or a ``save_pretrained`` folder) and serve it until Ctrl-C or SIGTERM;
+    returns the exit status.
 
     :param args: ``bugfix-gym serve``'s parsed command line
     """
+    import signal
+
     import torch
 
     from agents.bugfix.chat_agent import ChatAgent
@@ -690,28 +845,53 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise usage_error("serve", str(e)) from None
     torch.set_num_threads(1)
-    model = load_model(args.model, "serve")
-    model.policy.call_mask_key = None  # the default: the grammar alone (the flags below may change it)
-    model.policy.foresight = None
-    override_decoding(model, args, "serve")
-    name = args.model_name or args.model.stem
+    max_len = getattr(args, "max_model_len", None)
+    agent: ChatAgent | HFChatModel
+    if args.model.is_dir():
+        from agents.cli.serve_hf import load_served
+
+        if args.call_mask is not None or args.foresight is not UNSET:
+            raise usage_error("serve", "--call-mask and --foresight decode a model file's call grammar; a "
+                                       "save_pretrained folder answers through its chat template: drop them")
+        agent, call_mask_key = load_served(args.model, "serve", max_len), None
+        decoding = "its chat template, free text, tool calls read with its response template"
+    else:
+        model = load_model(args.model, "serve")
+        model.policy.call_mask_key = None  # the default: the grammar alone (the flags below may change it)
+        model.policy.foresight = None
+        override_decoding(model, args, "serve")
+        agent, call_mask_key = ChatAgent(model), model.policy.call_mask_key
+        if max_len is not None:
+            if max_len <= agent.max_call_tokens or max_len > agent.max_len:
+                raise usage_error("serve", f"--max-model-len must be from {agent.max_call_tokens + 1} to the "
+                                           f"model's context of {agent.max_len}, got {max_len}")
+            agent.max_len = max_len
+        policy = model.policy
+        decoding = "free text" if policy.grammar is None else (
+            f"call grammar, call mask {policy.call_mask_key or 'none'}, foresight "
+            f"{'off' if policy.foresight is None else policy.foresight.threshold}")
+    name = getattr(args, "served_model_name", None) or args.model_name or (
+        args.model.name if args.model.is_dir() else args.model.stem)
     try:
-        server = ChatServer((args.host, args.port), ChatAgent(model), name, model.policy.call_mask_key, guard=guard)
+        server = ChatServer((args.host, args.port), agent, name, call_mask_key, guard=guard)
     except OSError as e:
         raise usage_error("serve", f"cannot listen on {args.host}:{args.port} ({e.strerror or e}); pick another "
                                    "--port or --host") from None
-    policy = model.policy
-    decoding = "free text" if policy.grammar is None else (
-        f"call grammar, call mask {policy.call_mask_key or 'none'}, foresight "
-        f"{'off' if policy.foresight is None else policy.foresight.threshold}")
     if server.remote:
         print(remote_warning(str(server.server_address[0]), guard), file=sys.stderr, flush=True)
     key = "API key required" if guard.api_key is not None else "no API key"
-    print(f"serving {args.model} as model {name!r} at {server.url} ({decoding}; {key}); Ctrl-C stops", flush=True)
+    print(f"serving {args.model} as model {name!r} at {server.url} ({decoding}; context {agent.max_len}; {key}); "
+          "Ctrl-C or SIGTERM stops", flush=True)
+
+    def stop(signum: int, frame: Any) -> None:  # SIGTERM (kill, a process manager): stop as Ctrl-C does
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
         print("bugfix-gym serve: stopped", file=sys.stderr)
     finally:
+        signal.signal(signal.SIGTERM, previous)
         server.server_close()
     return 0

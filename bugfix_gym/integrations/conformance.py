@@ -22,6 +22,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
+from .bounded_json import MAX_ABS_INT, MAX_NESTING, _no_constant, parse_json, read_bounded  # noqa: F401 - re-exported
+
 Episode = dict[str, Any]
 Tokenizer = Any  # anything with encode(text) -> ids and decode(ids) -> text (an HF tokenizer: the ids' own)
 
@@ -32,7 +34,8 @@ class CheckResult:
 
     :param name: the check's name
     :param bug: the reported trainer bug it catches
-    :param status: ``"pass"``, ``"FAIL"`` or ``"skip"`` (the batch lacks the fields it reads)
+    :param status: ``"pass"``, ``"FAIL"`` or ``"skip"`` (the batch lacks the fields it reads, or has nothing
+        the check looks at)
     :param detail: where it failed (the first offending episode and token index), or why it was skipped
     """
 
@@ -40,6 +43,8 @@ class CheckResult:
     bug: str
     status: str
     detail: str = ""
+    missing: bool = False
+    """a skip for lack of a field or an option (``--strict`` fails it), not for lack of anything to check"""
 
     @property
     def failed(self) -> bool:
@@ -52,7 +57,20 @@ CHECKS: dict[str, tuple[str, Check]] = {}
 
 
 class Skip(Exception):
-    """Raised by a check when the batch lacks what it reads."""
+    """Raised by a check that cannot run: the batch lacks a field it reads, or an option (``end_ids``, the
+    tokenizer) was not given; ``--strict`` counts it as a failure.
+
+    :param reason: what is missing, one line
+    """
+
+    missing = True
+
+
+class NotApplicable(Skip):
+    """Raised by a check that has nothing to check in this batch (no groups, no tool output, no group of
+    equal rewards, an estimator that does not centre groups); ``--strict`` lets it pass."""
+
+    missing = False
 
 
 def register_check(name: str, bug: str) -> Callable[[Check], Check]:
@@ -69,55 +87,89 @@ def register_check(name: str, bug: str) -> Callable[[Check], Check]:
 PER_TOKEN = ("logprobs", "old_logprobs", "new_logprobs", "loss_weights", "advantages")
 #: the dump format's other names -> the name the checks read
 ALIASES = {"per_token_loss": "loss_weights"}
+#: verl's ``DataProto`` names -> ours (per-token lists over ``responses``)
+VERL_NAMES = {"rollout_log_probs": "logprobs", "old_log_probs": "old_logprobs", "uid": "group"}
+#: verl's ``loss_agg_mode`` -> the aggregation name ``loss_type`` reads
+VERL_LOSS_AGG = {"token-mean": "token_mean", "seq-mean-token-mean": "seq_mean_token_mean",
+                 "seq-mean-token-sum": "seq_mean_token_sum", "seq-mean-token-sum-norm": "seq_mean_token_sum_norm"}
 
 
 def normalise(episode: Any, index: int = 0) -> Episode:
     """One dump episode in the checks' shape: ``prompt_ids``, ``completion_ids`` and ``mask``, per-token
     lists over the completion, ``turns`` spans over the completion, ``reset_key`` from ``reset_seed`` /
-    ``task``; ``_offset`` is where the completion starts in ``input_ids`` (messages count tokens in the
-    ids the dump gave: ``input_ids``, or TRL's ``completion_ids``).
+    ``task``; ``_offset`` is where the completion starts in the ids the dump gave (messages count tokens
+    there: ``input_ids``, TRL's ``completion_ids``, verl's ``responses``).
 
-    :param episode: a dump line's object, in the dump format (``input_ids`` + ``loss_mask``) or TRL's
-        (``prompt_ids`` + ``completion_ids`` + ``mask``)
+    The episode is first checked against the dump's JSON Schema (:mod:`.dump_schema`).
+
+    :param episode: a dump line's object in one of the three layouts (``input_ids`` + ``loss_mask``; TRL's
+        ``prompt_ids`` + ``completion_ids`` + ``mask``; verl's ``prompts`` + ``responses`` + ``response_mask``)
     :param index: its line's episode number, for errors
-    :raises ValueError: it is no object, or has neither kind of ids (one line)
+    :raises ValueError: it does not conform to the schema (one line)
     """
-    if not isinstance(episode, dict):
-        raise ValueError(f"episode {index} is {type(episode).__name__}, not a JSON object (docs/conformance.md)")
+    from .dump_schema import validate_episode
+
+    layout = validate_episode(episode, index)
+    if layout == "verl":
+        episode = _from_verl(episode)
     out: Episode = {ALIASES.get(str(key), str(key)): value for key, value in episode.items()}
-    if "input_ids" in out:
-        ids, loss_mask = _ints(out.pop("input_ids"), "input_ids", index), out.pop("loss_mask", None)
-        if loss_mask is None:
-            raise ValueError(f"episode {index} has input_ids but no loss_mask (1 = written by the model)")
-        loss_mask = _ints(loss_mask, "loss_mask", index)
+    if layout == "native":
+        ids, loss_mask = list(out.pop("input_ids")), list(out.pop("loss_mask"))
         p = next((i for i, m in enumerate(loss_mask) if m), len(loss_mask))
         out.update(prompt_ids=ids[:p], completion_ids=ids[p:], mask=loss_mask[p:])
         for key in PER_TOKEN:
             if isinstance(out.get(key), list) and len(out[key]) == len(ids):
                 out[key] = out[key][p:]
-    elif "prompt_ids" in out and "completion_ids" in out:
-        p = len(_ints(out["prompt_ids"], "prompt_ids", index))
-        _ints(out["completion_ids"], "completion_ids", index)
+        offset = p
     else:
-        raise ValueError(f"episode {index} needs 'input_ids' and 'loss_mask' (or TRL's 'prompt_ids' and "
-                         "'completion_ids'); see docs/conformance.md")
-    for key in ("mask",) + PER_TOKEN:
-        if out.get(key) is not None and not (key == "advantages" and _is_number(out[key])):
-            _numbers(out[key], key, index)
-    if out.get("reset_key") is None and ("reset_seed" in out or "task" in out):
+        offset = 0
+    n = len(out["completion_ids"])
+    if out.get("reset_key") is None and (out.get("reset_seed") is not None or out.get("task") is not None):
         out["reset_key"] = [out.get("reset_seed"), out.get("task")]
     if out.get("turns") is not None:
-        n = p + len(out["completion_ids"])
-        out["turns"] = [_turn(turn, p, n, index) for turn in _list(out["turns"], "turns", index)]
-    out["_offset"] = p if "loss_mask" in episode else 0  # TRL's layout counts tokens in the completion
+        out["turns"] = [_turn(turn, offset, offset + n, index) for turn in out["turns"]]
+    out["_offset"] = offset
     return out
 
 
-def _turn(turn: Any, offset: int, n: int, index: int) -> dict[str, Any]:
-    """A turn of ``turns``: its span (``start``, ``end`` over the whole ids) moved onto the completion."""
-    if not isinstance(turn, dict):
-        raise ValueError(f"episode {index}: each of 'turns' is an object (role, start, end; or input_ids, "
-                         "output_ids)")
+def _from_verl(row: dict[str, Any]) -> dict[str, Any]:
+    """A verl ``DataProto`` row (left-padded ``prompts``, right-padded ``responses``, ``attention_mask`` over
+    both) in TRL's layout: padding dropped by ``attention_mask``, ``rollout_log_probs`` / ``old_log_probs`` /
+    ``uid`` renamed, ``reward`` the sum of ``token_level_scores``, ``loss_agg_mode`` as ``loss_type``."""
+    prompts, responses = list(row["prompts"]), list(row["responses"])
+    attention = row.get("attention_mask")
+    if attention is None:
+        attention = [1] * (len(prompts) + len(responses))
+    if len(attention) != len(prompts) + len(responses):
+        raise ValueError(f"verl's attention_mask has {len(attention)} entries for {len(prompts)} prompt and "
+                         f"{len(responses)} response ids; it spans both")
+    keep_p, keep_r = attention[:len(prompts)], attention[len(prompts):]
+    out = {k: v for k, v in row.items() if k not in ("prompts", "responses", "response_mask", "attention_mask",
+                                                     "input_ids", "position_ids")}
+    for old, new in VERL_NAMES.items():
+        if old in out:
+            out[new] = out.pop(old)
+    kept = [i for i, k in enumerate(keep_r) if k]
+    out.update(prompt_ids=[t for t, k in zip(prompts, keep_p) if k], completion_ids=[responses[i] for i in kept],
+               mask=_pick(row["response_mask"], kept, len(responses), "response_mask"))
+    for key in PER_TOKEN + ("per_token_loss", "token_level_scores"):
+        if isinstance(out.get(key), list):
+            out[key] = _pick(out[key], kept, len(responses), key)
+    if out.get("reward") is None and isinstance(out.get("token_level_scores"), list):
+        out["reward"] = math.fsum(float(x) for x in out["token_level_scores"])
+    if out.get("loss_type") is None and out.get("loss_agg_mode") in VERL_LOSS_AGG:
+        out["loss_type"] = VERL_LOSS_AGG[out["loss_agg_mode"]]
+    return out
+
+
+def _pick(values: list[Any], kept: list[int], n: int, key: str) -> list[Any]:
+    """``values[i]`` for the unpadded positions ``kept`` of a padded list of ``n`` (a list of another length is
+    kept whole, for ``mask_length`` to report)."""
+    return [values[i] for i in kept] if len(values) == n else list(values)
+
+
+def _turn(turn: dict[str, Any], offset: int, n: int, index: int) -> dict[str, Any]:
+    """A turn of ``turns``: its span (``start``, ``end`` in the dump's own ids) moved onto the completion."""
     out = dict(turn)
     if "start" in out or "end" in out:
         start, end = out.get("start"), out.get("end")
@@ -130,24 +182,6 @@ def _turn(turn: Any, offset: int, n: int, index: int) -> dict[str, Any]:
 
 def _is_number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
-
-
-def _list(value: Any, key: str, index: int) -> list[Any]:
-    if not isinstance(value, list):
-        raise ValueError(f"episode {index}: {key!r} is {type(value).__name__}, not a list")
-    return value
-
-
-def _numbers(value: Any, key: str, index: int) -> list[float]:
-    if not all(_is_number(x) or isinstance(x, bool) for x in _list(value, key, index)):
-        raise ValueError(f"episode {index}: {key!r} holds something other than numbers")
-    return value
-
-
-def _ints(value: Any, key: str, index: int) -> list[int]:
-    if not all(isinstance(x, int) for x in _list(value, key, index)):
-        raise ValueError(f"episode {index}: {key!r} holds something other than integer ids")
-    return list(value)
 
 
 def _at(episode: Episode, e: int, t: int) -> str:
@@ -181,8 +215,6 @@ def check_mask_length(batch: Sequence[Episode], options: dict[str, Any]) -> str 
             value = episode.get(key)
             if isinstance(value, list) and len(value) != n:
                 return f"episode {e}: {key} has {len(value)} entries for {n} completion ids"
-        if episode.get("mask") is None:
-            raise Skip("no 'mask'")
     return None
 
 
@@ -206,10 +238,18 @@ def check_tool_spans_masked(batch: Sequence[Episode], options: dict[str, Any]) -
             seen = True
             t = next((i for i in range(*turn) if i < len(mask) and mask[i]), None)
             if t is not None:
-                return f"{_at(episode, e, t)}: tool output {k} has mask 1 (trained as the model's)"
+                return f"{_at(episode, e, t)}: tool output {k} has mask 1 (trained as the model's){_how(episode)}"
     if not seen:
-        raise Skip("no tool spans in 'turns'")
+        if not any(episode.get("_spans_from") for episode in batch):
+            raise Skip("no tool spans in 'turns', and no end ids (--end-ids or --tokenizer) to find them")
+        raise NotApplicable("no tool output in the batch (every episode is one model turn)")
     return None
+
+
+def _how(episode: Episode) -> str:
+    """`` (spans from ...)`` when the episode's spans were derived rather than given in ``turns``."""
+    how = episode.get("_spans_from")
+    return f" (spans from {how})" if how else ""
 
 
 @register_check("first_ratio_one", "a first-update ratio != 1 or a clip fraction != 0, e.g. from dropout left on "
@@ -267,20 +307,26 @@ def check_prefix_preserved(batch: Sequence[Episode], options: dict[str, Any]) ->
                 what = f"turn {k + 1}'s input" if k + 1 < len(turns) else "the trained ids"
                 return f"episode {e} turn {k}: {what} differs from turn {k}'s input + output at token {t}"
     if not seen:
-        raise Skip("no turn has 'input_ids' and 'output_ids' (what the sampler was given and wrote)")
+        raise Skip("no model turn in 'turns' has 'input_ids' and 'output_ids' (what the sampler was given and "
+                   "wrote)")
     return None
 
 
 @register_check("retokenisation_stable", "training and inference tokenise the same text differently "
                 "(verl#3720): encode(decode(ids)) != ids on a model turn")
 def check_retokenisation_stable(batch: Sequence[Episode], options: dict[str, Any]) -> str | None:
+    if all(_sampled_ids_trained(episode) for episode in batch):
+        raise NotApplicable("every model turn's output_ids are the ids trained (token in, token out, which "
+                            "prefix_preserved checks): no text round trip to check")
     tokenizer = options.get("tokenizer")
     if tokenizer is None:
-        raise Skip("no tokenizer given")
+        raise Skip("no tokenizer given (--tokenizer)")
     end_ids = options.get("end_ids") or set()
     for e, episode in enumerate(batch):
-        ids, mask = list(episode["completion_ids"]), _field(episode, "mask")
+        ids, mask, sampled = list(episode["completion_ids"]), _field(episode, "mask"), _sampled_positions(episode)
         for start, end in _model_runs(mask):
+            if all(t in sampled for t in range(start, end)):
+                continue  # the sampler's own ids, trained as written
             end -= 1 if ids[end - 1] in end_ids else 0  # an end id is a control token, not text (ours has none)
             again = _encode(tokenizer, tokenizer.decode(ids[start:end]))
             if again != ids[start:end]:
@@ -288,6 +334,25 @@ def check_retokenisation_stable(batch: Sequence[Episode], options: dict[str, Any
                                                                                                    end - start))
                 return f"{_at(episode, e, start + t)}: re-encoding the decoded model turn gives other ids"
     return None
+
+
+def _sampled_positions(episode: Episode) -> set[int]:
+    """The completion positions whose ids are what the sampler wrote, shown by a model turn's ``input_ids`` /
+    ``output_ids`` that the trained ids repeat (no text in between: nothing to re-tokenise there)."""
+    full = list(episode["prompt_ids"]) + list(episode["completion_ids"])
+    p, covered = len(episode["prompt_ids"]), set[int]()
+    for t in episode.get("turns") or ():
+        if "input_ids" in t and "output_ids" in t:
+            n, out = len(t["input_ids"]), list(t["output_ids"])
+            if n >= p and full[:n] == list(t["input_ids"]) and full[n:n + len(out)] == out:
+                covered.update(range(n - p, n - p + len(out)))
+    return covered
+
+
+def _sampled_ids_trained(episode: Episode) -> bool:
+    """Every model token of the episode is covered by :func:`_sampled_positions`."""
+    covered = _sampled_positions(episode)
+    return all(t in covered for t, m in enumerate(episode["mask"]) if m)
 
 
 def _encode(tokenizer: Tokenizer, text: str) -> list[int]:
@@ -313,13 +378,13 @@ def check_response_length(batch: Sequence[Episode], options: dict[str, Any]) -> 
 def check_eos_trained(batch: Sequence[Episode], options: dict[str, Any]) -> str | None:
     end_ids = options.get("end_ids")
     if not end_ids and not any(_spans(episode, "model") for episode in batch):
-        raise Skip("no end_ids given and no model turn spans in 'turns'")
+        raise Skip("no end ids (--end-ids or --tokenizer) and no model turn spans in 'turns'")
     for e, episode in enumerate(batch):
         ids, mask = list(episode["completion_ids"]), _field(episode, "mask")
         turns = _spans(episode, "model") or _model_runs(mask)
         for k, (start, end) in enumerate(turns):
             if end - 1 < len(mask) and not mask[end - 1]:
-                return f"{_at(episode, e, end - 1)}: model turn {k}'s end token has mask 0"
+                return f"{_at(episode, e, end - 1)}: model turn {k}'s end token has mask 0{_how(episode)}"
             if end_ids and k < len(turns) - 1 and ids[end - 1] not in end_ids:  # the last: truncation_masked
                 return f"{_at(episode, e, end - 1)}: model turn {k} ends on id {ids[end - 1]}, not an end id"
     return None
@@ -344,27 +409,35 @@ def check_truncation_masked(batch: Sequence[Episode], options: dict[str, Any]) -
                 return (f"{_at(episode, e, t)}: a truncated episode under mask_truncated_completions has loss "
                         f"weight {float(episode['loss_weights'][t]):.3g}")
     if not ran:
-        raise Skip("needs end_ids, or mask_truncated_completions with loss_weights")
+        raise Skip("needs end ids (--end-ids or --tokenizer), or mask_truncated_completions with loss_weights")
     return None
 
 
 @register_check("group_shares_reset", "the G members of a GRPO group do not share one initial state "
                 "(TRL's environment_factory docs)")
 def check_group_shares_reset(batch: Sequence[Episode], options: dict[str, Any]) -> str | None:
-    first: dict[Any, tuple[int, Any, list[int]]] = {}
-    for e, episode in enumerate(batch):
-        group = _key(_field(episode, "group"))
-        key, prompt = _field(episode, "reset_key"), list(episode["prompt_ids"])
-        if group not in first:
-            first[group] = (e, key, prompt)
-            continue
-        e0, key0, prompt0 = first[group]
-        if key != key0 or prompt != prompt0:
-            what = "reset key" if key != key0 else "prompt ids"
-            return f"group {group!r}: episode {e}'s {what} differ from episode {e0}'s"
-    if all(len(members) < 2 for members in _groups(batch).values()):
-        raise Skip("no group has two members")
+    groups = _groups(batch)
+    if all(len(members) < 2 for members in groups.values()):
+        raise NotApplicable("no group has two members")
+    for group, members in groups.items():
+        e0 = members[0]
+        key0, prompt0 = batch[e0].get("reset_key"), list(batch[e0]["prompt_ids"])
+        for e in members[1:]:
+            key, prompt = batch[e].get("reset_key"), list(batch[e]["prompt_ids"])
+            if key0 is not None and key is not None and _key(key) != _key(key0):
+                return (f"group {group!r}: episode {e}'s reset key {_short(key)} differs from episode {e0}'s "
+                        f"{_short(key0)}")
+            if prompt != prompt0:
+                t = next((i for i, (a, b) in enumerate(zip(prompt, prompt0)) if a != b),
+                         min(len(prompt), len(prompt0)))
+                return (f"group {group!r}: episode {e}'s prompt ids differ from episode {e0}'s at prompt token "
+                        f"{t} ({len(prompt)} and {len(prompt0)} ids)")
     return None
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 #: advantage estimators whose advantages are not centred per group by definition (dump's
@@ -401,7 +474,7 @@ def check_zero_variance_groups(batch: Sequence[Episode], options: dict[str, Any]
                 return (f"group {group!r}: every reward is {rewards.pop():g}, but {_at(batch[e], e, t)} has "
                         f"advantage {float(a):.4g}")
     if not found:
-        raise Skip("no group of two or more with equal rewards in the batch")
+        raise NotApplicable("no group of two or more with equal rewards in the batch")
     return None
 
 
@@ -409,7 +482,7 @@ def _centred_estimator(batch: Sequence[Episode]) -> None:
     """Skip a group-advantage check for an estimator that does not centre its advantages per group."""
     name = next((ep.get("advantage_estimator") for ep in batch if ep.get("advantage_estimator")), None)
     if name in NOT_GROUP_CENTRED:
-        raise Skip(f"advantage_estimator {name!r}: {NOT_GROUP_CENTRED[name]}")
+        raise NotApplicable(f"advantage_estimator {name!r}: {NOT_GROUP_CENTRED[name]}")
 
 
 def _key(group: Any) -> Any:
@@ -417,7 +490,11 @@ def _key(group: Any) -> Any:
 
 
 def _groups(batch: Sequence[Episode]) -> dict[Any, list[int]]:
-    """group id -> the episodes of that group, in order."""
+    """group id -> the episodes of that group, in order; a batch without ``group`` has no groups (a trainer
+    that plays none: the group checks do not apply)."""
+    if all(episode.get("group") is None for episode in batch):
+        raise NotApplicable("no 'group' (a batch without groups; write each episode's group if the trainer "
+                            "plays them)")
     groups: dict[Any, list[int]] = {}
     for e, episode in enumerate(batch):
         groups.setdefault(_key(_field(episode, "group")), []).append(e)
@@ -498,27 +575,49 @@ def _spans(episode: Episode, role: str) -> list[tuple[int, int]]:
 
 def run_checks(batch: Sequence[Any], *, tokenizer: Tokenizer | None = None,
                end_ids: Iterable[int] | None = None, only: Iterable[str] | None = None,
-               ratio_tol: float = 1e-5, logprob_tol: float = 1e-3, normaliser_tol: float = 1e-3
-               ) -> list[CheckResult]:
+               ratio_tol: float = 1e-5, logprob_tol: float = 1e-3, normaliser_tol: float = 1e-3,
+               tool_end_ids: Sequence[int] | None = None, strict: bool = False,
+               allow_skip: Iterable[str] = ()) -> list[CheckResult]:
     """Every registered check on ``batch`` (or those named in ``only``).
 
-    :param batch: episodes in either spelling of the module docstring (each goes through :func:`normalise`)
-    :param tokenizer: the ids' tokenizer, for ``retokenisation_stable``
-    :param end_ids: the ids that end a model turn (EOS, a tool-call close), for ``eos_trained`` and
-        ``truncation_masked``
+    An episode whose ``turns`` give no spans gets them from its ids (:func:`derive_spans`): a model turn runs
+    to an end id, the tool output after it to the end of the tokenizer's tool suffix (``tool_end_ids``), so
+    ``tool_spans_masked``, ``eos_trained`` and ``truncation_masked`` run on a dump with no ``turns``.
+
+    :param batch: episodes in any layout of the module docstring (each goes through :func:`normalise`)
+    :param tokenizer: the ids' tokenizer, for ``retokenisation_stable`` (and, when not given, ``end_ids`` and
+        ``tool_end_ids``)
+    :param end_ids: the ids that end a model turn (EOS, a tool-call close), for ``eos_trained``,
+        ``truncation_masked`` and the derived spans (default: the tokenizer's end-of-turn id)
     :param only: check names to run (default: all)
     :param ratio_tol: the largest |log ratio| at the first update
     :param logprob_tol: the largest |sampler - trainer| log-prob difference
     :param normaliser_tol: the largest relative gap between a loss weight and ``loss_type``'s
+    :param tool_end_ids: the ids that end every tool output (the chat template's tool suffix ends with the next
+        generation prompt, ours with ``<turn>``; default: read off the tokenizer, :func:`tool_end_of`)
+    :param strict: a check skipped for lack of a field or an option fails (``--strict``); one with nothing to
+        check in this batch (no groups, no tool output) still skips
+    :param allow_skip: checks ``strict`` lets skip all the same (a trainer that cannot dump what they read, e.g.
+        ``prefix_preserved`` for one that keeps no per-turn ids)
     :return: one :class:`CheckResult` per check, in registration order
     :raises ValueError: an episode that is not one, or an unknown check name (one line)
     """
     batch = [normalise(episode, e) for e, episode in enumerate(batch)]
     names = list(CHECKS) if only is None else list(only)
-    unknown = [n for n in names if n not in CHECKS]
+    allowed = set(allow_skip)
+    unknown = [n for n in [*names, *allowed] if n not in CHECKS]
     if unknown:
         raise ValueError(f"unknown conformance check(s) {unknown}; use some of {', '.join(CHECKS)}")
-    options = {"tokenizer": tokenizer, "end_ids": set(end_ids or ()), "ratio_tol": ratio_tol,
+    ends = set(end_ids or ())
+    if not ends and tokenizer is not None and isinstance(getattr(tokenizer, "eoc_id", None), int):
+        ends = {int(tokenizer.eoc_id)}
+    tool_end = list(tool_end_ids) if tool_end_ids else tool_end_of(tokenizer)
+    for episode in batch:
+        if ends and not _spans(episode, "model") and not _spans(episode, "tool"):
+            spans = derive_spans(episode["completion_ids"], episode["mask"], ends, tool_end)
+            episode["turns"] = list(episode.get("turns") or ()) + spans
+            episode["_spans_from"] = "end ids" + (" and the tool suffix" if tool_end else " and the mask")
+    options = {"tokenizer": tokenizer, "end_ids": ends, "ratio_tol": ratio_tol,
                "logprob_tol": logprob_tol, "normaliser_tol": normaliser_tol}
     results = []
     for name in names:
@@ -526,7 +625,11 @@ def run_checks(batch: Sequence[Any], *, tokenizer: Tokenizer | None = None,
         try:
             where = function(batch, options)
         except Skip as why:
-            results.append(CheckResult(name, bug, "skip", str(why)))
+            if strict and why.missing and name not in allowed:
+                results.append(CheckResult(name, bug, "FAIL", f"--strict: skipped for lack of what it reads: {why}",
+                                           missing=True))
+            else:
+                results.append(CheckResult(name, bug, "skip", str(why), missing=why.missing))
             continue
         except (TypeError, ValueError, KeyError, IndexError, ZeroDivisionError, OverflowError,
                 RecursionError) as err:  # a field of the wrong shape or size
@@ -535,6 +638,65 @@ def run_checks(batch: Sequence[Any], *, tokenizer: Tokenizer | None = None,
                              "docs/conformance.md for the fields") from None
         results.append(CheckResult(name, bug, "pass" if where is None else "FAIL", where or ""))
     return results
+
+
+def derive_spans(ids: Sequence[int], mask: Sequence[Any], end_ids: set[int], tool_end: Sequence[int] = ()
+                 ) -> list[dict[str, Any]]:
+    """The model turns and tool outputs of a completion, from its ids: what every trainer has.
+
+    A model turn starts the completion or right after a tool output and runs to the end of its first run of end
+    ids; the tool output after it runs to the end of the next ``tool_end`` (the tool suffix's last ids, which
+    the next generation prompt ends), or, without ``tool_end``, up to the mask's next 0 -> 1 transition (and
+    is then at least the one token after the end id: the model never writes right after its own end id). The
+    spans come from the ids, not from the mask, so a mask that marks a tool output as the model's is caught.
+
+    :param ids: the completion's ids
+    :param mask: its mask (1 = the model's), read only without ``tool_end``
+    :param end_ids: the ids that end a model turn
+    :param tool_end: the ids that end every tool output (may be empty)
+    :return: ``turns`` spans ``{"role", "start", "end"}`` over the completion
+    """
+    spans: list[dict[str, Any]] = []
+    n, i = len(ids), 0
+    tool_end = list(tool_end)
+    while i < n:
+        j = next((t for t in range(i, n) if ids[t] in end_ids), None)
+        if j is None:
+            spans.append({"role": "model", "start": i, "end": n})
+            break
+        while j + 1 < n and ids[j + 1] in end_ids:
+            j += 1
+        spans.append({"role": "model", "start": i, "end": j + 1})
+        if j + 1 >= n:
+            break
+        start = j + 1
+        if tool_end:
+            k = next((t for t in range(start, n - len(tool_end) + 1)
+                      if list(ids[t:t + len(tool_end)]) == tool_end), None)
+            end = n if k is None else k + len(tool_end)
+        else:
+            end = next((t for t in range(start + 1, n) if mask[t] and not mask[t - 1]), n) if not mask[start] \
+                else start + 1
+        spans.append({"role": "tool", "start": start, "end": end})
+        i = end
+    return spans
+
+
+def tool_end_of(tokenizer: Tokenizer | None) -> list[int]:
+    """The ids every tool output of ``tokenizer`` ends with: the common tail of its tool segments
+    (``segment_ids(3, text)``: ours end with ``<turn>``, a chat template's with the end of the tool message and the
+    next generation prompt), or ``[]`` for a tokenizer without segments."""
+    segment = getattr(tokenizer, "segment_ids", None)
+    if segment is None:
+        return []
+    try:
+        a, b = list(segment(3, "read")), list(segment(3, "no change"))
+    except Exception:  # noqa: BLE001 - a tokenizer that cannot render a tool segment gives no suffix
+        return []
+    tail = 0
+    while tail < min(len(a), len(b)) and a[-1 - tail] == b[-1 - tail]:
+        tail += 1
+    return a[len(a) - tail:] if tail < min(len(a), len(b)) else []
 
 
 def format_report(results: Sequence[CheckResult]) -> str:
@@ -546,76 +708,19 @@ def format_report(results: Sequence[CheckResult]) -> str:
     return "\n".join(lines)
 
 
+def report_json(results: Sequence[CheckResult], strict: bool = False) -> dict[str, Any]:
+    """The ``--json`` report: ``failed`` (a count), ``skipped`` (each skip's name, reason and whether it lacked a
+    field or option, ``missing``), ``strict``, and every check's ``name``, ``status``, ``detail``, ``bug``."""
+    return {"failed": sum(r.failed for r in results), "strict": strict,
+            "skipped": [dict(name=r.name, reason=r.detail, missing=r.missing) for r in results
+                        if r.status == "skip"],
+            "checks": [dict(name=r.name, status=r.status, detail=r.detail, bug=r.bug) for r in results]}
+
+
 MAX_DUMP_BYTES = 256 << 20
 """The largest dump read (a first batch of 64 episodes of 1,000 tokens is a few MB)."""
 MAX_TOKENIZER_BYTES = 16 << 20
 """The largest ``--tokenizer`` file read (a saved chat-template tokenizer keeps at most 6 MiB of tokenizer.json)."""
-MAX_NESTING = 32
-"""The deepest a dump line's JSON may nest (a turn's ids nest 4 deep)."""
-MAX_ABS_INT = 2 ** 63
-
-
-def read_bounded(path: str, limit: int, what: str) -> bytes:
-    """A regular file's bytes, at most ``limit`` of them: a FIFO, a device (``/dev/zero``) or a folder is refused
-    before it is read, and a FIFO is opened without waiting for a writer. Raises ``ValueError`` (one line) or
-    ``OSError``.
-
-    :param path: the file
-    :param limit: the most bytes read
-    :param what: what the file is, for messages (``"the dump"``)
-    """
-    import os
-    import stat
-
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    with os.fdopen(fd, "rb") as f:
-        info = os.fstat(f.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise ValueError(f"{what} {path} is not a regular file (a folder, a FIFO or a device); give a file")
-        if info.st_size > limit:
-            raise ValueError(f"{what} {path} is {info.st_size} bytes, more than the {limit} read")
-        blob = f.read(limit + 1)
-    if len(blob) > limit:
-        raise ValueError(f"{what} {path} is more than the {limit} bytes read")
-    return blob
-
-
-def _no_constant(text: str) -> Any:
-    raise ValueError(f"holds {text}, not a finite number")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"holds {text[:20]}, which overflows a float")
-    return value
-
-
-def _bounded_int(text: str) -> int:
-    if len(text.lstrip("-")) > 19 or abs(int(text)) >= MAX_ABS_INT:
-        raise ValueError(f"holds an integer of {len(text.lstrip('-'))} digits, beyond 64 bits")
-    return int(text)
-
-
-def parse_json(text: str) -> Any:
-    """Plain, finite JSON: no ``NaN`` or ``Infinity``, no float that overflows (``1e400``), no integer beyond 64
-    bits, nesting at most :data:`MAX_NESTING` deep; anything else is a ``ValueError`` (one line)."""
-    try:
-        value = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float, parse_int=_bounded_int)
-    except RecursionError:
-        raise ValueError(f"nests deeper than {MAX_NESTING} levels") from None
-    except json.JSONDecodeError as err:
-        raise ValueError(f"is not JSON ({err.msg})") from None
-    stack = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if depth > MAX_NESTING:
-            raise ValueError(f"nests deeper than {MAX_NESTING} levels")
-        if isinstance(item, dict):
-            stack.extend((v, depth + 1) for v in item.values())
-        elif isinstance(item, list):
-            stack.extend((v, depth + 1) for v in item)
-    return value
 
 
 def load_dump(path: str) -> list[Episode]:
@@ -641,20 +746,31 @@ def load_dump(path: str) -> list[Episode]:
 
 
 def load_tokenizer(path: str) -> Tokenizer:
-    """The tokenizer a ``to_dict()`` JSON file holds (ours, or a chat-template tokenizer: that one needs
-    ``transformers``); an unreadable, oversized or corrupt file, or one whose chat template exceeds its budget
+    """The ids' tokenizer at ``path``: the ``to_dict()`` JSON ``bugfix-gym train --dump`` writes (ours, or a
+    chat-template tokenizer's), a Hugging Face ``tokenizer.json``, or a ``save_pretrained`` folder (both read by
+    :func:`bugfix_gym.integrations.hf_checkpoint.read_tokenizer`; they need ``tokenizers``, and a chat template
+    ``transformers``). An unreadable, oversized or corrupt file, or one whose chat template exceeds its budget
     (:mod:`bugfix_gym.integrations.chat_template`), is one clear ``ValueError`` (or ``OSError``).
 
-    :param path: the file (``bugfix-gym train --dump`` writes it as ``DUMP.tokenizer.json``)
+    :param path: the file or folder
     """
+    import os
+
     from bugfix_gym.contract.tokens import tokenizer_from_dict
 
+    from .hf_checkpoint import read_tokenizer
+
+    if os.path.isdir(path):
+        return _hf_tokenizer(read_tokenizer, path)
     blob = read_bounded(path, MAX_TOKENIZER_BYTES, "--tokenizer")
     try:
         data = json.loads(blob.decode("utf-8"), parse_constant=_no_constant)
     except (ValueError, RecursionError):  # not UTF-8, not JSON, NaN
         raise ValueError(f"--tokenizer {path} is not JSON; give the tokenizer file bugfix-gym train --dump "
-                         "wrote next to the dump (DUMP.tokenizer.json)") from None
+                         "wrote next to the dump (DUMP.tokenizer.json), a tokenizer.json or a save_pretrained "
+                         "folder") from None
+    if isinstance(data, dict) and "model" in data and "format" not in data:  # Hugging Face's tokenizer.json
+        return _hf_tokenizer(read_tokenizer, path)
     try:
         return tokenizer_from_dict(data)
     except ImportError:
@@ -663,7 +779,18 @@ def load_tokenizer(path: str) -> Tokenizer:
     except Exception as err:  # noqa: BLE001 - a crafted file may fail anywhere in the tokenizer's code
         first = str(err).splitlines()[0][:200] if str(err).strip() else "bad field"
         raise ValueError(f"--tokenizer {path} is not a tokenizer file ({type(err).__name__}: {first}); give the "
-                         "file bugfix-gym train --dump wrote next to the dump (DUMP.tokenizer.json)") from None
+                         "file bugfix-gym train --dump wrote next to the dump (DUMP.tokenizer.json), a "
+                         "tokenizer.json or a save_pretrained folder") from None
+
+
+def _hf_tokenizer(read: Callable[[str], Tokenizer], path: str) -> Tokenizer:
+    try:
+        return read(path)
+    except ValueError as err:
+        raise ValueError(f"--tokenizer {err}") from None
+    except Exception as err:  # noqa: BLE001 - a crafted file may fail anywhere in the tokenizer's code
+        first = str(err).splitlines()[0][:200] if str(err).strip() else "bad field"
+        raise ValueError(f"--tokenizer {path} does not load ({type(err).__name__}: {first})") from None
 
 
 def add_arguments(parser: Any) -> None:
@@ -671,13 +798,29 @@ def add_arguments(parser: Any) -> None:
 
     :param parser: an ``argparse`` parser
     """
-    parser.add_argument("dump", help="one JSON episode per line (fields: docs/conformance.md)")
+    parser.add_argument("dump", help="one JSON episode per line, in our, TRL's or verl's layout "
+                                     "(docs/conformance.md, docs/dump.schema.json)")
     parser.add_argument("--end-ids", default="", metavar="IDS",
                         help="comma-separated ids that end a model turn (EOS, a tool-call close), for "
-                             "eos_trained and truncation_masked (default: --tokenizer's end-of-turn id)")
-    parser.add_argument("--tokenizer", default=None, metavar="FILE",
-                        help="the ids' tokenizer as its to_dict() JSON (bugfix-gym train --dump writes it next to "
-                             "the dump as DUMP.tokenizer.json), for retokenisation_stable")
+                             "eos_trained, truncation_masked and the spans of a dump without turns (default: "
+                             "--tokenizer's end-of-turn id)")
+    parser.add_argument("--tool-end-ids", default="", metavar="IDS",
+                        help="comma-separated ids that end every tool output (the tool suffix's last ids, e.g. "
+                             "the next generation prompt), for the spans of a dump without turns (default: "
+                             "read off --tokenizer)")
+    parser.add_argument("--tokenizer", default=None, metavar="PATH",
+                        help="the ids' tokenizer: DUMP.tokenizer.json (bugfix-gym train --dump writes it), a "
+                             "Hugging Face tokenizer.json or a save_pretrained folder")
+    parser.add_argument("--strict", action="store_true",
+                        help="a check skipped for lack of a field or an option fails (exit 1); one with nothing "
+                             "to check in this batch (no groups, no tool output) still skips")
+    parser.add_argument("--allow-skip", default="", metavar="CHECKS",
+                        help="comma-separated checks --strict lets skip (e.g. prefix_preserved for a trainer that "
+                             "keeps no per-turn ids)")
+    parser.add_argument("--logprob-tol", type=float, default=1e-3, metavar="X",
+                        help="sampler_matches_trainer's largest |sampler - trainer| log-prob gap (default 1e-3)")
+    parser.add_argument("--ratio-tol", type=float, default=1e-5, metavar="X",
+                        help="first_ratio_one's largest |log ratio| at the first update (default 1e-5)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the lines")
 
 
@@ -696,33 +839,45 @@ def run_command(args: Any, prog: str = "bugfix-gym conformance") -> int:
     :param args: the parsed arguments of :func:`add_arguments`
     :param prog: the command's name, for errors
     """
-    try:
-        end_ids = [int(x) for x in args.end_ids.split(",") if x.strip()]
-    except ValueError:
-        print(f"{prog}: error: --end-ids takes comma-separated integer ids, got {args.end_ids!r}", file=sys.stderr)
+    ids: dict[str, list[int]] = {}
+    for flag in ("end_ids", "tool_end_ids"):
+        try:
+            ids[flag] = [int(x) for x in getattr(args, flag, "").split(",") if x.strip()]
+        except ValueError:
+            print(f"{prog}: error: --{flag.replace('_', '-')} takes comma-separated integer ids, got "
+                  f"{getattr(args, flag)!r}", file=sys.stderr)
+            return 2
+    tols: dict[str, float] = {"logprob_tol": getattr(args, "logprob_tol", 1e-3),
+                              "ratio_tol": getattr(args, "ratio_tol", 1e-5)}
+    bad = [k for k, v in tols.items() if not (math.isfinite(v) and v > 0)]
+    if bad:
+        print(f"{prog}: error: --{bad[0].replace('_', '-')} must be a positive number, got {tols[bad[0]]}",
+              file=sys.stderr)
         return 2
+    strict = bool(getattr(args, "strict", False))
     try:
         tokenizer = None if args.tokenizer is None else _read(
             load_tokenizer, args.tokenizer, "--tokenizer ",
-            "give the tokenizer file bugfix-gym train --dump wrote (DUMP.tokenizer.json)")
-        if not end_ids and tokenizer is not None:  # the tokenizer's end-of-turn id ends a model turn
-            end_ids = [int(tokenizer.eoc_id)]
+            "give the tokenizer file bugfix-gym train --dump wrote (DUMP.tokenizer.json), a tokenizer.json or a "
+            "save_pretrained folder")
         episodes = _read(load_dump, args.dump, "", "give a dump file (one JSON episode per line)")
-        results = run_checks(episodes, end_ids=end_ids, tokenizer=tokenizer)
+        allowed = [name.strip() for name in getattr(args, "allow_skip", "").split(",") if name.strip()]
+        results = run_checks(episodes, end_ids=ids["end_ids"], tokenizer=tokenizer,
+                             tool_end_ids=ids["tool_end_ids"], strict=strict, allow_skip=allowed,
+                             logprob_tol=tols["logprob_tol"], ratio_tol=tols["ratio_tol"])
     except ValueError as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps({"failed": sum(r.failed for r in results),
-                          "checks": [dict(name=r.name, status=r.status, detail=r.detail, bug=r.bug)
-                                     for r in results]}))
+        print(json.dumps(report_json(results, strict)))
     else:
         print(format_report(results))
     return 1 if any(r.failed for r in results) else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m bugfix_gym.integrations.conformance DUMP.jsonl [--end-ids 2,7] [--tokenizer FILE] [--json]``:
+    """``python -m bugfix_gym.integrations.conformance DUMP.jsonl [--end-ids 2,7] [--tokenizer PATH] [--strict]
+    [--json]``:
     the same command as ``bugfix-gym conformance``."""
     import argparse
 

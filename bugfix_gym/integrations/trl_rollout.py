@@ -123,10 +123,12 @@ def make_rollout_func(rows: Sequence[dict[str, Any]], tokenizer: Any, **play_kwa
     :param tokenizer: the trainer's :func:`~bugfix_gym.integrations.hf_tokenizer.chat_tokenizer`
     :param play_kwargs: :func:`play_episode`'s ``max_turns``, ``max_new_tokens``, ``temperature``
     :return: ``rollout_func(prompts, trainer) -> {"prompt_ids", "completion_ids", "logprobs", "env_mask",
-        "env_reward"}``; pass ``reward_funcs=env_reward`` to train on the hidden tests' verdict
+        "env_reward"}``; pass ``reward_funcs=env_reward`` to train on the hidden tests' verdict. Its ``turns`` list
+        keeps each model turn's input and output ids of the latest rollouts, for the conformance dump
     """
     by_prompt = {row["prompt"][-1]["content"]: row for row in rows}
     env = BugFixToolEnv(show_verdict=False)
+    turns: list[dict[str, list[int]]] = []
 
     def rollout_func(prompts: list, trainer: Any) -> dict[str, list]:
         out: dict[str, list] = {"prompt_ids": [], "completion_ids": [], "logprobs": [], "env_mask": [],
@@ -142,8 +144,11 @@ def make_rollout_func(rows: Sequence[dict[str, Any]], tokenizer: Any, **play_kwa
             out["logprobs"].append(episode["logprobs"])
             out["env_mask"].append(episode["mask"])
             out["env_reward"].append(episode["reward"])
+            turns.extend(episode["turns"])
+        del turns[:-4096]  # what the conformance dump reads of the last batch (trl_dump.BatchRecorder), bounded
         return out
 
+    rollout_func.turns = turns  # type: ignore[attr-defined]
     return rollout_func
 
 
