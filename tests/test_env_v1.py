@@ -196,7 +196,8 @@ def test_parse_call_v1_reads_each_kind():
 
 
 DEEP = ["patch 2 return " + "[" * 110 + "]" * 110, "patch 2 return " + "-" * 230 + "1",
-        "insert 2 " + "(" * 100 + ")" * 100, "patch 2 return " + "not " * 58 + "1", "patch 2 x = " + "a." * 115 + "b", "patch 2 return f'{" + "{" * 50,
+        "insert 2 " + "(" * 100 + ")" * 100, "patch 2 return " + "not " * 58 + "1", "patch 2 x = " + "a." * 115 + "b",
+        "patch 2 return f'{" + "{" * 50,
         "patch 2 return " + "1+" * 115 + "1", "patch 2 return lambda: " * 10 + "1"]
 
 
