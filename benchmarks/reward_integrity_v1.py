@@ -128,7 +128,7 @@ def smallest_tasks(env: BugFixEnvV1, count: int, per_problem: int = 2) -> list[s
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--plan", default="1:24,2:1",
-                        help="DEPTH:TASKS,...: search TASKS of the smallest test-split tasks to DEPTH calls before submit")
+                        help="DEPTH:TASKS,...: the TASKS smallest test-split tasks, to DEPTH calls before submit")
     parser.add_argument("--sample", type=int, default=300, help="unrewarded sources per task checked for a missed pass")
     args = parser.parse_args(argv)
     plan = [tuple(int(x) for x in part.split(":")) for part in args.plan.split(",")]
