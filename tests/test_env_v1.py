@@ -395,3 +395,17 @@ def test_run_repair_tests_agrees_with_submit_on_a_random_legal_walk():
         source, task = env.source, env.task
         reward = env.step("submit")[1]
         assert reward == float(run_repair_tests(task.entry, task.support, task.hidden, source, cache=False).ok)
+
+
+def test_the_readme_s_v1_transcript_is_what_the_example_plays():
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("bugfix_v1_episode", root / "examples" / "bugfix_v1_episode.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    steps, prompt = example.play()
+    assert steps[-1][2] == 1.0 and [s[0] for s in steps] == list(example.CALLS)
+    transcript = "\n".join([prompt] + [f">>> {call}\n{obs}" for call, obs, _ in steps])
+    assert f"```\n{transcript}\n```" in (root / "README.md").read_text()
