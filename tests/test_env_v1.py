@@ -409,3 +409,14 @@ def test_the_readme_s_v1_transcript_is_what_the_example_plays():
     assert steps[-1][2] == 1.0 and [s[0] for s in steps] == list(example.CALLS)
     transcript = "\n".join([prompt] + [f">>> {call}\n{obs}" for call, obs, _ in steps])
     assert f"```\n{transcript}\n```" in (root / "README.md").read_text()
+
+
+def test_render_ansi_shows_the_transcript(capsys):
+    env = gym.make("BugFix-v1", split="test", render_mode="ansi")
+    env.reset(options={"task": "is_palindrome~9"})
+    env.step("test")
+    text = env.render()
+    assert text.startswith("[turn 1/12]\nfix the function is_palindrome : ") and "\n>>> test\nvisible tests : " in text
+    human = BugFixEnvV1(split="test", render_mode="human")
+    human.reset(options={"task": "is_palindrome~9"})
+    assert "fix the function is_palindrome" in capsys.readouterr().out
