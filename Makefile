@@ -59,6 +59,8 @@ bench: $(STAMP)
 	$(PY) benchmarks/worker_overhead.py
 	$(PY) benchmarks/scale_out.py
 	$(PY) benchmarks/snippet_threads.py
+	$(PY) benchmarks/locate_v1.py
+	$(PY) benchmarks/reward_integrity_v1.py
 
 # every library example once, with its default settings (docs/interop.md has the figures)
 interop-examples: $(STAMP)

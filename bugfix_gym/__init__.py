@@ -1,6 +1,6 @@
 """bugfix-gym: repair small buggy Python functions with text tool calls.
 
-``import bugfix_gym`` registers ``BugFix-v0``; ``gym.make("bugfix_gym:BugFix-v0")`` imports
+``import bugfix_gym`` registers ``BugFix-v0`` and ``BugFix-v1``; ``gym.make("bugfix_gym:BugFix-v0")`` imports
 this package by itself (gymnasium >= 1.0 has no entry-point plugins).
 """
 
@@ -10,6 +10,7 @@ import importlib.util
 import sys
 
 from gymnasium.envs.registration import register as _register
+from gymnasium.envs.registration import registry as _registry
 
 from .core.env import BugFixEnv, CHARSET
 from .core.evaluation import episode_stats, evaluate
@@ -26,6 +27,12 @@ __version__ = "0.1.0"
 
 # BugFixEnv in the wrappers (bugfix_gym.views.text_wrappers) that its options statement_dropout, ... ask for
 _register(id="BugFix-v0", entry_point="bugfix_gym.views.text_wrappers:make_bugfix_env")
+# BugFix-v1: real functions, injected bug classes, sited edits and line patches (bugfix_gym.core.env_v1). It is
+# another env beside v0, not v0's next version: gymnasium would call every gym.make("BugFix-v0") "out of date" (a
+# DeprecationWarning, an error under -W error), and make("BugFix") would start giving v1. Its spec's family name is
+# its own, so gymnasium's version lookup for "BugFix" sees v0 only; make("BugFix-v1") finds it by id as usual.
+_register(id="BugFix-v1", entry_point="bugfix_gym.core.env_v1:BugFixEnvV1")
+_registry["BugFix-v1"].name = "BugFixV1"
 _register(id="LookThenAnswer-v0", entry_point="bugfix_gym.core.look:LookThenAnswerEnv")
 # the array views (bugfix_gym.views.wrappers), for libraries that build envs from an id (TorchRL GymEnv, SB3, RLlib)
 _register(id="BugFixCalls-v0", entry_point="bugfix_gym.views.wrappers:make_discrete_calls")

@@ -102,3 +102,15 @@ def test_serve_flood_runs_and_stops_by_itself():
                                      "--slow", "3", "--deadline", "1"])
     assert out["phases"]["before"]["tally"] == {"200": 3} and sum(out["fast"].values()) == 40
     assert sum(out["slow"].values()) == 3
+
+
+def test_locate_v1_runs():
+    out = _load("locate_v1").main(["--limit", "4"])
+    assert set(out) == {"first", "first_alone", "top3", "not_ranked"} and all(0 <= v <= 1 for v in out.values())
+    assert out["first_alone"] <= out["first"] <= out["top3"]
+
+
+@pytest.mark.slow
+def test_reward_integrity_v1_runs(capsys):
+    assert _load("reward_integrity_v1").main(["--plan", "1:1", "--sample", "5"]) == 0
+    assert "rewards without every hidden case passing (independent run): 0" in capsys.readouterr().out
