@@ -46,13 +46,16 @@ def split_tasks(split: str, bugs: int, limit: int | None) -> list[Any]:
     return tasks
 
 
-def unbounded_tasks(split: str, per_problem: int, seed: int) -> list[Any]:
-    """``per_problem`` one-bug tasks of each problem of the split, drawn with ``random.Random(seed)``."""
+def unbounded_tasks(split: str, per_problem: int, seed: int, limit: int | None = None) -> list[Any]:
+    """``per_problem`` one-bug tasks of each problem of the split, drawn with ``random.Random(seed)``; with
+    ``limit``, that many evenly spaced over them."""
     rng = random.Random(seed)
     chosen = []
     for problem in humaneval_problems(split):
         tasks = list(stored_tasks([problem], bugs=1))
         chosen += rng.sample(tasks, min(per_problem, len(tasks)))
+    if limit is not None and limit < len(chosen):
+        chosen = [chosen[i * len(chosen) // limit] for i in range(limit)]
     return chosen
 
 
@@ -60,7 +63,7 @@ def _env(split: str, bugs: int, limit: int | None, max_turns: int, unbounded: tu
     """One env per (split, bugs, budget) and process, its tasks the group's."""
     key = (split, bugs, limit, max_turns, unbounded)
     if key not in _ENVS:
-        tasks = unbounded_tasks(split, *unbounded) if unbounded else split_tasks(split, bugs, limit)
+        tasks = unbounded_tasks(split, *unbounded, limit) if unbounded else split_tasks(split, bugs, limit)
         _ENVS[key] = (BugFixEnvV1(tasks=tasks, max_turns=max_turns), tasks)
     return _ENVS[key]
 
@@ -102,7 +105,7 @@ def _jobs(args: argparse.Namespace) -> list[dict[str, Any]]:
                    for s in args.splits]
     jobs = []
     for group in groups:
-        n = len(unbounded_tasks(group["split"], *group["unbounded"]) if group["unbounded"]
+        n = len(unbounded_tasks(group["split"], *group["unbounded"], group["limit"]) if group["unbounded"]
                 else split_tasks(group["split"], group["bugs"], group["limit"]))
         step = max(1, -(-n // max(1, args.chunks_per_group)))
         jobs += [{**group, "indices": list(range(lo, min(n, lo + step)))} for lo in range(0, n, step)]
@@ -141,9 +144,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--splits", nargs="+", default=["heldout", "test"], choices=["train", "heldout", "test"])
     parser.add_argument("--bugs", nargs="+", type=int, default=[1, 2], choices=[1, 2])
-    parser.add_argument("--baselines", nargs="+", default=list(KINDS_V1), choices=list(KINDS_V1))
+    parser.add_argument("--baselines", nargs="*", default=list(KINDS_V1), choices=list(KINDS_V1))
     parser.add_argument("--max-turns", type=int, default=12, help="the env's call budget (default 12)")
-    parser.add_argument("--limit", type=int, default=None, help="at most N tasks per split and bug count")
+    parser.add_argument("--limit", type=int, default=None, help="at most N tasks per group (split, bug count, budget)")
     parser.add_argument("--unbounded", type=int, default=1,
                         help="one-bug tasks per problem for unbounded brute force (0: skip)")
     parser.add_argument("--seed", type=int, default=0)
