@@ -77,7 +77,8 @@ def run_chunk(job: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for i in job["indices"]:
         start = time.perf_counter()
-        episode = play_episode(env, policy, tasks[i].name, seed=job["seed"] * 1_000_003 + i)
+        name = f"{tasks[i].problem}:{tasks[i].name}"  # unique even where two problems share an entry name
+        episode = play_episode(env, policy, name, seed=job["seed"] * 1_000_003 + i)
         out.append({**asdict(episode), "seconds": round(time.perf_counter() - start, 3)})
     return out
 

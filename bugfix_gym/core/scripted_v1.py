@@ -36,7 +36,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 __all__ = ("KINDS_V1", "Episode", "EditSearch", "Legal", "PolicyV1", "brute_force_order", "debugger_order",
-           "locate_scores", "make_policy", "mutation_prior", "play_episode", "prior_counts", "test_passed")
+           "locate_scores", "make_policy", "mutation_prior", "play_episode", "prior_counts", "tests_passed")
 
 KINDS_V1 = ("oracle", "brute_force", "random", "debugger")
 SEARCH_CALLS = ("edit ", "delete ")
@@ -50,7 +50,7 @@ _TEST_REPORT = re.compile(r"visible tests\s*:\s*(\d+)\s*/\s*(\d+)\s*passed")
 _LOCATE_LINE = re.compile(r"line (\d+) ([0-9]+(?:\.[0-9]+)?)")
 
 
-def test_passed(observation: str) -> bool:
+def tests_passed(observation: str) -> bool:
     """True if ``observation`` is a ``test`` report in which every visible test passed."""
     m = _TEST_REPORT.search(observation)
     return m is not None and m.group(1) == m.group(2) and int(m.group(2)) > 0
@@ -216,7 +216,7 @@ class EditSearch(PolicyV1):
 
     def _next(self, observation: str, left: int | None, legal: Legal) -> str:
         """The call after ``self.last`` answered ``observation``, with ``left`` turns left."""
-        if self.last == "test" and test_passed(observation):
+        if self.last == "test" and tests_passed(observation):
             return "submit"
         if self.opened < len(self.opening):
             self.opened += 1
@@ -291,8 +291,14 @@ class Oracle(PolicyV1):
 
 
 def oracle_repairs(tasks: Sequence[Any]) -> dict[str, tuple[str, ...]]:
-    """The oracle's answer key: each task's repair calls in order (its ``bugs``; none for a real bug)."""
-    return {task.name: tuple(bug.repair for bug in task.bugs) for task in tasks}
+    """The oracle's answer key: each task's repair calls in order (its ``bugs``; none for a real bug), under its
+    name and under ``problem:name`` (what the env calls a task whose name another task shares)."""
+    key: dict[str, tuple[str, ...]] = {}
+    for task in tasks:
+        calls = tuple(bug.repair for bug in task.bugs)
+        key[f"{task.problem}:{task.name}"] = calls
+        key.setdefault(task.name, calls)
+    return key
 
 
 def make_policy(kind: str, tasks: Sequence[Any] = (), max_turns: int | None = 12) -> PolicyV1:
