@@ -89,8 +89,8 @@ def test_each_baseline_is_deterministic_per_seed(kind):
 
 
 def test_the_debugger_never_reads_the_answer():
-    task = _Sealed(**{f: getattr(_task(), f) for f in ("name", "entry", "statement", "source", "support", "visible",
-                                                        "hidden", "split", "origin", "problem")})
+    fields = ("name", "entry", "statement", "source", "support", "visible", "hidden", "split", "origin", "problem")
+    task = _Sealed(**{f: getattr(_task(), f) for f in fields})
     env = BugFixEnvV1(tasks=[task])
     for kind in ("debugger", "brute_force", "random"):
         policy = _Checked(make_policy(kind, max_turns=12))
