@@ -59,12 +59,17 @@ def unbounded_tasks(split: str, per_problem: int, seed: int, limit: int | None =
     return chosen
 
 
-def _env(split: str, bugs: int, limit: int | None, max_turns: int, unbounded: tuple[int, int] | None) -> Any:
-    """One env per (split, bugs, budget) and process, its tasks the group's."""
+def _env(split: str, bugs: int, limit: int | None, max_turns: int, unbounded: tuple[int, int] | None
+         ) -> tuple[Any, list[Any]]:
+    """One env per (split, bugs, budget) and process, and its tasks: the group's (``max_turns=0``: the tasks
+    only)."""
     key = (split, bugs, limit, max_turns, unbounded)
     if key not in _ENVS:
-        tasks = unbounded_tasks(split, *unbounded, limit) if unbounded else split_tasks(split, bugs, limit)
-        _ENVS[key] = (BugFixEnvV1(tasks=tasks, max_turns=max_turns), tasks)
+        if unbounded:
+            tasks = unbounded_tasks(split, unbounded[0], unbounded[1], limit)
+        else:
+            tasks = split_tasks(split, bugs, limit)
+        _ENVS[key] = (BugFixEnvV1(tasks=tasks, max_turns=max_turns) if max_turns else None, tasks)
     return _ENVS[key]
 
 
@@ -106,8 +111,7 @@ def _jobs(args: argparse.Namespace) -> list[dict[str, Any]]:
                    for s in args.splits]
     jobs = []
     for group in groups:
-        n = len(unbounded_tasks(group["split"], *group["unbounded"], group["limit"]) if group["unbounded"]
-                else split_tasks(group["split"], group["bugs"], group["limit"]))
+        n = len(_env(group["split"], group["bugs"], group["limit"], 0, group["unbounded"])[1])
         step = max(1, -(-n // max(1, args.chunks_per_group)))
         jobs += [{**group, "indices": list(range(lo, min(n, lo + step)))} for lo in range(0, n, step)]
     return jobs
