@@ -6,8 +6,9 @@
 
 Every baseline of :mod:`bugfix_gym.core.scripted_v1` (oracle, brute force, random legal, scripted debugger)
 plays every stored mutant of each split at the env's call budget (``--max-turns``, default 12), each episode
-seeded by ``--seed`` and its task's index. Brute force is also run **unbounded** (``--unbounded`` tasks per
-problem, drawn with ``random.Random(seed)``; every legal edit tried if need be) to count the test calls it needs.
+seeded by ``--seed`` and its task's index. Brute force (and with ``--unbounded-baselines``, the debugger) is also
+run **unbounded** (``--unbounded`` tasks per problem, drawn with ``random.Random(seed)``; every legal edit tried if
+need be) to count the test calls it needs.
 
 Prints a table (pass rate, mean calls, mean test calls: ``test`` and ``locate`` calls, each a run of the visible
 tests) and writes every episode and the table as JSON (``--out``, default ``runs/baselines_v1_<time>_<pid>.json``,
@@ -107,8 +108,8 @@ def _jobs(args: argparse.Namespace) -> list[dict[str, Any]]:
     groups = [{**base, "split": s, "bugs": b, "baseline": k, "unbounded": None}
               for s in args.splits for b in args.bugs for k in args.baselines]
     if args.unbounded:
-        groups += [{**base, "split": s, "bugs": 1, "baseline": "brute_force", "unbounded": (args.unbounded, args.seed)}
-                   for s in args.splits]
+        groups += [{**base, "split": s, "bugs": 1, "baseline": k, "unbounded": (args.unbounded, args.seed)}
+                   for s in args.splits for k in args.unbounded_baselines]
     jobs = []
     for group in groups:
         n = len(_env(group["split"], group["bugs"], group["limit"], 0, group["unbounded"])[1])
@@ -154,6 +155,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--limit", type=int, default=None, help="at most N tasks per group (split, bug count, budget)")
     parser.add_argument("--unbounded", type=int, default=1,
                         help="one-bug tasks per problem for unbounded brute force (0: skip)")
+    parser.add_argument("--unbounded-baselines", nargs="+", default=["brute_force"],
+                        choices=["brute_force", "debugger"], help="the searches to run unbounded")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--jobs", type=int, default=1, help="processes (each with its own env and worker)")
     parser.add_argument("--chunks-per-group", type=int, default=None, help="default: --jobs")

@@ -189,3 +189,23 @@ def test_the_committed_prior_is_what_the_train_split_counts():
 def test_make_policy_refuses_an_unknown_kind():
     with pytest.raises(ValueError, match="unknown baseline 'greedy'; use one of oracle, brute_force"):
         make_policy("greedy")
+
+
+def test_the_baselines_benchmark_runs_a_bounded_table(tmp_path, capsys):
+    import importlib.util
+    import json
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "baselines_v1.py"
+    spec = importlib.util.spec_from_file_location("benchmark_baselines_v1", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "b.json"
+    assert bench.main(["--splits", "test", "--bugs", "1", "--limit", "2", "--baselines", "oracle",
+                       "--unbounded", "0", "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert set(data["rows"]) == {"test|1|oracle|12 turns"} and len(data["episodes"]["test|1|oracle|12 turns"]) == 2
+    row = data["rows"]["test|1|oracle|12 turns"]
+    assert row["tasks"] == 2 and row["pass_rate"] == 1.0 and row["mean_calls"] == 3.0  # read, the repair, submit
+    assert capsys.readouterr().out.splitlines()[2].split()[:6] == ["test", "1", "oracle", "12", "turns", "2"]
