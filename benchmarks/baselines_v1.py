@@ -3,6 +3,7 @@
     python benchmarks/baselines_v1.py                            # heldout and test, one- and two-bug, every task
     python benchmarks/baselines_v1.py --limit 40 --bugs 1        # 40 tasks per split (evenly spaced): a quick run
     python benchmarks/baselines_v1.py --jobs 4 --out runs/b.json # four processes
+    python benchmarks/baselines_v1.py --merge runs/a.json runs/b.json --out runs/all.json  # join runs, one table
 
 Every baseline of :mod:`bugfix_gym.core.scripted_v1` (oracle, brute force, random legal, scripted debugger)
 plays every stored mutant of each split at the env's call budget (``--max-turns``, default 12), each episode
@@ -169,7 +170,32 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def merge(paths: Sequence[str], out: str) -> dict[str, Any]:
+    """Join the episodes of several runs' JSON files (runs split by split, baseline or task range), each task
+    counted once per group, and recompute the rows; written to ``out``."""
+    episodes: dict[str, dict[str, dict[str, Any]]] = {}
+    commands = []
+    for path in paths:
+        with open(path) as f:
+            data = json.load(f)
+        commands.append(data.get("command", path))
+        for key, eps in data["episodes"].items():
+            episodes.setdefault(key, {}).update({e["task"]: e for e in eps})
+    joined = {key: list(eps.values()) for key, eps in episodes.items()}
+    merged = {"merged": list(paths), "commands": commands, "episodes": joined,
+              "rows": {key: summarise(eps) for key, eps in joined.items()}}
+    write_json(out, merged)
+    return merged
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv and argv[0] == "--merge":
+        if len(argv) < 4 or argv[-2] != "--out":
+            raise SystemExit("usage: baselines_v1.py --merge RUN.json... --out MERGED.json")
+        print(table(merge(argv[1:-2], argv[-1])["rows"]))
+        return 0
     args = parse_args(argv)
     jobs = _jobs(args)
     episodes: dict[str, list[dict[str, Any]]] = {}

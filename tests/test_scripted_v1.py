@@ -209,3 +209,5 @@ def test_the_baselines_benchmark_runs_a_bounded_table(tmp_path, capsys):
     row = data["rows"]["test|1|oracle|12 turns"]
     assert row["tasks"] == 2 and row["pass_rate"] == 1.0 and row["mean_calls"] == 3.0  # read, the repair, submit
     assert capsys.readouterr().out.splitlines()[2].split()[:6] == ["test", "1", "oracle", "12", "turns", "2"]
+    merged = bench.merge([str(out), str(out)], str(tmp_path / "m.json"))  # a task counts once per group
+    assert merged["rows"]["test|1|oracle|12 turns"] == row
