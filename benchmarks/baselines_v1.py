@@ -30,7 +30,8 @@ from dataclasses import asdict
 from typing import Any, Sequence
 
 from bugfix_gym.core.env_v1 import BugFixEnvV1
-from bugfix_gym.core.scripted_v1 import KINDS_V1, make_policy, play_episode
+from bugfix_gym.core.scripted_v1 import (KINDS_V1, brute_force_order, debugger_order, locate_scores, make_policy,
+                                         play_episode)
 from bugfix_gym.tasks.humaneval import humaneval_problems
 from bugfix_gym.tasks.mutants import stored_tasks
 
@@ -158,6 +159,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="one-bug tasks per problem for unbounded brute force (0: skip)")
     parser.add_argument("--unbounded-baselines", nargs="+", default=["brute_force"],
                         choices=["brute_force", "debugger"], help="the searches to run unbounded")
+    parser.add_argument("--ranks", action="store_true",
+                        help="only where each one-bug task's known repair stands in the searches' orders")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--jobs", type=int, default=1, help="processes (each with its own env and worker)")
     parser.add_argument("--chunks-per-group", type=int, default=None, help="default: --jobs")
@@ -188,6 +191,39 @@ def merge(paths: Sequence[str], out: str) -> dict[str, Any]:
     return merged
 
 
+def repair_ranks(split: str, limit: int | None) -> dict[str, Any]:
+    """Where each one-bug task's known repair stands in brute force's and the debugger's orders (1 = tried first;
+    None: not a listed call, i.e. ``insert L CODE``): an unbounded search stops at or before that many test calls
+    (it stops at the first edit that passes the visible tests). Measured with the oracle's knowledge, never used
+    by a policy. Runs one ``locate`` per task."""
+    env, tasks = _env(split, 1, limit, 12, None)
+    ranks: dict[str, list[int | None]] = {"brute_force": [], "debugger": []}
+    for task in tasks:
+        env.reset(seed=0, options={"task": f"{task.problem}:{task.name}"})
+        observation = env.step("locate")[0]
+        legal = env.unwrapped.legal_calls()
+        orders = {"brute_force": brute_force_order(legal),
+                  "debugger": debugger_order(legal, locate_scores(observation))}
+        for kind, order in orders.items():
+            ranks[kind].append(order.index(task.bugs[0].repair) + 1 if task.bugs[0].repair in order else None)
+    return ranks
+
+
+def rank_table(ranks_by_split: dict[str, dict[str, list[int | None]]]) -> str:
+    """Quantiles of :func:`repair_ranks` per split and search."""
+    lines = [f"{'split':8} {'search':12} {'tasks':>6} {'listed':>6} {'<=3':>6} {'<=10':>6} {'median':>7} {'p90':>6} "
+             f"{'max':>6}"]
+    for split, ranks in ranks_by_split.items():
+        for kind, values in ranks.items():
+            listed = sorted(v for v in values if v is not None)
+            if not listed:
+                continue
+            lines.append(f"{split:8} {kind:12} {len(values):6d} {len(listed):6d} {sum(v <= 3 for v in listed):6d} "
+                         f"{sum(v <= 10 for v in listed):6d} {statistics.median(listed):7.0f} "
+                         f"{listed[int(0.9 * (len(listed) - 1))]:6d} {listed[-1]:6d}")
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     if argv is None:
         argv = sys.argv[1:]
@@ -197,6 +233,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(table(merge(argv[1:-2], argv[-1])["rows"]))
         return 0
     args = parse_args(argv)
+    if args.ranks:
+        ranks = {split: repair_ranks(split, args.limit) for split in args.splits}
+        write_json(args.out, {"args": vars(args), "ranks": ranks})
+        print(rank_table(ranks))
+        return 0
     jobs = _jobs(args)
     episodes: dict[str, list[dict[str, Any]]] = {}
     started = time.perf_counter()
