@@ -10,6 +10,14 @@ alternately, several times, and the ratio of the medians is reported (goal >= 0.
 "Uncached" clears the test-result cache and the edit-op cache before every step, so every
 ``test`` / ``submit`` runs the task code and every ``edit`` re-parses the source: the cost
 of a step the first time a source is seen. The token views (``DiscreteCalls``) are timed too.
+
+BugFix-v1 (``gym.make("BugFix-v1", split="test")``, HumanEval's test-split mutants) plays random legal calls: a
+call kind drawn uniformly among those ``info["call_mask"]`` allows (not ``patch`` / ``insert``, which are free
+text), a sited edit drawn head by head through ``edit_mask`` (line, site, mutation, argument), ``delete L`` among
+the deletable lines. Only ``step`` and ``reset`` are timed, not the drawing. "Uncached" is the first play of
+those episodes with the report and legal-edit caches emptied (most sources are new: every ``test``, ``locate``
+and ``submit`` runs in the contained worker); "cached" replays the same calls, as a training run that meets a
+source again would.
 """
 
 from __future__ import annotations
@@ -20,10 +28,14 @@ import time
 from typing import Callable
 
 import gymnasium as gym
+import numpy as np
 
 import bugfix_gym
 from bugfix_gym.execution import runner
 from bugfix_gym.edits.ops import apply_op
+from bugfix_gym.edits import sites
+from bugfix_gym.edits.sites import ARGS, MUTATIONS
+from bugfix_gym.execution import repair_runner
 from bugfix_gym.views.wrappers import DiscreteCalls
 
 SCRIPT = ("read", "test", "edit fix_comparison", "test", "edit swap_minmax", "revert", "edit fix_init", "submit",
@@ -67,6 +79,63 @@ def discrete_steps_per_s(n_steps: int) -> float:
     return n_steps / (time.perf_counter() - start)
 
 
+def random_legal_call(env, rng: np.random.Generator) -> str:
+    """A random legal BugFix-v1 call: a kind among the legal ones (no free text), an edit drawn head by head."""
+    from bugfix_gym.core.calls_v1 import CALL_KINDS
+
+    mask = env.call_mask()
+    kinds = [k for k, ok in zip(CALL_KINDS, mask) if ok and k not in ("patch", "insert")]
+    kind = kinds[int(rng.integers(len(kinds)))]
+    if kind == "delete":
+        lines = [int(c.split()[1]) for c in env.legal_calls() if c.startswith("delete ")]
+        return f"delete {lines[int(rng.integers(len(lines)))]}"
+    if kind != "edit":
+        return kind
+    line = int(rng.choice(np.flatnonzero(env.edit_mask()))) + 1
+    expr = int(rng.choice(np.flatnonzero(env.edit_mask(line))))
+    mutation = MUTATIONS[int(rng.choice(np.flatnonzero(env.edit_mask(line, expr))))]
+    args = np.flatnonzero(env.edit_mask(line, expr, mutation))
+    return f"edit {line}.{expr} {mutation}" + (f" {ARGS[int(rng.choice(args))]}" if len(args) else "")
+
+
+def v1_play(n_steps: int, episodes: list[tuple[int, list[str]]] | None = None, seed: int = 0
+            ) -> tuple[float, list[tuple[int, list[str]]]]:
+    """BugFix-v1 steps per second (``step`` and ``reset`` timed only) over random legal calls on the test split;
+    with ``episodes`` (``(reset seed, calls)`` from an earlier play) the same calls are replayed."""
+    env = gym.make("BugFix-v1", split="test")
+    rng = np.random.default_rng(seed)
+    played: list[tuple[int, list[str]]] = []
+    elapsed, steps = 0.0, 0
+    while steps < n_steps:
+        k = len(played)
+        reset_seed, script = episodes[k % len(episodes)] if episodes else (seed * 100_003 + k, [])
+        start = time.perf_counter()
+        env.reset(seed=reset_seed)
+        elapsed += time.perf_counter() - start
+        calls: list[str] = []
+        done = False
+        while not done and steps < n_steps:
+            call = script[len(calls)] if len(calls) < len(script) else random_legal_call(env.unwrapped, rng)
+            start = time.perf_counter()
+            _, _, terminated, truncated, _ = env.step(call)
+            elapsed += time.perf_counter() - start
+            calls.append(call)
+            steps += 1
+            done = terminated or truncated
+        played.append((reset_seed, calls))
+    env.close()
+    return steps / elapsed, played
+
+
+def _uncache_v1() -> None:
+    from bugfix_gym.core import env_v1
+
+    repair_runner.clear_cache()
+    sites._analysis.cache_clear()
+    env_v1.apply_call.cache_clear()
+    env_v1.deletable_lines.cache_clear()
+
+
 def cartpole_steps_per_s(n_steps: int) -> float:
     env = gym.make("CartPole-v1")
     env.reset(seed=0)
@@ -91,9 +160,12 @@ def main(argv: list[str] | None = None) -> dict:
 
     bugfix_steps_per_s(1000)  # warm the cache and imports, as a training run would
     cartpole_steps_per_s(1000)
+    v1_steps = max(args.steps // 20, 50)
+    v1_play(min(v1_steps, 200), seed=10_000)  # the worker started, HumanEval loaded
     runs: dict[str, list[float]] = {"CartPole-v1 (random)": [], "BugFix-v0 (cached)": [], "ratio": [],
-                                    "BugFix-v0 (uncached)": [], "DiscreteCalls view": []}
-    for _ in range(args.repeats):
+                                    "BugFix-v0 (uncached)": [], "DiscreteCalls view": [], "BugFix-v1 (cached)": [],
+                                    "BugFix-v1 (uncached)": []}
+    for repeat in range(args.repeats):
         cart = cartpole_steps_per_s(args.steps)
         bug = bugfix_steps_per_s(args.steps)
         runs["CartPole-v1 (random)"].append(cart)
@@ -101,18 +173,28 @@ def main(argv: list[str] | None = None) -> dict:
         runs["ratio"].append(bug / cart)
         runs["BugFix-v0 (uncached)"].append(bugfix_steps_per_s(max(args.steps // 10, 100), uncached=True))
         runs["DiscreteCalls view"].append(discrete_steps_per_s(max(args.steps // 4, 100)))
+        _uncache_v1()
+        first, played = v1_play(v1_steps, seed=repeat)
+        runs["BugFix-v1 (uncached)"].append(first)
+        runs["BugFix-v1 (cached)"].append(v1_play(v1_steps, episodes=played)[0])
     med = {k: statistics.median(v) for k, v in runs.items()}
     ratio = med["BugFix-v0 (cached)"] / med["CartPole-v1 (random)"]
+    cart = med["CartPole-v1 (random)"]
 
-    print(f"{'env':24s} {'steps/s (median)':>17s} {'us/step':>9s} {'min':>10s} {'max':>10s}")
-    for key in ("CartPole-v1 (random)", "BugFix-v0 (cached)", "BugFix-v0 (uncached)", "DiscreteCalls view"):
+    print(f"{'env':24s} {'steps/s (median)':>17s} {'us/step':>9s} {'min':>10s} {'max':>10s} {'/ CartPole':>10s}")
+    for key in ("CartPole-v1 (random)", "BugFix-v0 (cached)", "BugFix-v0 (uncached)", "DiscreteCalls view",
+                "BugFix-v1 (cached)", "BugFix-v1 (uncached)"):
         v = runs[key]
-        print(f"{key:24s} {med[key]:17,.0f} {1e6 / med[key]:9.1f} {min(v):10,.0f} {max(v):10,.0f}")
+        print(f"{key:24s} {med[key]:17,.0f} {1e6 / med[key]:9.1f} {min(v):10,.0f} {max(v):10,.0f} "
+              f"{med[key] / cart:10.4f}")
     print(f"\nBugFix-v0 / CartPole-v1 ratio of medians: {ratio:.3f} (per repeat: "
           f"{', '.join(f'{r:.3f}' for r in runs['ratio'])}); goal >= 0.25: {'met' if ratio >= 0.25 else 'MISSED'}")
     print(f"uncached / cached step cost: {med['BugFix-v0 (cached)'] / med['BugFix-v0 (uncached)']:.1f}x "
           f"({args.repeats} alternating repeats of {args.steps} steps)")
-    return {**med, "ratio": ratio}  # the ratio of medians (med["ratio"] is the median of per-repeat ratios)
+    print(f"BugFix-v1 (test split, random legal calls) / CartPole-v1: cached {med['BugFix-v1 (cached)'] / cart:.4f}, "
+          f"uncached {med['BugFix-v1 (uncached)'] / cart:.4f} ({v1_steps} steps a repeat)")
+    return {**med, "ratio": ratio, "v1_ratio": med["BugFix-v1 (cached)"] / cart,
+            "v1_uncached_ratio": med["BugFix-v1 (uncached)"] / cart}  # ratios of medians
 
 
 if __name__ == "__main__":

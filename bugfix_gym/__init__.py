@@ -8,9 +8,9 @@ import importlib
 import importlib.abc
 import importlib.util
 import sys
-import warnings
 
 from gymnasium.envs.registration import register as _register
+from gymnasium.envs.registration import registry as _registry
 
 from .core.env import BugFixEnv, CHARSET
 from .core.evaluation import episode_stats, evaluate
@@ -27,10 +27,12 @@ __version__ = "0.1.0"
 
 # BugFixEnv in the wrappers (bugfix_gym.views.text_wrappers) that its options statement_dropout, ... ask for
 _register(id="BugFix-v0", entry_point="bugfix_gym.views.text_wrappers:make_bugfix_env")
-# BugFix-v1: real functions, injected bug classes, sited edits and line patches (bugfix_gym.core.env_v1)
+# BugFix-v1: real functions, injected bug classes, sited edits and line patches (bugfix_gym.core.env_v1). It is
+# another env beside v0, not v0's next version: gymnasium would call every gym.make("BugFix-v0") "out of date" (a
+# DeprecationWarning, an error under -W error), and make("BugFix") would start giving v1. Its spec's family name is
+# its own, so gymnasium's version lookup for "BugFix" sees v0 only; make("BugFix-v1") finds it by id as usual.
 _register(id="BugFix-v1", entry_point="bugfix_gym.core.env_v1:BugFixEnvV1")
-# v1 is another env beside v0, not its successor: gymnasium's "BugFix-v0 is out of date" notice is not true here
-warnings.filterwarnings("ignore", message=r".*The environment BugFix\w*-v0 is out of date", category=DeprecationWarning)
+_registry["BugFix-v1"].name = "BugFixV1"
 _register(id="LookThenAnswer-v0", entry_point="bugfix_gym.core.look:LookThenAnswerEnv")
 # the array views (bugfix_gym.views.wrappers), for libraries that build envs from an id (TorchRL GymEnv, SB3, RLlib)
 _register(id="BugFixCalls-v0", entry_point="bugfix_gym.views.wrappers:make_discrete_calls")

@@ -288,15 +288,15 @@ def test_tool_outputs_are_capped_at_500_characters_and_say_so(env):
 
 
 # ---------------------------------------------------------------------- legal calls and masks
-def _check_legal_calls(env):
+def _check_legal_calls(env, rng=None, sample=40):
+    """legal_calls() agrees with call_mask, and its edits and deletes apply (all of them, or a sample with ``rng``)."""
     calls = env.legal_calls()
     info = env._info()
     kinds = {c.split()[0] for c in calls}
     assert {k for k in CALL_KINDS if info["call_mask"][CALL_INDEX[k]]} == kinds | {"patch", "insert"}
-    for call in calls:
-        parsed = parse_call_v1(call)
-        if parsed.kind in ("edit", "delete"):
-            assert apply_call(env.source, parsed) != env.source, call
+    changes = [c for c in calls if c.startswith(("edit", "delete"))]
+    for call in changes if rng is None else rng.choice(changes, min(sample, len(changes)), replace=False):
+        assert apply_call(env.source, parse_call_v1(str(call))) != env.source, call
     return calls
 
 
@@ -310,7 +310,7 @@ def test_every_legal_call_is_valid_as_a_step(env):
         if call in env.legal_calls():
             assert env.step(call)[4]["valid"], call
     for _ in range(4):  # along a random walk of legal calls
-        call = str(rng.choice(_check_legal_calls(env)))
+        call = str(rng.choice(_check_legal_calls(env, rng)))
         obs, _, terminated, truncated, info = env.step(call)
         assert info["valid"], (call, obs)
         if terminated or truncated:
@@ -395,3 +395,28 @@ def test_run_repair_tests_agrees_with_submit_on_a_random_legal_walk():
         source, task = env.source, env.task
         reward = env.step("submit")[1]
         assert reward == float(run_repair_tests(task.entry, task.support, task.hidden, source, cache=False).ok)
+
+
+def test_the_readme_s_v1_transcript_is_what_the_example_plays():
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("bugfix_v1_episode", root / "examples" / "bugfix_v1_episode.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    steps, prompt = example.play()
+    assert steps[-1][2] == 1.0 and [s[0] for s in steps] == list(example.CALLS)
+    transcript = "\n".join([prompt] + [f">>> {call}\n{obs}" for call, obs, _ in steps])
+    assert f"```\n{transcript}\n```" in (root / "README.md").read_text()
+
+
+def test_render_ansi_shows_the_transcript(capsys):
+    env = gym.make("BugFix-v1", split="test", render_mode="ansi")
+    env.reset(options={"task": "is_palindrome~9"})
+    env.step("test")
+    text = env.render()
+    assert text.startswith("[turn 1/12]\nfix the function is_palindrome : ") and "\n>>> test\nvisible tests : " in text
+    human = BugFixEnvV1(split="test", render_mode="human")
+    human.reset(options={"task": "is_palindrome~9"})
+    assert "fix the function is_palindrome" in capsys.readouterr().out

@@ -4,6 +4,7 @@ fault localisation, then submit it to hidden tests."""
 from __future__ import annotations
 
 import numbers
+from functools import lru_cache
 from typing import Any, Callable, Sequence
 
 import gymnasium as gym
@@ -13,7 +14,7 @@ from ..contract.spaces import BufferedText
 from ..contract.text import printable
 from ..contract.tokens import OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL
 from ..edits.mutations import apply_edit
-from ..edits.patches import deletable_lines, delete_line, insert_line, patch_line
+from ..edits.patches import deletable_lines as _deletable_lines, delete_line, insert_line, patch_line
 from ..edits.sites import ARGS, MAX_EXPRS, MAX_LINES, MUTATIONS, EditError, legal_edits, names_line, names_table
 from ..execution.repair_runner import RepairReport, run_repair_tests
 from ..tasks.humaneval import SPLITS, humaneval_problems
@@ -416,8 +417,16 @@ def prompt_v1(task: RepairTask) -> str:
     return printable(text, MAX_OBS_CHARS)
 
 
+@lru_cache(maxsize=4096)
+def deletable_lines(source: str) -> tuple[int, ...]:
+    """:func:`bugfix_gym.edits.patches.deletable_lines`, cached by source text (the masks ask every step)."""
+    return _deletable_lines(source)
+
+
+@lru_cache(maxsize=16384)
 def apply_call(source: str, call: ParsedCall) -> str:
-    """The source after an ``edit`` / ``patch`` / ``insert`` / ``delete`` call.
+    """The source after an ``edit`` / ``patch`` / ``insert`` / ``delete`` call (cached by source and call, as v0's
+    edit ops are).
 
     :raises EditError: the call does not apply (a one-line message)
     """
