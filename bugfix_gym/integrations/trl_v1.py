@@ -73,7 +73,7 @@ class BugFixToolEnvV1:
         self.env, self.info = env, info
         return escape_control_tokens(obs)
 
-    def play(self, call: str) -> str:
+    def _call(self, call: str) -> str:
         """Play one call's text (what every tool does); the output has its control-token look-alikes escaped."""
         if self.env is None:
             raise RuntimeError("call reset(**row) before a tool (TRL does this before every rollout)")
@@ -91,7 +91,7 @@ class BugFixToolEnvV1:
         Returns:
             The numbered source and the names table.
         """
-        return self.play("read")
+        return self._call("read")
 
     def test(self) -> str:
         """Run the visible tests on the current source.
@@ -99,7 +99,7 @@ class BugFixToolEnvV1:
         Returns:
             How many visible tests passed, and the first failure.
         """
-        return self.play("test")
+        return self._call("test")
 
     def locate(self) -> str:
         """Rank the lines by suspiciousness over the visible tests' line coverage (Ochiai).
@@ -107,7 +107,7 @@ class BugFixToolEnvV1:
         Returns:
             The most suspicious lines with their scores.
         """
-        return self.play("locate")
+        return self._call("locate")
 
     def edit(self, line: int, expr: int, mutation: str, arg: str = "") -> str:
         """Apply a sited mutation at expression K of line L (e.g. line 3, expr 1, mutation op, arg <=).
@@ -123,7 +123,7 @@ class BugFixToolEnvV1:
         Returns:
             The changed line, or why the edit does not apply.
         """
-        return self.play(call_text_v1("edit", {"line": line, "expr": expr, "mutation": mutation, "arg": arg}))
+        return self._call(call_text_v1("edit", {"line": line, "expr": expr, "mutation": mutation, "arg": arg}))
 
     def patch(self, line: int, code: str) -> str:
         """Replace line L by a new line of code (its indentation kept).
@@ -135,7 +135,7 @@ class BugFixToolEnvV1:
         Returns:
             The changed line, or why the patch does not apply.
         """
-        return self.play(call_text_v1("patch", {"line": line, "code": code}))
+        return self._call(call_text_v1("patch", {"line": line, "code": code}))
 
     def insert(self, line: int, code: str) -> str:
         """Insert a new line of code before line L (with line L's indentation).
@@ -147,7 +147,7 @@ class BugFixToolEnvV1:
         Returns:
             The inserted line, or why it does not apply.
         """
-        return self.play(call_text_v1("insert", {"line": line, "code": code}))
+        return self._call(call_text_v1("insert", {"line": line, "code": code}))
 
     def delete(self, line: int) -> str:
         """Delete line L.
@@ -158,7 +158,7 @@ class BugFixToolEnvV1:
         Returns:
             The deleted line, or why it cannot be deleted.
         """
-        return self.play(call_text_v1("delete", {"line": line}))
+        return self._call(call_text_v1("delete", {"line": line}))
 
     def revert(self) -> str:
         """Restore the task's original source.
@@ -166,7 +166,7 @@ class BugFixToolEnvV1:
         Returns:
             A confirmation.
         """
-        return self.play("revert")
+        return self._call("revert")
 
     def submit(self) -> str:
         """Run the hidden tests on the current source; this ends the episode.
@@ -174,7 +174,7 @@ class BugFixToolEnvV1:
         Returns:
             Whether every hidden test passed.
         """
-        return self.play("submit")
+        return self._call("submit")
 
     def get_reward(self) -> float:
         """The hidden tests' verdict: 1.0 if the episode submitted a source that passes them all, else 0.0."""
