@@ -8,6 +8,7 @@ import importlib
 import importlib.abc
 import importlib.util
 import sys
+import warnings
 
 from gymnasium.envs.registration import register as _register
 
@@ -29,6 +30,8 @@ __version__ = "0.1.0"
 _register(id="BugFix-v0", entry_point="bugfix_gym.views.text_wrappers:make_bugfix_env")
 # BugFix-v1: real functions, injected bug classes, sited edits and line patches (bugfix_gym.core.env_v1)
 _register(id="BugFix-v1", entry_point="bugfix_gym.core.env_v1:BugFixEnvV1")
+# v1 is another env beside v0, not its successor: gymnasium's "BugFix-v0 is out of date" notice is not true here
+warnings.filterwarnings("ignore", message=r".*The environment BugFix\w*-v0 is out of date", category=DeprecationWarning)
 _register(id="LookThenAnswer-v0", entry_point="bugfix_gym.core.look:LookThenAnswerEnv")
 # the array views (bugfix_gym.views.wrappers), for libraries that build envs from an id (TorchRL GymEnv, SB3, RLlib)
 _register(id="BugFixCalls-v0", entry_point="bugfix_gym.views.wrappers:make_discrete_calls")
