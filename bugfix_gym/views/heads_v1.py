@@ -107,6 +107,7 @@ class LegalHeads:
         kinds[KIND_INDEX["edit"]] &= bool(self.edit_lines)
         kinds[KIND_INDEX["delete"]] &= bool(self.deletable)
         self.kinds = kinds
+        self._projections: list[np.ndarray] | None = None
 
     def next_mask(self, prefix: Sequence[int]) -> np.ndarray:
         """The mask of head ``len(prefix)`` given the choices ``prefix`` of the heads before it.
@@ -157,20 +158,27 @@ class LegalHeads:
 
     def projections(self) -> list[np.ndarray]:
         """Each head's projection of the legal set: index ``i`` open iff some legal call has it (the
-        "don't care" index 0 of a head is open when some legal call does not read that head)."""
+        "don't care" index 0 of a head is open when some legal call does not read that head). Fresh arrays."""
+        if self._projections is None:
+            self._projections = self._project()
+        return [mask.copy() for mask in self._projections]
+
+    def _project(self) -> list[np.ndarray]:
         masks = [self.kinds.copy()] + [np.zeros(size, dtype=bool) for size in HEAD_SIZES[1:]]
+        delete = bool(self.kinds[KIND_INDEX["delete"]])
         plain = any(self.kinds[KIND_INDEX[k]] for k in CALL_KINDS if k not in ("edit", "delete"))
         for head in range(1, len(HEADS)):
-            masks[head][0] |= plain or (head > 1 and bool(self.kinds[KIND_INDEX["delete"]]))
-        masks[1][[line - 1 for line in self.deletable]] |= bool(self.kinds[KIND_INDEX["delete"]])
+            masks[head][0] |= plain or (head > 1 and delete)
+        if delete:
+            masks[1][[line - 1 for line in self.deletable]] = True
         if self.kinds[KIND_INDEX["edit"]]:
-            for (line, k), site in self.edits.items():
-                if line > MAX_LINES:
-                    continue
-                masks[1][line - 1] = masks[2][k] = True
-                for mutation, args in site.items():
-                    masks[3][MUTATION_INDEX[mutation]] = True
-                    masks[4][[ARG_INDEX[a] if a is not None else 0 for a in args]] = True
+            sites = [(line, k, site) for (line, k), site in self.edits.items() if line <= MAX_LINES]
+            masks[1][[line - 1 for line, _, _ in sites]] = True
+            masks[2][[k for _, k, _ in sites]] = True
+            mutations = {m for _, _, site in sites for m in site}
+            masks[3][[MUTATION_INDEX[m] for m in mutations]] = True
+            args = {a for _, _, site in sites for values in site.values() for a in values}
+            masks[4][[ARG_INDEX[a] if a is not None else 0 for a in args]] = True
         return masks
 
     def is_legal(self, action: Sequence[int]) -> bool:
@@ -285,10 +293,18 @@ class FactorisedCalls(_V1TokenWrapper):
             space = spaces.Dict({obs_key: tokens, mask_key: flat})
         self.observation_space = space
         self.legal = LegalHeads("", np.zeros(len(CALL_KINDS), dtype=bool))
+        self._legal_cache: dict[tuple[str, bytes], LegalHeads] = {}  # a state's masks, by source and call mask
         self._legal_action = True
 
     def _refresh(self, info: dict[str, Any]) -> None:
-        self.legal = LegalHeads(self.env.unwrapped.source, info["call_mask"])  # type: ignore[attr-defined]
+        source: str = self.env.unwrapped.source  # type: ignore[attr-defined]
+        key = (source, np.asarray(info["call_mask"], dtype=bool).tobytes())
+        legal = self._legal_cache.get(key)
+        if legal is None:
+            if len(self._legal_cache) >= 256:
+                self._legal_cache.clear()
+            legal = self._legal_cache[key] = LegalHeads(source, info["call_mask"])
+        self.legal = legal
 
     def _observe(self, info: dict[str, Any]) -> dict[str, np.ndarray]:
         self._refresh(info)
