@@ -182,3 +182,21 @@ def test_maskable_ppo_runs_on_the_heads_and_samples_only_open_indices(text_env, 
     starts = np.cumsum((0,) + HEAD_SIZES)
     for action, mask in seen:
         assert all(mask[starts[h] + action[h]] for h in range(len(HEADS))), action
+
+
+@pytest.mark.slow
+def test_torchrl_wraps_the_vector_calls_view_and_stacks_its_info():
+    pytest.importorskip("torchrl")
+    import torch
+    from torchrl.envs import GymWrapper
+    from torchrl.envs.utils import check_env_specs
+
+    envs = gym.make_vec("BugFixCalls-v1", num_envs=2, vectorization_mode="sync", max_len=64, split="test",
+                        max_turns=3, vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    env = GymWrapper(envs)
+    check_env_specs(env)
+    rollout = env.rollout(6, break_when_any_done=False)  # past the 3-turn budget: autoresets included
+    assert rollout.batch_size == (2, 6) and rollout["next", "done"].squeeze(-1).any(dim=1).all()
+    assert rollout["next", "arg_head_mask"].shape == (2, 6, HEAD_SIZES[-1])
+    assert rollout["next", "legal_action"].dtype == torch.bool and rollout["action_mask"].dtype == torch.bool
+    env.close()
