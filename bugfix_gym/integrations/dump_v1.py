@@ -33,11 +33,16 @@ from .chat_v1 import tool_call_of_v1
 from .trl_v1 import BugFixToolEnvV1, dataset_rows_v1
 
 
+TOOL_ARGUMENTS = ("line", "expr", "mutation", "arg", "code")
+"""The typed tools' argument names: a tool call in the chat template is ``<call>edit line=4 expr=1 ...</call>``."""
+
+
 def v1_words() -> list[str]:
-    """The v0 fixed vocabulary's words and every word of a v1 call: kinds, mutations, arguments, line numbers."""
+    """The v0 fixed vocabulary's words and every word of a v1 call: kinds, mutations, arguments, line numbers, the
+    tools' argument names."""
     from ..core.vocabulary import fixed_tokenizer
 
-    extra = [*CALL_KINDS, *MUTATIONS, *ARGS, *(str(i) for i in range(MAX_LINES + 1))]
+    extra = [*CALL_KINDS, *MUTATIONS, *ARGS, *(str(i) for i in range(MAX_LINES + 1)), *TOOL_ARGUMENTS]
     words = list(fixed_tokenizer().words)
     seen = set(words)
     return words + [w for w in extra if not (w in seen or seen.add(w))]  # type: ignore[func-returns-value]
