@@ -41,6 +41,12 @@ def test_env_throughput_runs():
     assert out and all(math.isfinite(v) and v > 0 for v in out.values() if isinstance(v, float))
 
 
+def test_views_v1_runs_and_heads_in_order_play_only_legal_calls():
+    out = _load("views_v1").main(["--steps", "8"])
+    assert out["heads in order, head_masks(prefix)"][0] == 1.0
+    assert all(0 <= share <= 1 and calls > 0 and tokens > 0 for share, calls, tokens in out.values())
+
+
 def test_sandbox_overhead_runs():
     out = _load("sandbox_overhead").main(["--rounds", "1"])
     assert out and all(math.isfinite(v) and v > 0 for v in out.values())
