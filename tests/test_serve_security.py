@@ -321,14 +321,14 @@ def test_past_the_connection_limit_the_accept_loop_answers_503(model_file):
         finally:
             for sock in held:
                 sock.close()
+        # the places free up as the server's threads see the closed sockets (later on a loaded machine): a
+        # chat is served again within the deadline, and until then it is refused with 503, never anything else
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and not _healthy_or_busy(server):
+        statuses = [_exchange(server, _post(dict(model=NAME, messages=_prompt())))[0]]
+        while statuses[-1] == 503 and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert _exchange(server, _post(dict(model=NAME, messages=_prompt())))[0] == 200
-
-
-def _healthy_or_busy(server: ChatServer) -> bool:
-    return _exchange(server, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")[0] == 200
+            statuses.append(_exchange(server, _post(dict(model=NAME, messages=_prompt())))[0])
+        assert statuses[-1] == 200 and set(statuses[:-1]) <= {503}
 
 
 def test_requests_take_the_model_in_the_order_they_came(model_file):
