@@ -22,6 +22,7 @@ grammar: TinyAgent repairs with the sited edits and ``delete``.
 from __future__ import annotations
 
 from collections import OrderedDict
+from itertools import chain
 from typing import Any, Sequence, cast
 
 import gymnasium as gym
@@ -46,11 +47,9 @@ class _Table:
     __slots__ = ("rows", "states")
 
     def __init__(self, encoded: list[tuple[int, ...]], dtype: type):
-        width = max(len(ids) for ids in encoded)
-        rows: np.ndarray = np.full((len(encoded), width + 1), -1, dtype=dtype)  # a pad column: every call ends in -1
-        for i, ids in enumerate(sorted(encoded)):
-            rows[i, : len(ids)] = ids
-        self.rows = rows
+        width = max(len(ids) for ids in encoded) + 1  # a pad column: every call ends in -1
+        padded = chain.from_iterable(ids + (-1,) * (width - len(ids)) for ids in sorted(encoded))
+        self.rows = np.fromiter(padded, dtype=dtype, count=len(encoded) * width).reshape(len(encoded), width)
         self.states: list[int] = []  # the grammar states of this table (forgotten with it)
 
 
