@@ -183,3 +183,26 @@ def test_eval_v1_refuses_a_bad_model_file_in_one_line(tmp_path, capsys):
     assert main(["eval", str(bad), "--env", "BugFix-v1", "--split", "test", "--json"]) == 2
     err = capsys.readouterr().err
     assert "not a bugfix-gym model file" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_eval_v1_on_the_test_split(trained_v1, capsys):
+    assert main(["eval", str(trained_v1[0]), "--env", "BugFix-v1", "--split", "test", "--episodes", "1",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["n_tasks"] == 32 and out["episodes"] == 32 and out["foresight"] is None
+    assert sum(row["episodes"] for row in out["per_class"].values()) >= 32  # a task of two classes counts twice
+    assert 0.0 <= out["pass_rate"] <= 1.0 and out["mean_calls"] >= 1 and out["mean_test_calls"] >= 0
+
+
+def test_the_grammar_benchmark_runs(capsys):
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "tinyagent_v1.py"
+    spec = importlib.util.spec_from_file_location("tinyagent_v1_bench", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.main(["grammar", "--states", "3"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert row["states"] == 3 and row["legal_calls_mean"] > 5 and row["table_ms"] > 0

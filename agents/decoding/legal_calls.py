@@ -49,7 +49,8 @@ class _Table:
     def __init__(self, encoded: list[tuple[int, ...]], dtype: type):
         width = max(len(ids) for ids in encoded) + 1  # a pad column: every call ends in -1
         padded = chain.from_iterable(ids + (-1,) * (width - len(ids)) for ids in sorted(encoded))
-        self.rows = np.fromiter(padded, dtype=dtype, count=len(encoded) * width).reshape(len(encoded), width)
+        flat = np.fromiter(padded, dtype=dtype, count=len(encoded) * width)
+        self.rows: np.ndarray = flat.reshape(len(encoded), width)
         self.states: list[int] = []  # the grammar states of this table (forgotten with it)
 
 
