@@ -49,7 +49,7 @@ class _Table:
     def __init__(self, encoded: list[tuple[int, ...]], dtype: type):
         width = max(len(ids) for ids in encoded) + 1  # a pad column: every call ends in -1
         padded = chain.from_iterable(ids + (-1,) * (width - len(ids)) for ids in sorted(encoded))
-        flat = np.fromiter(padded, dtype=dtype, count=len(encoded) * width)
+        flat: np.ndarray = np.fromiter(padded, dtype=dtype, count=len(encoded) * width)
         self.rows: np.ndarray = flat.reshape(len(encoded), width)
         self.states: list[int] = []  # the grammar states of this table (forgotten with it)
 
