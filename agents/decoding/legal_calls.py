@@ -76,8 +76,8 @@ class LegalCallGrammar(CallGrammar):
         self.memory_bytes = int(memory_bytes)
         self._dtype = np.int16 if self.vocab_size < 2**15 else np.int32
         self._tables: OrderedDict[int, _Table] = OrderedDict()  # table id -> table, oldest first
-        self._table_of: dict[tuple[str, ...], int] = {}  # a turn's calls -> their table id
-        self._calls_of: dict[int, tuple[str, ...]] = {}
+        self._table_of: dict[str, int] = {}  # a turn's calls, one a line -> their table id
+        self._calls_of: dict[int, str] = {}
         self._nodes: dict[int, tuple[int, int, int, int]] = {}  # state -> (table id, lo, hi, depth)
         self._state_of: dict[tuple[int, int, int, int], int] = {}
         self._allowed: dict[int, list[int]] = {}  # state -> its allowed tokens (<eoc> as eoc_id), memoised
@@ -85,7 +85,7 @@ class LegalCallGrammar(CallGrammar):
         self._bytes = 0
         self._next_table = self._next_state = 0
         self.calls = FALLBACK_CALLS
-        self._pinned = self._table(FALLBACK_CALLS)
+        self._pinned = self._table(list(FALLBACK_CALLS))
         self.start = self._state(self._pinned, 0, len(self._tables[self._pinned].rows), 0)
 
     # ------------------------------------------------------------------ tables and states
@@ -101,9 +101,10 @@ class LegalCallGrammar(CallGrammar):
             self._encoded[call] = ids
         return ids
 
-    def _table(self, calls: tuple[str, ...]) -> int:
+    def _table(self, calls: Sequence[str]) -> int:
         """The id of the table of ``calls`` (made, or the kept one of the same calls moved to the newest)."""
-        tid = self._table_of.get(calls)
+        key = "\n".join(calls)  # calls are one line each: the same text is the same list
+        tid = self._table_of.get(key)
         if tid is not None:
             self._tables.move_to_end(tid)
             return tid
@@ -112,8 +113,8 @@ class LegalCallGrammar(CallGrammar):
             raise ValueError(f"no legal call fits in max_call_tokens={self.max_call_tokens} tokens")
         tid, self._next_table = self._next_table, self._next_table + 1
         table = self._tables[tid] = _Table(encoded, self._dtype)
-        self._table_of[calls], self._calls_of[tid] = tid, calls
-        self._bytes += table.rows.nbytes
+        self._table_of[key], self._calls_of[tid] = tid, key
+        self._bytes += table.rows.nbytes + len(key)
         self._forget_oldest()
         return tid
 
@@ -123,9 +124,9 @@ class LegalCallGrammar(CallGrammar):
             if tid == self._pinned:
                 self._tables.move_to_end(tid)
                 tid = next(iter(self._tables))
-            table = self._tables.pop(tid)
-            self._bytes -= table.rows.nbytes
-            del self._table_of[self._calls_of.pop(tid)]
+            table, key = self._tables.pop(tid), self._calls_of.pop(tid)
+            self._bytes -= table.rows.nbytes + len(key)
+            del self._table_of[key]
             for state in table.states:
                 self._state_of.pop(self._nodes.pop(state), None)
                 self._allowed.pop(state, None)
@@ -154,9 +155,9 @@ class LegalCallGrammar(CallGrammar):
         :data:`FALLBACK_CALLS`)."""
         if calls is None or len(calls) == 0:
             return self.start
-        if not all(isinstance(c, str) for c in calls):
-            raise ValueError("LegalCallGrammar.start_for takes the legal calls as text (info['legal_calls'])")
-        tid = self._table(tuple(calls))
+        if not all(isinstance(c, str) and "\n" not in c for c in calls):
+            raise ValueError("LegalCallGrammar.start_for takes the legal calls as one-line texts (info['legal_calls'])")
+        tid = self._table(calls)
         return self._state(tid, 0, len(self._tables[tid].rows), 0)
 
     def allowed_tokens(self, state: int) -> list[int]:
@@ -211,11 +212,6 @@ class LegalCallGrammar(CallGrammar):
         free = states < 0  # [N]
         allowed = self.rows(states.clamp(min=0).masked_fill(free, self.start)) | free[:, None]  # [N, V]
         return logits.masked_fill(~allowed, float("-inf"))
-
-    def written_calls(self, state: int) -> list[str]:
-        """The calls that can still be written from ``state`` (a test's and a reader's view of a state)."""
-        table, lo, hi, depth = self._node(state)
-        return [self.tokenizer.decode([int(t) for t in row if t >= 0]) for row in table.rows[lo:hi]]
 
 
 class LegalCallsInfo(gym.Wrapper):
