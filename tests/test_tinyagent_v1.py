@@ -133,13 +133,16 @@ def test_policy_kwargs_refuse_a_fixed_grammar_with_legal_calls():
 
 @pytest.fixture(scope="module")
 def trained_v1(tmp_path_factory):
-    """A tiny from-scratch TokenPPO trained for one iteration on the pack's tasks, saved."""
+    """A tiny from-scratch TokenPPO trained for one iteration on the pack's tasks, saved. Its first ratios are 1: the
+    trainer masks the logits with the grammar states the sampler recorded, so it scores what was sampled."""
     torch.manual_seed(0)
     model = new_v1_ppo(n_envs=2, seed=0, env_kwargs=dict(tasks=list(pack_tasks()), max_turns=3), model_sizes=TINY,
                        n_episodes=4, batch_size=4, n_epochs=1)
     before = [p.detach().clone() for p in model.policy.parameters()]
     model.learn(4)
     assert model._n_updates >= 1
+    first = model.diagnostics[-1]["epochs"][0]  # one minibatch: scored before any step, under the sampling masks
+    assert abs(first["ratio_min"] - 1) < 1e-4 and abs(first["ratio_max"] - 1) < 1e-4
     moved = any(not torch.equal(a, b) for a, b in zip(before, model.policy.parameters()))
     path = tmp_path_factory.mktemp("v1") / "tiny_v1.zip"
     model.save(path)
