@@ -24,6 +24,7 @@ from bugfix_gym.contract.tokens import (
     OWNER_PAD, OWNER_PROMPT, OWNER_TOOL, TokenizerLike, encode_segment, tokenizer_from_dict)
 
 from agents.decoding.grammar import CallGrammar
+from agents.decoding.legal_calls import LEGAL_CALLS_KEY, LegalCallGrammar
 from agents.model.hf_adapter import HFAgent, config_dict, lm_from_config
 from agents.model.threads import ThreadSetting, use_threads
 from agents.model.tinyagent import TinyAgent, TinyAgentConfig
@@ -54,6 +55,8 @@ class TinyAgentPolicy(BasePolicy):
         each call starts from the calls that mask leaves open (BugFix-v0: ``"call_mask"``, the legal
         calls, or ``"useful_calls"``, which also closes edits the episode has shown to be useless).
         None: every call of the grammar is always open. ``predict`` sees no ``info`` and ignores it
+    :param legal_calls: decode under the env's legal calls of each turn instead of a fixed ``call_grammar``
+        (BugFix-v1 through :class:`agents.decoding.legal_calls.LegalCallsInfo`; ``call_mask_key="legal_calls"``)
     :param foresight: with ``call_grammar``, a threshold in (0, 1]: before the policy picks an edit's op,
         the ops its own model gives a probability above it of answering ``no change`` are closed
         (:class:`agents.decoding.foresight.Foresight`); None: off
@@ -84,6 +87,7 @@ class TinyAgentPolicy(BasePolicy):
         max_call_tokens: int = 8,
         call_grammar: Sequence[str] | None = None,
         call_mask_key: str | None = None,
+        legal_calls: bool = False,
         foresight: float | None = None,
         foresight_teach: bool = False,
         model: th.nn.Module | None = None,
@@ -110,7 +114,8 @@ class TinyAgentPolicy(BasePolicy):
         tiny_config = self._tiny_config(model_config) if self.hf_config is None else None
         self.max_call_tokens = int(max_call_tokens)
         self.call_grammar = tuple(call_grammar) if call_grammar else None
-        self.grammar = CallGrammar(self.tokenizer, self.call_grammar) if self.call_grammar else None
+        self.legal_calls = bool(legal_calls)
+        self.grammar = self._grammar(call_grammar, call_mask_key)
         if self.grammar is not None and self.grammar.max_call_tokens > self.max_call_tokens:
             raise ValueError(f"the longest legal call needs {self.grammar.max_call_tokens} tokens (with <eoc>), "
                              f"more than max_call_tokens={self.max_call_tokens}")
@@ -118,8 +123,9 @@ class TinyAgentPolicy(BasePolicy):
             raise ValueError(f"call_mask_key={call_mask_key!r} needs a call grammar (call_grammar=...): the call "
                              "mask closes calls of the grammar")
         self.call_mask_key = call_mask_key
-        if foresight is not None and self.grammar is None:
-            raise ValueError("foresight needs a call grammar (call_grammar=...): it closes edit ops of the grammar")
+        if foresight is not None and (self.grammar is None or self.legal_calls):
+            raise ValueError("foresight needs a fixed call grammar (call_grammar=...): it closes edit ops of the "
+                             "grammar")
         self.foresight = None if foresight is None else Foresight(self.grammar, self.tokenizer, foresight,
                                                                   teach=foresight_teach)
         self.model = TinyAgent(tiny_config) if tiny_config is not None else self._hf_agent(model, self.hf_config or {})
@@ -129,6 +135,17 @@ class TinyAgentPolicy(BasePolicy):
                              f"{context} tokens (a call needs room for the prompt before it)")
         self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1),  # type: ignore[call-arg]
                                               **self.optimizer_kwargs)
+
+    def _grammar(self, call_grammar: Sequence[str] | None,
+                 call_mask_key: str | None) -> CallGrammar | LegalCallGrammar | None:
+        """The call grammar: the fixed ``call_grammar``'s, or with ``legal_calls`` the env's legal calls of each
+        turn (:class:`agents.decoding.legal_calls.LegalCallGrammar`, read from ``info[call_mask_key]``)."""
+        if not self.legal_calls:
+            return CallGrammar(self.tokenizer, self.call_grammar) if self.call_grammar else None
+        if call_grammar or call_mask_key != LEGAL_CALLS_KEY:
+            raise ValueError(f"legal_calls=True reads each turn's calls from info[{LEGAL_CALLS_KEY!r}]: pass "
+                             f"call_mask_key={LEGAL_CALLS_KEY!r} and no call_grammar")
+        return LegalCallGrammar(self.tokenizer, self.max_call_tokens)
 
     def _tiny_config(self, model_config: TinyAgentConfig | dict | None) -> TinyAgentConfig:
         """The TinyAgent config of ``model_config`` (default sizes with the tokenizer's vocabulary)."""
@@ -161,7 +178,7 @@ class TinyAgentPolicy(BasePolicy):
                     model_config=None if self.model_config is None else dataclasses.asdict(self.model_config),
                     hf_config=self.hf_config,
                     max_call_tokens=self.max_call_tokens, call_grammar=self.call_grammar,
-                    call_mask_key=self.call_mask_key,
+                    call_mask_key=self.call_mask_key, legal_calls=self.legal_calls,
                     foresight=None if self.foresight is None else self.foresight.threshold,
                     foresight_teach=self.foresight is not None and self.foresight.teach,
                     optimizer_class=self.optimizer_class,

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agents.cli.flags import UNSET, usage_error
+from agents.cli.evaluate_v1 import cmd_eval_v1, eval_env
 from agents.cli.report import jsonable, per_task_table, table
 
 if TYPE_CHECKING:
@@ -28,6 +29,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(1)
     model = load_model(args.model)
+    if eval_env(args, model) == "BugFix-v1":
+        return cmd_eval_v1(args, model)
     tasks, what, episodes = _tasks(args)
     override_decoding(model, args)
     env_kwargs = dict(hide_outputs=list(HIDEABLE)) if args.hide_outputs else None

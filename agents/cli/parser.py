@@ -208,10 +208,14 @@ def _add_eval_command(sub: Any) -> None:
                                     "statistics, as a table or (--json) one JSON object.")
     ev.add_argument("model", type=Path, help="a model .zip file (from `bugfix-gym train` or model.save)")
     where = ev.add_mutually_exclusive_group()
-    where.add_argument("--split", choices=("train", "heldout", "all"), help="the book's tasks (default: heldout)")
+    where.add_argument("--split", choices=("train", "heldout", "test", "all"),
+                       help="the book's tasks (default: heldout); with --env BugFix-v1 one task of each function of "
+                            "the HumanEval split (test: BugFix-v1 only)")
     where.add_argument("--pack", type=Path, metavar="FILE", help="a task pack (.json / .toml)")
     where.add_argument("--generated", choices=("train", "heldout", "test"), metavar="SPLIT",
                        help="generated tasks from the generator's train / heldout / test templates")
+    ev.add_argument("--env", choices=("BugFix-v0", "BugFix-v1"), default=None,
+                    help="the env the tasks are played in (default: the one the model was trained for)")
     ev.add_argument("--n", type=Number(int, 1, MAX_EVAL_TASKS, what="a positive integer"), default=200,
                     help="with --generated: number of tasks (default: 200)")
     ev.add_argument("--gen-seed", type=SEED, default=0, help="with --generated: generator seed (default: 0)")

@@ -20,6 +20,7 @@ from bugfix_gym.contract.tokens import OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL, T
 from agents.decoding.decoder import write_calls
 from agents.decoding.foresight import Foresight
 from agents.decoding.grammar import NO_STATE, CallGrammar
+from agents.decoding.legal_calls import LegalCallGrammar
 from agents.model.tinyagent import KVCache, TinyAgent
 from agents.rollout.trajectory import EpisodeRecord, Trajectory, same_return
 
@@ -119,6 +120,8 @@ class EpisodeSampler:
             return NO_STATE
         if self.call_mask_key is None or self.call_mask_key not in info:
             return self.grammar.start
+        if isinstance(self.grammar, LegalCallGrammar):
+            return self.grammar.start_for(info[self.call_mask_key])  # the calls themselves, not a mask
         return self.grammar.start_for([bool(x) for x in info[self.call_mask_key]])
 
     def get_state(self) -> list[dict[str, Any]] | None:

@@ -1,0 +1,150 @@
+"""TinyAgent on BugFix-v1: the env as the sampler plays it, a from-scratch TokenPPO, and the evaluator.
+
+The policy reads and writes bytes (:class:`bugfix_gym.contract.byte_tokenizer.ByteTokenizer`: a HumanEval
+function's identifiers are never unknown) and writes its calls under the env's legal calls of each turn
+(:class:`agents.decoding.legal_calls.LegalCallGrammar`): ``read``, ``test``, ``locate``, every legal
+``edit L.K MUTATION [ARG]``, ``delete L``, ``revert``, ``submit``. The free-text ``patch`` and ``insert`` are not
+writable. There is no base agent: the weights start at random (issue 30 is about learning well).
+
+The evaluator reports what the v0 evaluator does where it applies (pass rate, valid calls) and, for v1, the
+mean calls and ``test`` calls per episode and the pass rate per defect class: each task's injected bugs
+(``RepairTask.bugs``, never shown to the agent) name their family, and
+:data:`bugfix_gym.edits.defect_classes.FAMILIES` the classes it stands for (a pack's real bug has none: class
+``"unlabelled"``).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from typing import Any, Sequence
+
+import torch
+from bugfix_gym.contract.byte_tokenizer import ByteTokenizer
+from bugfix_gym.core.env_v1 import BugFixEnvV1
+from bugfix_gym.edits.defect_classes import FAMILIES
+from bugfix_gym.tasks.problems import RepairTask
+
+from agents.decoding.legal_calls import LEGAL_CALLS_KEY, LegalCallsInfo
+from agents.model.threads import use_threads
+from agents.model.tinyagent import TinyAgentConfig
+from agents.rollout.sampler import EpisodeSampler
+from agents.rollout.trajectory import Trajectory
+from agents.rollout.vec_env import FreshInfoDummyVecEnv
+
+V1_MAX_CALL_TOKENS = 40
+"""Bytes of the longest call TinyAgent writes, with its ``<eoc>`` (the longest legal call of the train split's
+first tasks has 26)."""
+
+UNLABELLED = "unlabelled"
+"""The defect class of a task whose bug no injection names (a pack's real bug)."""
+
+
+def make_v1_env(**env_kwargs: Any) -> LegalCallsInfo:
+    """A BugFix-v1 env (``BugFixEnvV1(**env_kwargs)``) whose infos carry ``info["legal_calls"]``."""
+    return LegalCallsInfo(BugFixEnvV1(**env_kwargs))
+
+
+def v1_policy_kwargs(max_len: int = 1024, **sizes: Any) -> dict[str, Any]:
+    """``policy_kwargs`` of a TinyAgent that plays BugFix-v1: bytes in, legal calls out.
+
+    :param max_len: the context in bytes (tool outputs are cut to fit; an episode that outgrows it is cut)
+    :param sizes: more :class:`agents.model.tinyagent.TinyAgentConfig` fields (``d_model``, ``n_layer``, ...)
+    """
+    tok = ByteTokenizer()
+    config = TinyAgentConfig(vocab_size=tok.vocab_size, max_len=max_len, **sizes)
+    return dict(tokenizer=tok, model_config=config, legal_calls=True, call_mask_key=LEGAL_CALLS_KEY,
+                max_call_tokens=V1_MAX_CALL_TOKENS)
+
+
+def new_v1_ppo(split: str = "train", n_envs: int = 4, seed: int = 0, env_kwargs: dict | None = None,
+               model_sizes: dict | None = None, **settings: Any) -> Any:
+    """A TokenPPO of a random-init TinyAgent on BugFix-v1's ``split`` (no base agent).
+
+    :param split: the env's split (``"train"``; never ``"test"`` for a model that will be scored on it)
+    :param n_envs: envs stepped in lockstep
+    :param seed: seeds the envs, the weights and the sampling
+    :param env_kwargs: more :class:`BugFixEnvV1` arguments (``tasks``, ``max_turns``, ``bugs``, ...)
+    :param model_sizes: :func:`v1_policy_kwargs` arguments (``max_len``, ``d_model``, ...)
+    :param settings: TokenPPO settings (``n_episodes``, ``n_epochs``, ``learning_rate``, ...)
+    """
+    from agents.algorithms.ppo import TokenPPO
+
+    kwargs = dict(split=split, **(env_kwargs or {}))
+    venv = FreshInfoDummyVecEnv([lambda: make_v1_env(**kwargs) for _ in range(n_envs)])
+    settings.setdefault("max_call_tokens", V1_MAX_CALL_TOKENS)
+    return TokenPPO("TinyAgentPolicy", venv, policy_kwargs=v1_policy_kwargs(**(model_sizes or {})),
+                    base_agent=None, seed=seed, **settings)
+
+
+def split_tasks(split: str) -> list[RepairTask]:
+    """One task of each problem of a BugFix-v1 split (:func:`one_task_per_problem`)."""
+    return one_task_per_problem(BugFixEnvV1(split=split).tasks)
+
+
+def one_task_per_problem(tasks: Sequence[RepairTask]) -> list[RepairTask]:
+    """One of each problem's tasks, drawn with the problem's id as seed from its tasks by name (the same tasks
+    whatever their order, spread over the injection families), in problem order."""
+    by_problem: dict[str, list[RepairTask]] = defaultdict(list)
+    for task in tasks:
+        by_problem[task.problem].append(task)
+    return [random.Random(problem).choice(sorted(group, key=lambda t: t.name))
+            for problem, group in sorted(by_problem.items())]
+
+
+def task_classes(task: RepairTask) -> tuple[str, ...]:
+    """The defect classes of a task's injected bugs (:data:`UNLABELLED` when none is named)."""
+    names = sorted({name for bug in task.bugs for name in FAMILIES.get(getattr(bug, "family", ""), ())})
+    return tuple(names) or (UNLABELLED,)
+
+
+def play_v1(agent: Any, tasks: Sequence[RepairTask], n_per_task: int = 1, seed: int = 0,
+            max_envs: int = 16, env_kwargs: dict | None = None) -> list[Trajectory]:
+    """``n_per_task`` episodes of each task on BugFix-v1 with an algorithm's policy as it samples (its grammar and
+    temperature), seeded, in task order."""
+    from agents.bugfix.evaluation import playing_settings
+
+    model, tok, settings = playing_settings(agent)
+    batch = [t for t in tasks for _ in range(n_per_task)]
+    if not batch:
+        return []
+    play = {k: settings.pop(k) for k in ("temperature", "deterministic") if k in settings}
+    kwargs = dict(tasks=list(tasks), **(env_kwargs or {}))
+    venv = FreshInfoDummyVecEnv([lambda: make_v1_env(**kwargs) for _ in range(min(max_envs, len(batch)))])
+    sampler = EpisodeSampler(venv, tok, **settings)
+    with use_threads(getattr(agent, "torch_threads", "auto"), next(model.parameters()).device):
+        return sampler.play_tasks(model, batch, generator=torch.Generator().manual_seed(seed), **play)
+
+
+def evaluate_v1(agent: Any, tasks: Sequence[RepairTask], n_per_task: int = 1, seed: int = 0, *,
+                per_task: bool = False, **kwargs: Any) -> dict[str, Any]:
+    """Play ``tasks`` (:func:`play_v1`) and summarise: ``pass_rate``, ``mean_calls``, ``mean_test_calls``,
+    ``valid_calls`` (the share of calls the env took), ``policy_tokens`` per episode, ``context_cut`` (the share of
+    episodes that outgrew the model's context: their last turns are empty, invalid filler calls), ``episodes``, and
+    ``per_class``: each defect class -> its tasks' pass rate and episodes (a task of two classes counts in both);
+    with ``per_task``, each task's pass rate."""
+    trajs = play_v1(agent, tasks, n_per_task, seed, **kwargs)
+    if not trajs:
+        raise ValueError("evaluate_v1 needs at least one task")
+    infos = [t.info for t in trajs]
+    calls = [len(info.get("actions", ())) for info in infos]
+    passed = [bool(info.get("hidden_pass")) for info in infos]
+    stats: dict[str, Any] = dict(
+        pass_rate=_mean(passed), mean_calls=_mean(calls),
+        mean_test_calls=_mean([sum(a.split()[:1] == ["test"] for a in info.get("actions", ())) for info in infos]),
+        valid_calls=1.0 - sum(info.get("n_invalid", 0) for info in infos) / max(1, sum(calls)),
+        policy_tokens=_mean([float(t.policy_mask.sum()) for t in trajs]),
+        context_cut=_mean([bool(info.get("context_cut")) for info in infos]), episodes=len(trajs))
+    groups: dict[str, list[bool]] = defaultdict(list)
+    for i, task in enumerate(tasks):
+        for name in task_classes(task):
+            groups[name] += passed[i * n_per_task: (i + 1) * n_per_task]
+    stats["per_class"] = {name: dict(pass_rate=_mean(p), episodes=len(p)) for name, p in sorted(groups.items())}
+    if per_task:
+        stats["per_task"] = {task.name: dict(pass_rate=_mean(passed[i * n_per_task: (i + 1) * n_per_task]),
+                                             episodes=n_per_task) for i, task in enumerate(tasks)}
+    return stats
+
+
+def _mean(xs: Sequence[Any]) -> float:
+    return sum(float(x) for x in xs) / len(xs) if xs else float("nan")
