@@ -59,6 +59,8 @@ bench: $(STAMP)
 	$(PY) benchmarks/worker_overhead.py
 	$(PY) benchmarks/scale_out.py
 	$(PY) benchmarks/snippet_threads.py
+	$(PY) benchmarks/locate_v1.py
+	$(PY) benchmarks/reward_integrity_v1.py
 
 # every library example once, with its default settings (docs/interop.md has the figures)
 interop-examples: $(STAMP)
@@ -103,7 +105,8 @@ trl: $(TRL_STAMP)
 test-trl: $(TRL_STAMP)
 	$(TRL_PY) -m pytest tests/test_trl.py tests/test_conformance.py tests/test_conformance_layouts.py \
 		tests/test_hf_tokens.py tests/test_hf_policy.py tests/test_serve_hf.py tests/test_serve_folder.py \
-		tests/test_hf_files.py tests/test_chat_template.py tests/test_adapter_rewards.py tests/test_verifiers.py
+		tests/test_hf_files.py tests/test_chat_template.py tests/test_adapter_rewards.py tests/test_verifiers.py \
+		tests/test_trl_v1.py tests/test_verifiers_v1.py tests/test_serve_v1.py
 
 clean:
 	rm -rf $(VENV) $(RLLIB_VENV) $(TRL_VENV) build *.egg-info

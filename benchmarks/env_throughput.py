@@ -134,6 +134,7 @@ def _uncache_v1() -> None:
     sites._analysis.cache_clear()
     env_v1.apply_call.cache_clear()
     env_v1.deletable_lines.cache_clear()
+    env_v1.source_calls.cache_clear()
 
 
 def cartpole_steps_per_s(n_steps: int) -> float:

@@ -22,6 +22,7 @@ from .core.vocabulary import Tokenizer, build_tokenizer, fixed_tokenizer
 from .contract.tokens import OWNER_PAD, OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL, encode_segment, episode_tokens
 from .core.tools import CALLS, parse_call
 from .integrations import hf_tokenizer as _hf_tokenizer  # noqa: F401 (registers the chat-template tokenizer format)
+from .contract import byte_tokenizer as _byte_tokenizer  # noqa: F401 (registers the byte tokenizer format)
 
 __version__ = "0.1.0"
 
@@ -37,6 +38,12 @@ _register(id="LookThenAnswer-v0", entry_point="bugfix_gym.core.look:LookThenAnsw
 # the array views (bugfix_gym.views.wrappers), for libraries that build envs from an id (TorchRL GymEnv, SB3, RLlib)
 _register(id="BugFixCalls-v0", entry_point="bugfix_gym.views.wrappers:make_discrete_calls")
 _register(id="BugFixTokens-v0", entry_point="bugfix_gym.views.wrappers:make_token_observation")
+# BugFix-v1's array views (bugfix_gym.views.heads_v1): factorised masked heads, and byte tokens; family names of
+# their own for the same reason as BugFix-v1's (else every make of a v0 view warns that it is out of date)
+_register(id="BugFixCalls-v1", entry_point="bugfix_gym.views.heads_v1:make_factorised_calls")
+_registry["BugFixCalls-v1"].name = "BugFixCallsV1"
+_register(id="BugFixTokens-v1", entry_point="bugfix_gym.views.heads_v1:make_byte_token_calls")
+_registry["BugFixTokens-v1"].name = "BugFixTokensV1"
 
 
 MOVED = {

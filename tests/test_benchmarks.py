@@ -41,6 +41,12 @@ def test_env_throughput_runs():
     assert out and all(math.isfinite(v) and v > 0 for v in out.values() if isinstance(v, float))
 
 
+def test_views_v1_runs_and_heads_in_order_play_only_legal_calls():
+    out = _load("views_v1").main(["--steps", "8"])
+    assert out["heads in order, head_masks(prefix)"][0] == 1.0
+    assert all(0 <= share <= 1 and calls > 0 and tokens > 0 for share, calls, tokens in out.values())
+
+
 def test_sandbox_overhead_runs():
     out = _load("sandbox_overhead").main(["--rounds", "1"])
     assert out and all(math.isfinite(v) and v > 0 for v in out.values())
@@ -102,3 +108,15 @@ def test_serve_flood_runs_and_stops_by_itself():
                                      "--slow", "3", "--deadline", "1"])
     assert out["phases"]["before"]["tally"] == {"200": 3} and sum(out["fast"].values()) == 40
     assert sum(out["slow"].values()) == 3
+
+
+def test_locate_v1_runs():
+    out = _load("locate_v1").main(["--limit", "4"])
+    assert set(out) == {"first", "first_alone", "top3", "not_ranked"} and all(0 <= v <= 1 for v in out.values())
+    assert out["first_alone"] <= out["first"] <= out["top3"]
+
+
+@pytest.mark.slow
+def test_reward_integrity_v1_runs(capsys):
+    assert _load("reward_integrity_v1").main(["--plan", "1:1", "--sample", "5"]) == 0
+    assert "rewards without every hidden case passing (independent run): 0" in capsys.readouterr().out

@@ -166,7 +166,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train_command(sub)
     _add_eval_command(sub)
     _add_serve_command(sub)
-    sub.add_parser("play", help="play BugFix-v0 yourself in the terminal (bugfix_gym.views.play)", add_help=False)
+    sub.add_parser("play", help="play BugFix-v0 (or --env BugFix-v1) yourself in the terminal (bugfix_gym.views.play)",
+                   add_help=False)
     _add_conformance_command(sub)
     return parser
 

@@ -252,10 +252,7 @@ class BugFixEnvV1(gym.Env):
         edit spelled out, ``delete L`` per deletable line, ``revert`` when the source changed, ``submit``.
         ``patch`` and ``insert`` take free text and are not listed."""
         self._require_task()
-        calls = ["read", "test", "locate"]
-        calls += [f"edit {line}.{k} {mutation}" + ("" if arg is None else f" {arg}")
-                  for (line, k), muts in self._legal().items() for mutation, args in muts.items() for arg in args]
-        calls += [f"delete {line}" for line in deletable_lines(self.source)]
+        calls = ["read", "test", "locate", *source_calls(self.source)]
         if self.source != self.task.source:  # type: ignore[union-attr]
             calls.append("revert")
         return calls + ["submit"]
@@ -415,6 +412,19 @@ def prompt_v1(task: RepairTask) -> str:
     """The reset prompt: the function's name, its statement, the call menu."""
     text = f"fix the function {task.entry} : {task.statement} . calls : {MENU}"
     return printable(text, MAX_OBS_CHARS)
+
+
+@lru_cache(maxsize=1024)
+def source_calls(source: str) -> tuple[str, ...]:
+    """The legal calls that depend on the source only, cached by its text: each sited edit, then ``delete L`` for
+    each deletable line (none for a source that does not parse)."""
+    try:
+        legal = legal_edits(source)
+    except EditError:
+        return ()
+    edits = [f"edit {line}.{k} {mutation}" + ("" if arg is None else f" {arg}")
+             for (line, k), muts in legal.items() for mutation, args in muts.items() for arg in args]
+    return (*edits, *(f"delete {line}" for line in deletable_lines(source)))
 
 
 @lru_cache(maxsize=4096)

@@ -21,6 +21,10 @@ and OpenEnv tasksets do. Here:
   them with every chat request, through the interception endpoint, and the env answers each tool call with
   a ``tool`` message holding the env's output (a reply with no tool call is played as a text call, e.g.
   ``edit fix_init``; one that does not parse is an invalid turn, as in ``BugFix-v0``);
+- ``load_environment(env="BugFix-v1")`` plays BugFix-v1 instead: rows of
+  :func:`bugfix_gym.integrations.trl_v1.dataset_rows_v1` (HumanEval's functions with injected bugs), the nine
+  typed calls of :data:`TOOLS_V1` (``edit(line, expr, mutation, arg)``, ``patch(line, code)``, ...), each tool
+  call read by :func:`bugfix_gym.integrations.chat_v1.call_of_tool_call_v1`;
 - the episode ends on ``submit`` or the turn budget;
 - the reward (``hidden_tests``, weight 1) is the hidden tests' verdict: 1.0 if the episode submitted a
   source that passes them all, else 0.0. The calls the env received are on ``trace.info["bugfix_calls"]``.
@@ -33,13 +37,16 @@ bugfix_gym`` does not import this module.
 from __future__ import annotations
 
 import sys
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import verifiers.v1 as vf
 
 from ..core.env import BugFixEnv
+from ..core.env_v1 import BugFixEnvV1
 from .chat import ChatError, call_of_tool_call, escape_control_tokens, tool_schemas
+from .chat_v1 import call_of_tool_call_v1, tool_schemas_v1
 from .trl import BugFixToolEnv, dataset_rows
+from .trl_v1 import BugFixToolEnvV1, dataset_rows_v1
 
 __all__ = ["BugFixTaskset", "BugFixVfEnv", "BugFixHarness", "load_environment", "tool_schemas"]
 
@@ -47,6 +54,9 @@ TASKSET_ID = "bugfix_gym_verifiers"
 sys.modules.setdefault(TASKSET_ID, sys.modules[__name__])
 TOOLS = tool_schemas()
 """the OpenAI ``tools`` every chat request carries: ``bugfix-gym serve``'s five calls"""
+TOOLS_V1 = tool_schemas_v1()
+"""the ``tools`` of a ``BugFix-v1`` environment's requests: its nine typed calls"""
+ENVS = ("BugFix-v0", "BugFix-v1")
 
 
 class BugFixTasksetConfig(vf.TasksetConfig):
@@ -59,6 +69,8 @@ class BugFixTasksetConfig(vf.TasksetConfig):
     seed: int = 0
     pack: str = ""
     max_turns: int = 6
+    env: str = "BugFix-v0"
+    bugs: int = 1
 
 
 class BugFixData(vf.TaskData):
@@ -66,6 +78,7 @@ class BugFixData(vf.TaskData):
 
     row: dict[str, Any]
     max_turns: int = 6
+    env: str = "BugFix-v0"
 
 
 class BugFixTask(vf.Task[BugFixData, vf.State, vf.TaskConfig]):
@@ -78,12 +91,21 @@ class BugFixTaskset(vf.Taskset[BugFixTask, BugFixTasksetConfig]):
     def load(self) -> Iterator[BugFixTask]:
         """Yield one task per row of :func:`~bugfix_gym.integrations.trl.dataset_rows`."""
         cfg = self.config
-        player = BugFixToolEnv(max_turns=cfg.max_turns)
-        for row in dataset_rows(cfg.split, cfg.n, cfg.seed, cfg.tasks, cfg.pack):
+        v1 = cfg.env == "BugFix-v1"
+        player = _player(cfg.env, cfg.max_turns)
+        rows = dataset_rows_v1(cfg.split, cfg.n, cfg.seed, cfg.bugs) if v1 else \
+            dataset_rows(cfg.split, cfg.n, cfg.seed, cfg.tasks, cfg.pack)
+        for row in rows:
             row = {k: v for k, v in row.items() if k != "prompt"}
             prompt = player.reset(**row)
             name = row["task"] or f"generated-{row['seed']}"
-            yield BugFixTask(BugFixData(name=name, prompt=prompt, row=row, max_turns=cfg.max_turns), cfg.task)
+            yield BugFixTask(BugFixData(name=name, prompt=prompt, row=row, max_turns=cfg.max_turns, env=cfg.env),
+                             cfg.task)
+
+
+def _player(env: str, max_turns: int) -> BugFixToolEnv | BugFixToolEnvV1:
+    """The tool env that plays ``env``'s rows."""
+    return BugFixToolEnvV1(max_turns=max_turns) if env == "BugFix-v1" else BugFixToolEnv(max_turns=max_turns)
 
 
 class BugFixHarnessConfig(vf.HarnessConfig):
@@ -131,7 +153,8 @@ class BugFixHarness(vf.Harness[BugFixHarnessConfig]):
             from verifiers.v1.dialects.chat import message_to_wire
 
             messages += [message_to_wire(m) for m in prompt or []]
-        body = {"model": ctx.model, "messages": messages, "tools": TOOLS}
+        tools = TOOLS_V1 if getattr(data, "env", "BugFix-v0") == "BugFix-v1" else TOOLS
+        body = {"model": ctx.model, "messages": messages, "tools": tools}
         async with httpx.AsyncClient(timeout=self.config.timeout_s) as http:
             reply = await http.post(endpoint.rstrip("/") + "/chat/completions", json=body,
                                     headers={"Authorization": f"Bearer {secret}"})
@@ -157,15 +180,16 @@ class BugFixVfEnv(vf.Env[BugFixVfEnvConfig]):
         :param task: a :class:`BugFixTask` (its row says which BugFix task)
         :param agents: the episode's agents; ``agents.player`` plays
         """
-        player = BugFixToolEnv(max_turns=task.data.max_turns)
+        player = _player(task.data.env, task.data.max_turns)
         player.reset(**task.data.row)
-        env: BugFixEnv = player.env  # type: ignore[assignment]
+        env: BugFixEnv | BugFixEnvV1 = player.env  # type: ignore[assignment]
+        read = call_of_tool_call_v1 if task.data.env == "BugFix-v1" else call_of_tool_call
         calls: list[str] = []
         passed = False
         async with agents.player.interaction(task) as interaction:
             segment = await interaction.turn()
             while not segment.terminated:
-                call_id, action = _last_call(segment.messages)
+                call_id, action = _last_call(segment.messages, read)
                 obs, _, _, _, info = env.step(action)
                 calls.append(action)
                 passed = passed or bool(info["hidden_pass"])
@@ -180,7 +204,7 @@ class BugFixVfEnv(vf.Env[BugFixVfEnvConfig]):
         trace.record_reward("hidden_tests", 1.0 if passed else 0.0, 1.0)
 
 
-def _last_call(messages: list[Any]) -> tuple[str | None, str]:
+def _last_call(messages: list[Any], read: Callable[[Any], str] = call_of_tool_call) -> tuple[str | None, str]:
     """The last assistant message's first tool call as ``(call id, text call)``, or ``(None, its text)``; a tool
     call or a content that cannot be read (no name, arguments of 5,000 digits or nested 20,000 deep, content
     that is not text) is played as the invalid call it is, never raised."""
@@ -189,8 +213,7 @@ def _last_call(messages: list[Any]) -> tuple[str | None, str]:
             if message.tool_calls:
                 first = message.tool_calls[0]
                 try:
-                    return first.id, call_of_tool_call({"function": {"name": first.name,
-                                                                     "arguments": first.arguments}})
+                    return first.id, read({"function": {"name": first.name, "arguments": first.arguments}})
                 except ChatError:
                     return first.id, "invalid tool call"
             content = message.content
@@ -200,8 +223,13 @@ def _last_call(messages: list[Any]) -> tuple[str | None, str]:
 
 
 def load_environment(split: str = "train", tasks: str = "book", n: int | None = None, seed: int = 0,
-                     pack: str | None = None, max_turns: int = 6, **kwargs: Any) -> BugFixVfEnv:
+                     pack: str | None = None, max_turns: int = 6, env: str = "BugFix-v0", bugs: int = 1,
+                     **kwargs: Any) -> BugFixVfEnv:
     """A verifiers environment whose tasks are BugFix rows and whose reward is the hidden tests.
+
+    ``env="BugFix-v1"``: HumanEval's functions with injected bugs (``split`` ``"train"``, ``"heldout"``,
+    ``"test"``, ``bugs`` 1 or 2; ``tasks`` and ``pack`` do not apply), the nine typed calls of
+    :data:`TOOLS_V1` (:class:`~bugfix_gym.integrations.trl_v1.BugFixToolEnvV1`'s).
 
     :param split: book split, or generator split with ``tasks="generated"``
     :param tasks: ``"book"``, ``"generated"`` or ``"pack"``
@@ -209,8 +237,16 @@ def load_environment(split: str = "train", tasks: str = "book", n: int | None = 
     :param seed: the same arguments give the same tasks
     :param pack: the task pack file (``tasks="pack"``)
     :param max_turns: the env's turn budget
+    :param env: ``"BugFix-v0"`` or ``"BugFix-v1"``
+    :param bugs: bugs per task (``BugFix-v1``)
     :param kwargs: more fields of the env's config (``timeout``, ``max_concurrent_agents``, ...)
     """
-    taskset = BugFixTasksetConfig(split=split, tasks=tasks, n=n, seed=seed, pack=pack or "", max_turns=max_turns)
-    dataset_rows(split, 0, seed, tasks, pack or "")  # a bad argument fails here, in one line
+    if env not in ENVS:
+        raise ValueError(f"env must be one of {', '.join(ENVS)}, got {str(env)[:40]!r}")
+    taskset = BugFixTasksetConfig(split=split, tasks=tasks, n=n, seed=seed, pack=pack or "", max_turns=max_turns,
+                                  env=env, bugs=bugs)
+    if env == "BugFix-v1":  # a bad argument fails here, in one line
+        dataset_rows_v1(split, 0, seed, bugs)
+    else:
+        dataset_rows(split, 0, seed, tasks, pack or "")
     return BugFixVfEnv(BugFixVfEnvConfig(taskset=taskset, **kwargs))

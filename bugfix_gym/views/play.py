@@ -6,6 +6,7 @@
     python -m bugfix_gym.views.play --pack examples/task_pack_example.json
     python -m bugfix_gym.views.play --generated test   # a fresh task from the generator's test templates
     python -m bugfix_gym.views.play --list             # the task names of the split (or of --pack)
+    python -m bugfix_gym.views.play --env BugFix-v1    # BugFix-v1 (bugfix_gym.views.play_v1)
 
 Each line you type is one tool call (``read``, ``test``, ``edit <fix_op>``, ``revert``,
 ``submit``), played exactly as an agent's action text would be. ``help`` shows the calls
@@ -27,16 +28,24 @@ from ..core.env import BugFixEnv
 from ..tasks.generator import GENERATED_SPLITS
 from ..tasks.library import SPLITS, Task, get_task, make_tasks
 from ..core.tools import CALLS, parse_call
+from . import play_v1
+from .play_v1 import SPLITS_PLAYED
 
 
 MAX_EPISODES = 100_000  # --episodes: more than anyone types, few enough to check before anything is built
 
 
-def _parser(prog: str) -> argparse.ArgumentParser:
+ENVS = ("BugFix-v0", "BugFix-v1")
+
+
+def _parser(prog: str, env: str = "BugFix-v0") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog,
                                      description="Repair a buggy Python function by typing tool calls.")
+    parser.add_argument("--env", default="BugFix-v0", choices=ENVS,
+                        help="BugFix-v0 (default) or BugFix-v1 (HumanEval's functions with injected bugs)")
     parser.add_argument("--task", help="task name, e.g. clamp (default: drawn from the split)")
-    parser.add_argument("--split", default="train", choices=SPLITS, help="task split to draw from (default: train)")
+    parser.add_argument("--split", default="train", choices=SPLITS if env == "BugFix-v0" else SPLITS_PLAYED,
+                        help="task split to draw from (default: train)")
     parser.add_argument("--seed", type=int, default=None, help="seed for drawing the task")
     parser.add_argument("--pack", metavar="FILE", help="play the tasks of a .json/.toml task pack instead")
     parser.add_argument("--generated", choices=GENERATED_SPLITS,
@@ -55,7 +64,9 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout:
     :param stdout: where the game is shown (default ``sys.stdout``)
     :param prog: the command's name in usage and error lines
     """
-    parser = _parser(prog)
+    env_arg = argparse.ArgumentParser(add_help=False)
+    env_arg.add_argument("--env", default="BugFix-v0")
+    parser = _parser(prog, env_arg.parse_known_args(argv)[0].env)
     args = parser.parse_args(argv)
     stdin = stdin if stdin is not None else sys.stdin
     stdout = stdout if stdout is not None else sys.stdout
@@ -67,6 +78,8 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout:
         parser.error(f"--seed must be from 0 to {2**32 - 1 - MAX_EPISODES}, got {args.seed}")
     if args.generated and args.pack:
         parser.error("use either --pack or --generated, not both")
+    if args.env == "BugFix-v1":
+        return play_v1.run(parser, args, stdin, stdout)
     tasks, task = _chosen_tasks(parser, args)
     if args.list:
         listed = tasks if tasks is not None else make_tasks(args.split)
