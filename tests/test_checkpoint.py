@@ -233,6 +233,33 @@ def test_model_files_saved_by_main_4e10e0a_still_load_and_act_the_same(cls):
     assert model.training_progress()["state"] == expected["state"]
 
 
+@pytest.mark.parametrize("name", ["grpo", "reinforce"])
+def test_model_files_saved_by_main_34a6ebf_load_into_the_config_object(name, tmp_path):
+    """Files written while the settings were copied onto the algorithm (tests/fixtures/make_main_34a6ebf.py):
+    every saved setting lands in ``model.config``, the policy's call limit is the config's, the model acts and
+    counts as it did, and saving it again writes the same settings."""
+    from agents.algorithms.presets import load_algorithm
+
+    expected = json.loads((FIXTURES / "main_34a6ebf_expected.json").read_text())[name]
+    model = load_algorithm(FIXTURES / f"{name}_main_34a6ebf.zip")
+    assert {key: getattr(model.config, key) for key in expected["settings"] if key != "aux_losses"} == \
+        {key: value for key, value in expected["settings"].items() if key != "aux_losses"}
+    assert model.policy.max_call_tokens == model.config.max_call_tokens == 6
+    obs, _ = gym.make("LookThenAnswer-v0").reset(seed=3)
+    assert str(model.predict(obs, deterministic=True)[0]) == expected["action"]
+    assert model.training_progress() == expected["progress"]
+    assert model.saved_arguments() == expected["settings"]
+
+
+def test_max_call_tokens_is_given_once_a_second_value_in_policy_kwargs_is_an_error():
+    """The call limit is a setting; a different one in ``policy_kwargs`` no longer wins silently."""
+    look = gym.make("LookThenAnswer-v0")
+    tok = bugfix_gym.Tokenizer(look.unwrapped.words)
+    with pytest.raises(ValueError, match=r"policy_kwargs\['max_call_tokens'\]=5 differs from the setting "
+                                         r"max_call_tokens=8"):
+        Reinforce("TinyAgentPolicy", look, base_agent=None, policy_kwargs=dict(tokenizer=tok, max_call_tokens=5))
+
+
 @pytest.mark.parametrize("cls", [TokenPPO, Reinforce])
 def test_a_loaded_model_writes_the_same_data_as_the_file_it_came_from(cls, tmp_path):
     """Loading and saving again keeps every entry of ``data`` and every tensor (the format is unchanged;

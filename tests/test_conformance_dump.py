@@ -65,7 +65,7 @@ def test_every_algorithm_dumps_its_first_update_and_the_dump_passes(name, shared
     assert set(status) == set(CHECKS) and "FAIL" not in status.values()
     batch = load_dump(str(tmp_path / "dump.jsonl"))
     assert {n for n, s in status.items() if s == "skip"} == _expected_skips(name, batch), lines
-    assert len(batch) >= 8 and all(e["loss_type"] == model.loss_mode for e in batch)
+    assert len(batch) >= 8 and all(e["loss_type"] == model.config.loss_mode for e in batch)
     with_tokenizer = {r.name: r.status for r in run_checks(batch, end_ids=[int(eoc)], tokenizer=model.policy.tokenizer)}
     assert with_tokenizer["retokenisation_stable"] == "skip"  # not applicable: token in, token out
     broken = [dict(e, turns=[t for t in e["turns"] if "output_ids" not in t]) for e in batch]  # no per-turn ids

@@ -376,7 +376,7 @@ def test_generated_recipe_trains_from_its_own_base_agent_and_keeps_the_best_weig
         assert results["validation"]["averaged_iterations"] == [1, 2]
     model = TokenPPO.load(out / "tokenppo.zip")
     assert model.policy.tokenizer.words == bugfix_gym.fixed_tokenizer().words  # reads any generated code
-    assert model.policy.grammar is not None and model.kl_coef == RECIPES["generated"]["ppo"]["kl_coef"]
+    assert model.policy.grammar is not None and model.config.kl_coef == RECIPES["generated"]["ppo"]["kl_coef"]
     train_env = make_env(json.loads((out / "run.json").read_text()), 1, 0).envs[0]
     assert train_env.unwrapped.ambiguous_share == 0.3 and _wrapper_option(train_env, "statement_dropout", 0.0) == 0.0
     assert list((tmp_path / "cache").glob("base_agent-*.pt"))  # the recipe's base agent, cached

@@ -1,10 +1,10 @@
 """One definition per setting: the hyperparameters of TokenPPO and Reinforce as config dataclasses.
 
 Each field is one setting: its type, its default, its one-line doc (``help``), its check and, for
-a setting that names something, its choices. The algorithms take the fields as keyword arguments
-(SB3's surface: ``TokenPPO("TinyAgentPolicy", env, learning_rate=..., clip_range=...)``), check
-them by building the config, keep each as an attribute of the same name (``model.clip_range``),
-save the fields marked ``saved`` with the model, and list them in their class docstring.
+a setting that names something, its choices. An algorithm takes one config object
+(``TokenPPO("TinyAgentPolicy", env, config=PPOConfig(clip_range=0.1))``, TRL's ``args=``) and reads
+``self.config.x``; SB3-style keyword arguments (``TokenPPO(..., clip_range=0.1)``) are sugar that
+builds the same object (:meth:`Config.build`). The fields marked ``saved`` travel with the model, and
 :func:`argparse_kwargs` turns a field into ``ArgumentParser.add_argument`` keyword arguments.
 """
 
@@ -148,6 +148,19 @@ class Config:
         return cls(**kwargs)
 
     @classmethod
+    def build(cls: type[C], owner: str, config: C | None, kwargs: dict[str, Any]) -> C:
+        """``config`` (default: the defaults) with ``kwargs`` replacing its fields, checked; a config of
+        another class or an unknown keyword is a one-line ``TypeError``."""
+        if config is None:
+            return cls.from_kwargs(owner, kwargs)
+        if not isinstance(config, cls):
+            raise TypeError(f"{owner}(config=...) takes a {cls.__name__}, got {type(config).__name__}")
+        unknown = sorted(set(kwargs) - {field.name for field in dataclasses.fields(cls)})
+        if unknown:
+            raise TypeError(f"{owner}() got an unexpected keyword argument {unknown[0]!r}")
+        return dataclasses.replace(config, **kwargs)
+
+    @classmethod
     def saved_names(cls) -> tuple[str, ...]:
         """The fields saved with a model, in order."""
         return tuple(field.name for field in dataclasses.fields(cls) if field.metadata.get("saved", True))
@@ -206,6 +219,12 @@ class OnPolicyConfig(Config):
     preset: Optional[str] = setting(None, "the named algorithm these settings came from (a name in "
                                     "agents.algorithms.presets.ALGORITHMS), or None; kept in saved files")
 
+    def sb3_arguments(self) -> dict[str, Any]:
+        """The values of SB3's own ``OnPolicyAlgorithm`` slots, which its machinery reads (the learning-rate
+        schedule, the buffer's ``gamma``); no critic and no entropy term here, so those slots hold zeros."""
+        return dict(learning_rate=self.learning_rate, gamma=self.gamma, max_grad_norm=self.max_grad_norm,
+                    gae_lambda=1.0, ent_coef=0.0, vf_coef=0.0)
+
     def check_together(self) -> None:
         if self.loss_mode == "constant" and self.loss_norm_const is None:
             raise ValueError("loss_mode='constant' needs loss_norm_const, e.g. n_episodes * max_policy_tokens")
@@ -253,6 +272,9 @@ class PPOConfig(OnPolicyConfig):
     aux_losses: Sequence[Any] = setting((), "auxiliary losses added to each minibatch's loss "
                                         "(agents.algorithms.auxiliary.AuxLoss objects or their specs)",
                                         check_aux_losses)
+
+    def sb3_arguments(self) -> dict[str, Any]:
+        return dict(super().sb3_arguments(), gae_lambda=self.gae_lambda, ent_coef=self.ent_coef, vf_coef=self.vf_coef)
 
 
 @dataclasses.dataclass

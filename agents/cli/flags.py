@@ -137,7 +137,7 @@ class Flag:
         (the training envs' options), ``"validation"``, ``"run"`` (the recipe's top level); None: the
         command reads it itself
     :param group: flags with the same group exclude each other
-    :param off_word: the choice that turns the setting off (stored as None)
+    :param off_word: the value that turns the setting off (stored as None): a choice, or a number (0)
     """
 
     name: str
@@ -149,7 +149,7 @@ class Flag:
     switch: bool = False
     part: str | None = None
     group: str | None = None
-    off_word: str | None = None
+    off_word: Any = None
 
     @property
     def option(self) -> str:

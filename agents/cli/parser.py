@@ -52,7 +52,8 @@ def train_flags() -> tuple[Flag, ...]:
         ppo_flag("n_episodes"), ppo_flag("n_epochs"), ppo_flag("n_minibatches"), ppo_flag("learning_rate"),
     ) + _TRAIN_FLAGS_AFTER_PPO + (
         ppo_flag("gae_lambda"), ppo_flag("ent_coef"),
-        ppo_flag("target_kl", type=NON_NEGATIVE_FLOAT, help="KL (k3) target for early stopping; 0 turns it off"),
+        ppo_flag("target_kl", type=NON_NEGATIVE_FLOAT, off_word=0.0,
+                 help="KL (k3) target for early stopping; 0 turns it off"),
         ppo_flag("target_kl_mode"), ppo_flag("group_size"),
     ) + _trl_flags() + _TRAIN_FLAGS_LAST
 
@@ -148,6 +149,8 @@ _TRAIN_FLAGS_LAST: tuple[Flag, ...] = (
     Flag("dump", type=Path, metavar="FILE", help="write the conformance dump of the first update's batch to FILE "
          "(check it with `bugfix-gym conformance FILE`; docs/conformance.md)"),
     Flag("no_progress", switch=True, help="no progress bar"),
+    Flag("print_config", switch=True, help="print the run's settings (the algorithm's: its defaults, then the "
+         "recipe's, the --algo preset's and the flags') as JSON and exit without training"),
 )
 
 #: the flags ``--resume`` takes beside it (the run keeps the rest of its own arguments)
