@@ -514,7 +514,8 @@ def test_forced_tokens_take_no_model_call_and_the_calls_equal_one_model_call_per
     counting.load_state_dict(model.state_dict())
     for seed in range(4):
         calls_made.clear()
-        got = write_calls(counting.eval(), counting.new_cache(6), feed, [True] * 6, tok.eoc_id, grammar=grammar,
+        got = write_calls(counting.eval(), counting.new_cache(6), feed, [True] * 6, tok.eoc_id, max_call_tokens=8,
+                          grammar=grammar,
                           generator=torch.Generator().manual_seed(seed), start_states=starts)
         want, want_logp = _write_each_token_with_the_model(model, model.new_cache(6), feed, tok.eoc_id, grammar,
                                                            starts, torch.Generator().manual_seed(seed))

@@ -21,7 +21,8 @@ from agents.algorithms.auxiliary import check_aux_losses
 from agents.algorithms.group_advantages import SCALE_REWARDS
 from agents.algorithms.losses import KL_KINDS, LOSS_AGGREGATIONS, POLICY_LOSSES, check_dual_clip
 from agents.algorithms.registry import Registry, check_choice
-from agents.rollout.sampler import check_groups
+from agents.decoding.decoder import DEFAULT_MAX_CALL_TOKENS
+from agents.rollout.sampler import DEFAULT_MAX_RESAMPLE_ROUNDS, check_groups
 
 C = TypeVar("C", bound="Config")
 #: ``check(name, value)`` raises a one-line ``ValueError`` for a bad value
@@ -180,7 +181,8 @@ class OnPolicyConfig(Config):
     gamma: float = setting(1.0, "discount per policy token (book: 1)", unit_interval)
     max_grad_norm: float = setting(1.0, "gradient-norm clip", positive)
     temperature: float = setting(1.0, "sampling temperature of the rollouts (0.001 to 100)", temperature)
-    max_call_tokens: int = setting(8, "the most tokens one call may have (1 to 4096)", call_tokens)
+    max_call_tokens: int = setting(DEFAULT_MAX_CALL_TOKENS, "the most tokens one call may have (1 to 4096)",
+                                   call_tokens)
     fresh_batches: bool = setting(True, "on-policy batches: each iteration resets the envs and every env records "
                                   "its next ceil(n_episodes / n_envs) episodes; False lets episodes run on into "
                                   "the next batch (docs/ppo.md \"The environment contract\")")
@@ -205,8 +207,9 @@ class OnPolicyConfig(Config):
     drop_zero_variance_groups: bool = setting(False, "dynamic sampling: drop the groups whose returns are all "
                                               "equal and play more groups until the batch is full (needs "
                                               "group_size >= 2)")
-    max_resample_rounds: int = setting(4, "with drop_zero_variance_groups, the most extra plays of groups per "
-                                       "batch; a batch still short then is trained as it is, with a warning",
+    max_resample_rounds: int = setting(DEFAULT_MAX_RESAMPLE_ROUNDS, "with drop_zero_variance_groups, the most "
+                                       "extra plays of groups per batch; a batch still short then is trained as it "
+                                       "is, with a warning",
                                        non_negative_int)
     scale_rewards: str = setting("group", "the group estimators' std (TRL's name): 'group' (each group's), 'batch' "
                                  "(the whole batch's) or 'none' (no division, Dr. GRPO's)", choices=SCALE_REWARDS)

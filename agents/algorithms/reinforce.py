@@ -37,9 +37,10 @@ BASELINES = ReinforceConfig.BASELINES
 
 
 def policy_gradient_step(model: TinyAgent, optimizer: th.optim.Optimizer, batch: dict[str, th.Tensor],
-                         advantages: th.Tensor, mode: str = "token_mean", norm_const: float | None = None,
-                         max_grad_norm: float = 1.0, skip_zero: bool = True, grammar: Any = None,
-                         chunk: int | None = None, policy_loss: str = "reinforce") -> dict[str, Any]:
+                         advantages: th.Tensor, mode: str = ReinforceConfig.loss_mode, norm_const: float | None = None,
+                         max_grad_norm: float = ReinforceConfig.max_grad_norm,
+                         skip_zero: bool = ReinforceConfig.skip_zero, grammar: Any = None, chunk: int | None = None,
+                         policy_loss: str = ReinforceConfig.policy_loss) -> dict[str, Any]:
     """One REINFORCE update on a collated batch (book §6.7).
 
     :param model: the policy (trained in place)
