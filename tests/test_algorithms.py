@@ -382,3 +382,34 @@ def test_reinforce_reads_gigpo_s_anchor_states_too():
     first = (turn_index(mask) == 0) & (mask > 0)
     torch.testing.assert_close(gigpo[first], 1.5 * grpo[first])
     assert bool((grpo[first] != 0).any())
+
+
+def test_an_env_s_batch_statistics_are_logged_only_when_it_advertises_them():
+    """SB3's info_keywords pattern: any env's batch logs its mean return and turns; an env's own statistics
+    are logged when its metadata names them (``agent_defaults["logged_stats"]``), never a fixed list."""
+    from stable_baselines3.common.logger import KVWriter, Logger
+
+    class Capture(KVWriter):
+        def __init__(self):
+            self.keys = set()
+
+        def write(self, key_values, key_excluded, step=0):
+            self.keys |= set(key_values)
+
+    model = _look("reinforce")
+    cap = Capture()
+    model.set_logger(Logger(folder=None, output_formats=[cap]))
+    model.learn(16)
+    assert {"rollout/reward", "rollout/turns"} <= cap.keys and "rollout/pass_rate" not in cap.keys
+    summary = dict(episode_summary=f"{__name__}:_summary")
+    env = model.env.envs[0].unwrapped
+    env.metadata = dict(env.metadata, agent_defaults=summary)  # a summary, but no key advertised: not logged
+    model.learn(16)
+    assert "rollout/answers" not in cap.keys and "rollout/reward" in cap.keys
+    env.metadata = dict(env.metadata, agent_defaults=dict(summary, logged_stats=["answers"]))
+    model.learn(16)
+    assert "rollout/answers" in cap.keys
+
+
+def _summary(infos, rewards):
+    return dict(reward=sum(rewards) / len(rewards), turns=1.0, answers=float(len(infos)))

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import bugfix_gym  # noqa: F401
+from agents.bugfix import aux_losses  # noqa: F401 (registers how TokenPPO files of 4e10e0a are read)
 from agents.files import checkpoint
 from agents.algorithms.ppo import TokenPPO
 from agents.algorithms.reinforce import Reinforce

@@ -306,6 +306,8 @@ def test_learn_returns_self_and_logs_sb3_keys(base):
     model.set_logger(Logger(folder=None, output_formats=[cap]))
     assert model.learn(120) is model
     keys = set().union(*cap.rows)
+    advertised = gym.make("BugFix-v0").metadata["agent_defaults"]["logged_stats"]
+    assert {f"rollout/{key}" for key in ("reward", "turns", *advertised)} <= keys  # the env's keys and the return
     for key in ("rollout/pass_rate", "rollout/ep_rew_mean", "rollout/ep_len_mean", "rollout/policy_tokens",
                 "time/fps", "train/clip_fraction", "train/approx_kl", "train/ratio_min", "train/ratio_max",
                 "train/entropy_loss", "train/explained_variance", "train/value_loss",

@@ -31,7 +31,7 @@ import dataclasses
 import pathlib
 import time
 import warnings
-from typing import Any, ClassVar, TypeVar
+from typing import Any, Callable, ClassVar, TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -62,10 +62,20 @@ from agents.rollout.trajectory import Trajectory, rollout_stats
 from agents.rollout.vec_env import TextDummyVecEnv, is_unshaped_text
 
 SelfTokenAlgorithm = TypeVar("SelfTokenAlgorithm", bound="TokenOnPolicyAlgorithm")
+Upgrade = TypeVar("Upgrade", bound=Callable[[dict[str, Any]], dict[str, Any]])
 #: the training counters: their name in model files and snapshots -> the attribute that holds them
 #: (``num_timesteps`` and ``_n_updates`` are SB3's own)
 TRAINING_COUNTERS = {"num_timesteps": "num_timesteps", "n_updates": "_n_updates", "iteration": "_iteration",
                      "total_policy_tokens": "total_policy_tokens"}
+
+#: upgrades of older model files' saved settings, by algorithm class name: each takes the settings a file holds and
+#: returns them in today's names. A layer above registers its own (:func:`register_saved_settings_upgrade`; BugFix's
+#: settings that became auxiliary losses: agents/bugfix/aux_losses.py), so this layer names none of them
+SAVED_SETTINGS_UPGRADES: dict[str, list[Callable[[dict[str, Any]], dict[str, Any]]]] = {}
+
+#: the batch statistics logged for any env (``rollout/reward``: the mean return, ``rollout/turns``: the mean episode
+#: length in calls); an env's own statistics are logged when it advertises their keys (``"logged_stats"``)
+ALWAYS_LOGGED = ("reward", "turns")
 
 #: the warning for a plain env with gymnasium's shapeless Text spaces (trained in a TextDummyVecEnv)
 TEXT_SPACE_ADVICE = ("this env has gymnasium Text spaces, which SB3's DummyVecEnv cannot hold (TypeError: 'NoneType' "
@@ -149,7 +159,10 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
 
     @classmethod
     def upgrade_saved_args(cls, args: dict[str, Any]) -> dict[str, Any]:
-        """The saved arguments of an older file in today's names (a subclass maps what it renamed)."""
+        """The saved arguments of an older file in today's names: the registered upgrades of this class
+        (:data:`SAVED_SETTINGS_UPGRADES`), in the order registered."""
+        for upgrade in SAVED_SETTINGS_UPGRADES.get(cls.__name__, ()):
+            args = upgrade(args)
         return args
 
     def saved_settings(self) -> dict[str, Any]:
@@ -224,6 +237,12 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
             raise ValueError(f"the env advertises no default {key} (metadata['agent_defaults']): pass "
                              f"policy_kwargs=dict({key}=...)")
         return None if entry_point is None else load_entry_point(entry_point, f"default {key}")
+
+    def _env_advertised(self, key: str, default: Any) -> Any:
+        """A plain value the env advertises to its agents in ``metadata["agent_defaults"]`` (not an entry point:
+        ``"logged_stats"``, the keys of its episode summary logged as ``rollout/<key>``), else ``default``."""
+        metadata = self.env.get_attr("metadata", [0])[0] if self.env is not None else {}
+        return (metadata or {}).get("agent_defaults", {}).get(key, default)
 
     def _after_initial_weights(self) -> None:
         """Hook: the policy holds its initial weights (TokenPPO copies them into its reference model)."""
@@ -346,7 +365,7 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
 
     def _record_rollout(self, trajs: list[Trajectory], n_tokens: int, sample_s: float) -> None:
         stats = rollout_stats(trajs, self._env_default("episode_summary", required=False))
-        for key in ("pass_rate", "valid_calls", "submit_rate", "read_rate", "test_rate", "edits_per_episode"):
+        for key in (*ALWAYS_LOGGED, *self._env_advertised("logged_stats", ())):  # SB3's info_keywords pattern
             if key in stats:
                 self.logger.record(f"rollout/{key}", stats[key])
         self.logger.record("rollout/episodes", len(trajs))
@@ -451,7 +470,9 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         args = cls.upgrade_saved_args(dict(saved))
         unknown = sorted(set(args) - set(cls.config_class.saved_names()))
         if unknown:
-            raise checkpoint.ModelFileError(f"{where}: unknown argument {unknown[0]!r} for {cls.__name__}")
+            raise checkpoint.ModelFileError(f"{where}: unknown argument {unknown[0]!r} for {cls.__name__} (an older "
+                                            "file's setting is read by the upgrade a module registers: "
+                                            "register_saved_settings_upgrade; import that module first)")
         return args
 
     def model_file_contents(self) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
@@ -542,6 +563,16 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
 
 
 # ---------------------------------------------------------------------- helpers
+def register_saved_settings_upgrade(algorithm: str) -> Callable[[Upgrade], Upgrade]:
+    """Decorator: ``algorithm``'s (a class name) model files are read through this function of their saved
+    settings, which returns them in today's names (:data:`SAVED_SETTINGS_UPGRADES`)."""
+    def add(upgrade: Upgrade) -> Upgrade:
+        SAVED_SETTINGS_UPGRADES.setdefault(algorithm, []).append(upgrade)
+        return upgrade
+
+    return add
+
+
 def _is_monitored(env: gym.Env) -> bool:
     from stable_baselines3.common.env_util import is_wrapped
 

@@ -43,12 +43,6 @@ from agents.rollout.trajectory import Trajectory
 SB3_KEYS = {"clip_frac": "clip_fraction", "dual_clip_frac": "dual_clip_fraction", "pg_loss": "policy_gradient_loss"}
 
 
-#: the settings of TokenPPO files saved before auxiliary losses were plug-ins (4e10e0a and earlier), and
-#: the entry point that turns them into auxiliary losses (a name, not an import: this layer knows no env)
-LEGACY_AUX_SETTINGS = ("tool_coef", "tool_calls", "practice", "practice_tasks")
-LEGACY_AUX_ENTRY_POINT = "agents.bugfix.aux_losses:aux_losses_from_settings"
-
-
 class DivergenceError(FloatingPointError):
     """A non-finite loss or gradient; the parameters were restored to their last good state."""
 
@@ -88,15 +82,6 @@ class TokenPPO(TokenOnPolicyAlgorithm):
         """The saved settings, each auxiliary loss as its JSON spec."""
         specs = [aux.spec() for aux in build_aux_losses(self.config.aux_losses)]
         return dict(super().saved_settings(), aux_losses=specs)
-
-    @classmethod
-    def upgrade_saved_args(cls, args: dict[str, Any]) -> dict[str, Any]:
-        """Files saved before auxiliary losses were plug-ins hold BugFix's tool-output loss and edit
-        practice as settings (``tool_coef``, ``tool_calls``, ``practice``, ``practice_tasks``): their specs."""
-        old = {name: args.pop(name) for name in LEGACY_AUX_SETTINGS if name in args}
-        if old:
-            args["aux_losses"] = [{"entry_point": LEGACY_AUX_ENTRY_POINT, "kwargs": old}]
-        return args
 
     def _after_initial_weights(self) -> None:
         if self.ref_model is not None:  # pi_ref = the initial (base) policy

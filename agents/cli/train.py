@@ -166,6 +166,7 @@ def resume_run(out: Path) -> TrainingRun:
     :param out: the run's folder (``--resume``)
     """
     from agents.algorithms.presets import load_algorithm
+    from agents.bugfix import aux_losses  # noqa: F401 (registers the upgrade of older files' settings)
     from agents.files import runs
     from bugfix_gym.contract.text import printable
 
