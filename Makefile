@@ -13,7 +13,7 @@ TRL_VENV := .venv-trl
 TRL_PY := $(TRL_VENV)/bin/python
 TRL_STAMP := $(TRL_VENV)/.installed
 
-.PHONY: test test-all lint demo demo-generalise venv bench algorithms-table clean interop-examples rllib rllib-venv test-rllib trl trl-venv test-trl
+.PHONY: test test-all lint docs-tables demo demo-generalise venv bench algorithms-table clean interop-examples rllib rllib-venv test-rllib trl trl-venv test-trl
 
 venv: $(STAMP)
 
@@ -36,6 +36,11 @@ test-all: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/flake8
 	$(VENV)/bin/mypy
+
+# the settings tables of docs/ppo.md and docs/algorithms.md, from the config dataclasses and the presets
+# (tests/test_settings_tables.py fails when they drift)
+docs-tables: $(STAMP)
+	$(PY) -m agents.algorithms.settings_tables docs/ppo.md docs/algorithms.md
 
 demo: $(STAMP)
 	$(VENV)/bin/bugfix-gym train
