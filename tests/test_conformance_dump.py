@@ -178,3 +178,13 @@ def test_a_hugging_face_tokenizer_file_without_transformers_is_one_line(tmp_path
     assert main(["conformance", str(dump), "--tokenizer", str(tokenizer)]) == 2
     err = capsys.readouterr().err
     assert "needs transformers: run this command in .venv-trl" in err and len(err.strip().splitlines()) == 1
+
+
+def test_trl_s_loss_types_aggregate_the_same_in_the_trainer_and_the_conformance_checker():
+    """TRL's loss_type -> aggregation is one table in agents (trl_options); bugfix_gym's checker, which cannot
+    import agents, keeps its own: the two agree on every loss type TRL has."""
+    from agents.algorithms.trl_options import LOSS_TYPE_AGGREGATION, LOSS_TYPES
+    from bugfix_gym.integrations.conformance import LOSS_TYPES as CHECKED
+
+    assert LOSS_TYPES == tuple(LOSS_TYPE_AGGREGATION)
+    assert {kind: CHECKED[kind] for kind in LOSS_TYPES} == LOSS_TYPE_AGGREGATION

@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, NoReturn
 
+from agents.files.runs import MAX_N_ENVS  # noqa: F401 - train --n-envs's bound, run.json's too
+
 
 def program() -> str:
     """How to run this ``bugfix-gym`` again from the working directory, for the commands it prints:
@@ -104,7 +106,6 @@ class Number:
 
 POSITIVE_INT = Number(int, 1, what="a positive integer")
 # size flags checked before any env or task is built (the memory estimate needs the model first)
-MAX_N_ENVS = 1024  # train --n-envs
 MAX_EVAL_TASKS = 100_000  # eval --n (generated tasks)
 MAX_EVAL_EPISODES = 10_000  # eval --episodes (per task)
 NON_NEGATIVE_INT = Number(int, 0, what="an integer >= 0")
