@@ -642,7 +642,7 @@ def test_model_files_saved_by_main_4e10e0a_load_and_act_as_they_did():
 
 def test_the_env_advertises_the_tokenizer_and_base_agent_an_algorithm_defaults_to(shared_base_agent):
     """BugFix-v0 names its tokenizer and base agent (entry points in its metadata); an env that names
-    none gets random weights, and without a tokenizer a one-line error."""
+    none gets random weights, and without a tokenizer a character-level one of its Text spaces' charset."""
     from bugfix_gym import build_tokenizer
 
     model = TokenPPO("TinyAgentPolicy", gym.make("BugFix-v0"))
@@ -656,9 +656,11 @@ def test_the_env_advertises_the_tokenizer_and_base_agent_an_algorithm_defaults_t
                        base_agent=base_agent) for base_agent in ("auto", None)]
     for a, b in zip(*(m.policy.model.state_dict().values() for m in seeded)):
         assert torch.equal(a, b)  # "auto" on an env without a base agent: the random init of None
-    with pytest.raises(ValueError, match="advertises no default tokenizer") as e:
-        TokenPPO("TinyAgentPolicy", look, base_agent=None)
-    assert "\n" not in str(e.value)
+    with pytest.warns(UserWarning, match="advertises no tokenizer: using a character-level one") as said:
+        chars = TokenPPO("TinyAgentPolicy", look, base_agent=None)  # no tokenizer given, none advertised
+    assert sum("character-level" in str(w.message) for w in said) == 1 and "\n" not in str(said[0].message)
+    obs, _ = look.reset(seed=0)
+    assert chars.policy.tokenizer.decode(chars.policy.tokenizer.encode(obs)) == obs
 
 
 def test_aux_loss_specs_rebuild_the_losses_and_bad_ones_are_one_line_errors():

@@ -47,12 +47,14 @@ from stable_baselines3.common.vec_env import VecEnv
 from stable_baselines3.common.vec_env.patch_gym import _patch_env
 
 from bugfix_gym.contract.text import printable
+from bugfix_gym.contract.tokenizer import SPECIALS
 from bugfix_gym.contract.tokens import TokenizerLike, tokenizer_from_dict
 
 from agents.files import checkpoint
 from agents.algorithms.buffers import TokenRolloutBuffer
 from agents.algorithms.config import OnPolicyConfig
 from agents.algorithms.registry import load_entry_point
+from agents.model.char_tokenizer import CharTokenizer
 from agents.model.hf_adapter import config_dict
 from agents.model.threads import ThreadSetting, check_thread_setting, use_threads
 from agents.model.tinyagent import TinyAgent, TinyAgentConfig
@@ -176,7 +178,7 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         kw = dict(self.policy_kwargs)
         tok = kw.get("tokenizer")
         if tok is None:
-            tok = self._env_default("tokenizer")()
+            tok = self._default_tokenizer()
         elif isinstance(tok, dict):
             tok = tokenizer_from_dict(tok)
         if kw.get("model") is not None or kw.get("hf_config") is not None:
@@ -206,6 +208,21 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         if kw.get("call_grammar") is not None:
             kw["call_grammar"] = list(kw["call_grammar"])
         self.policy_kwargs = kw
+
+    def _default_tokenizer(self) -> TokenizerLike:
+        """The env's advertised tokenizer, else a character-level one of its ``Text`` spaces' charset (said once,
+        as a warning), else a one-line error."""
+        make = self._env_default("tokenizer", required=False)
+        if make is not None:
+            return make()
+        tok = CharTokenizer.for_spaces(self.observation_space, self.action_space)
+        if tok is None:
+            raise ValueError("the env advertises no default tokenizer (metadata['agent_defaults']) and has no Text "
+                             "space to build a character-level one from: pass policy_kwargs=dict(tokenizer=...)")
+        warnings.warn(f"the env advertises no tokenizer: using a character-level one of its Text spaces' "
+                      f"{len(tok.words) - len(SPECIALS)} characters (pass policy_kwargs=dict(tokenizer=...) for "
+                      "another)", stacklevel=4)
+        return tok
 
     @staticmethod
     def _hf_base_agent(kw: dict[str, Any], base_agent: Any) -> None:
