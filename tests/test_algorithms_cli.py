@@ -93,6 +93,7 @@ def test_ppo_is_the_defaults_with_the_recipe_s_delta_exactly():
                if name in RECIPES["generated"]["ppo"])  # a delta restates no default
 
 
+@pytest.mark.heavy
 def test_settings_are_defaults_then_recipe_then_preset_then_flags():
     """One pass, each later source winning: ent_coef is the generated recipe's over the default, group_size the
     preset's over the default, clip_range the flag's over the preset's; what no source sets is the default."""
@@ -167,6 +168,7 @@ def test_the_example_trains_a_preset_and_prints_before_and_after(tmp_path, monke
     sys.modules.pop("algorithms", None)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("name", ["rebn", "grpo"])
 def test_a_stopped_run_of_a_named_algorithm_resumes_as_that_algorithm(name, tmp_path, small_eval, monkeypatch,
                                                                       capsys):

@@ -101,6 +101,7 @@ def test_a_pickled_object_in_a_state_dict_file_is_refused_and_never_run(tmp_path
     assert "not a TinyAgent weights file" in str(e.value) and "\n" not in str(e.value) and not marker.exists()
 
 
+@pytest.mark.heavy
 def test_an_oversized_entry_is_refused_before_it_is_read(good, tmp_path):
     entries = _entries(good)
     entries["data"] = b" " * (300 * 2**20)  # 300 MB of spaces: a ~300 KB file once deflated

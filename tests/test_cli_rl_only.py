@@ -111,6 +111,7 @@ def small_rl_only(tmp_path, monkeypatch):
         ppo=dict(recipe["ppo"], practice=20)))
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("teacher", [[], ["--rollout-foresight", "0.5"]])
 def test_rl_only_trains_and_saves_a_model_whose_eval_json_says_grammar_only(
         teacher, tmp_path, small_rl_only, capsys, monkeypatch):

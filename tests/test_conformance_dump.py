@@ -76,6 +76,7 @@ def test_every_algorithm_dumps_its_first_update_and_the_dump_passes(name, shared
     assert any(w != 0.0 for w in trained)  # the normaliser check compared real weights
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("name", ["ppo", "grpo", "reinforce"])
 def test_a_run_with_a_dump_trains_exactly_as_one_without(name, shared_base_agent, tmp_path):
     runs = []

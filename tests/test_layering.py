@@ -214,6 +214,7 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+@pytest.mark.heavy
 def test_bugfix_gym_has_no_import_cycle():
     """Module by module, sub-packages included; a package's ``__init__`` that re-exports a module of its own counts
     (the package imports it), while a module importing its own package's ``__init__`` is the normal way in."""

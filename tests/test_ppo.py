@@ -210,6 +210,7 @@ def test_monitor_statistics_are_the_real_episodes_and_timesteps_stop_at_the_tota
     assert sum(len(m.get_episode_rewards()) for m in model.env.envs) >= len(lengths)
 
 
+@pytest.mark.heavy
 def test_timesteps_and_the_progress_bar_stop_at_the_first_multiple_of_n_envs_past_the_total(base):
     """Every vector step counts n_envs env steps (as in SB3), so 3 envs and learn(91) stop at 93 = 31 * 3:
     past the total by less than n_envs, and the progress bar reads 93/91."""
@@ -234,6 +235,7 @@ class FillerMarked(TokenPPO):
         return sampler
 
 
+@pytest.mark.heavy
 def test_every_monitor_episode_is_played_by_the_policy_and_num_timesteps_counts_every_env_step(base):
     """Fresh batches with more episodes than envs (3 envs record 3 episodes each per iteration): an env
     that has its episodes must not play a filler episode that Monitor reports as an episode of the run,
@@ -270,6 +272,7 @@ class RewardTestCalls(gym.Wrapper):
         return obs, float(action.split() == ["test"]), terminated, truncated, info
 
 
+@pytest.mark.heavy
 def test_tokenppo_learns_the_reward_of_the_wrapped_env(base):
     env = make_vec_env("BugFix-v0", n_envs=16, seed=0, wrapper_class=RewardTestCalls)
     model = TokenPPO("TinyAgentPolicy", env, base_agent=base, n_episodes=32, seed=0, critic_warmup_steps=10)
@@ -283,6 +286,7 @@ def test_tokenppo_learns_the_reward_of_the_wrapped_env(base):
     assert after >= before + 2.0, (before, after)  # the wrapper's reward, not the env's, was learned
 
 
+@pytest.mark.heavy
 def test_subproc_vec_env_trains_like_dummy_vec_env(base):
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 

@@ -287,6 +287,7 @@ def test_tokens_come_from_the_observations_a_wrapper_returns(shared_base_agent, 
     assert text.count(tok.decode(suffix, stop_at_eoc=False)) == tr.info["n_turns"] + 1  # prompt and every output
 
 
+@pytest.mark.heavy
 def test_subproc_and_dummy_vec_envs_give_the_same_trajectories(shared_base_agent, tok):
     def run(cls):
         venv = cls([lambda: bugfix_gym.BugFixEnv() for _ in range(3)])
