@@ -13,7 +13,7 @@ TRL_VENV := .venv-trl
 TRL_PY := $(TRL_VENV)/bin/python
 TRL_STAMP := $(TRL_VENV)/.installed
 
-.PHONY: test test-all lint demo demo-generalise venv bench algorithms-table clean interop-examples rllib rllib-venv test-rllib trl trl-venv test-trl
+.PHONY: test test-heavy test-all lint docs-tables demo demo-generalise venv bench algorithms-table clean interop-examples rllib rllib-venv test-rllib trl trl-venv test-trl
 
 venv: $(STAMP)
 
@@ -24,10 +24,14 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install -q -c constraints.txt -e ".[test,ray,interop]"
 	touch $(STAMP)
 
-# the fast suite (CI), on up to 4 cores (pytest-xdist); test-all adds the slow statistical
+# the fast suite, on up to 4 cores (pytest-xdist): within a minute on the 2-core machine; test-heavy runs the
+# fast suite's longest tests (@pytest.mark.heavy), which CI runs too; test-all adds the slow statistical
 # reproductions (@pytest.mark.slow)
 test: $(STAMP)
-	$(PY) -m pytest -m "not slow" -n auto --maxprocesses 4
+	$(PY) -m pytest -m "not slow and not heavy" -n auto --maxprocesses 4
+
+test-heavy: $(STAMP)
+	$(PY) -m pytest -m "heavy and not slow" -n auto --maxprocesses 4
 
 test-all: $(STAMP)
 	$(PY) -m pytest
@@ -36,6 +40,11 @@ test-all: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/flake8
 	$(VENV)/bin/mypy
+
+# the settings tables of docs/ppo.md and docs/algorithms.md, from the config dataclasses and the presets
+# (tests/test_settings_tables.py fails when they drift)
+docs-tables: $(STAMP)
+	$(PY) -m agents.algorithms.settings_tables docs/ppo.md docs/algorithms.md
 
 demo: $(STAMP)
 	$(VENV)/bin/bugfix-gym train

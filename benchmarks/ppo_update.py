@@ -127,8 +127,8 @@ def training_overhead(base: TinyAgent, tok: Tokenizer, reps: int) -> dict[str, f
         buf.add(trajs)
         model.train_on_buffer(buf)  # draws its layouts from the model's seeded shuffle, recorded by buf
         times["ppo"].append(time.perf_counter() - start)
-        times["full"].append(raw_epochs(base, buf, model.forward_chunk, full_head=True))
-        times["masked"].append(raw_epochs(base, buf, model.forward_chunk, full_head=False))
+        times["full"].append(raw_epochs(base, buf, model.config.forward_chunk, full_head=True))
+        times["masked"].append(raw_epochs(base, buf, model.config.forward_chunk, full_head=False))
     med = {k: statistics.median(v) for k, v in times.items()}
     return dict(ppo_s=med["ppo"], full_s=med["full"], masked_s=med["masked"], episodes=buf.size(),
                 policy_tokens=buf.n_policy_tokens, tokens=int(buf.lengths.sum()), minibatches=len(buf.layouts[0]),

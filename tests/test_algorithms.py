@@ -204,7 +204,7 @@ def test_every_preset_s_first_ratio_is_exactly_one(name):
     policy token (pi_old frozen in the first minibatch's own layout; Reinforce's pi_old is pi itself)."""
     model = _look(name)
     trajs = _episodes(model)
-    loss_name = model.policy_loss
+    loss_name = model.config.policy_loss
     real = losses.POLICY_LOSSES.get(loss_name)
     ratios = []
 
@@ -232,18 +232,18 @@ def test_every_preset_s_first_ratio_is_exactly_one(name):
 @pytest.mark.parametrize("name", ALGORITHM_NAMES)
 def test_a_saved_preset_loads_as_its_class_with_its_settings(name, tmp_path):
     model = _look(name)
-    assert type(model) is get_preset(name).cls and model.preset == name
+    assert type(model) is get_preset(name).cls and model.config.preset == name
     for key, value in get_preset(name).settings.items():
-        if key not in ("clip_range", "group_size"):  # clip_range becomes a schedule; _look sets group_size
-            assert getattr(model, key) == value, key
+        if key != "group_size":  # _look sets group_size
+            assert getattr(model.config, key) == value, key
     model.save(tmp_path / "m.zip")
     loaded = load_algorithm(tmp_path / "m.zip")
-    assert type(loaded) is type(model) and loaded.preset == name
+    assert type(loaded) is type(model) and loaded.config.preset == name
     assert loaded.saved_arguments() == model.saved_arguments()
 
 
 def test_overrides_win_over_the_preset_and_a_setting_the_class_lacks_is_one_line():
-    assert _look("dapo", clip_range_high=0.3).clip_range_high == 0.3
+    assert _look("dapo", clip_range_high=0.3).config.clip_range_high == 0.3
     with pytest.raises(TypeError, match="unexpected keyword argument 'n_epochs'"):
         _look("reinforce", n_epochs=2)
     with pytest.raises(ValueError, match="algo must be one of ppo, reinforce, grpo"):
@@ -262,8 +262,8 @@ def test_the_ppo_and_reinforce_presets_are_today_s_classes_exactly():
 
 def test_dr_grpo_s_constant_is_the_most_policy_tokens_of_an_episode():
     model = _look("dr_grpo")
-    assert model.loss_norm_const == 3 * model.max_call_tokens  # LookThenAnswer's 3 turns x 8 call tokens
-    assert _look("dr_grpo", loss_norm_const=10.0).loss_norm_const == 10.0
+    assert model.config.loss_norm_const == 3 * model.config.max_call_tokens  # LookThenAnswer's 3 turns x 8 call tokens
+    assert _look("dr_grpo", loss_norm_const=10.0).config.loss_norm_const == 10.0
 
 
 def test_rloo_through_its_preset_is_centred_advantages_times_g_over_g_minus_one():
@@ -317,7 +317,8 @@ def test_trl_s_dapo_config_builds_the_dapo_preset_s_loss():
     settings = from_trl(loss_type="dapo", epsilon=0.2, epsilon_high=0.28, beta=0.0)
     model = _look("grpo", **settings)
     dapo = get_preset("dapo").settings
-    assert (model.loss_mode, model.clip_range_high, model.kl_coef, model.n_minibatches) == \
+    cfg = model.config
+    assert (cfg.loss_mode, cfg.clip_range_high, cfg.kl_coef, cfg.n_minibatches) == \
         (dapo["loss_mode"], dapo["clip_range_high"], 0.0, dapo["n_minibatches"])
 
 
@@ -350,7 +351,7 @@ def test_the_docs_have_one_example_per_algorithm_and_each_builds_it(monkeypatch)
     for name, code in snippets.items():
         scope: dict = {}
         exec(code, scope)
-        assert scope["model"].preset == name, name
+        assert scope["model"].config.preset == name, name
 
 
 def test_the_docs_presets_table_lists_every_preset_s_settings():
@@ -375,9 +376,40 @@ def test_reinforce_reads_gigpo_s_anchor_states_too():
     model.rollout_buffer.add(trajs)
     batch = dict(model.rollout_buffer.data)
     gigpo = model._advantages(model.rollout_buffer, batch, 0.0)
-    model.adv_estimator = "grpo"
+    model.config.adv_estimator = "grpo"
     grpo = model._advantages(model.rollout_buffer, batch, 0.0)
     mask = batch["policy_mask"]
     first = (turn_index(mask) == 0) & (mask > 0)
     torch.testing.assert_close(gigpo[first], 1.5 * grpo[first])
     assert bool((grpo[first] != 0).any())
+
+
+def test_an_env_s_batch_statistics_are_logged_only_when_it_advertises_them():
+    """SB3's info_keywords pattern: any env's batch logs its mean return and turns; an env's own statistics
+    are logged when its metadata names them (``agent_defaults["logged_stats"]``), never a fixed list."""
+    from stable_baselines3.common.logger import KVWriter, Logger
+
+    class Capture(KVWriter):
+        def __init__(self):
+            self.keys = set()
+
+        def write(self, key_values, key_excluded, step=0):
+            self.keys |= set(key_values)
+
+    model = _look("reinforce")
+    cap = Capture()
+    model.set_logger(Logger(folder=None, output_formats=[cap]))
+    model.learn(16)
+    assert {"rollout/reward", "rollout/turns"} <= cap.keys and "rollout/pass_rate" not in cap.keys
+    summary = dict(episode_summary=f"{__name__}:_summary")
+    env = model.env.envs[0].unwrapped
+    env.metadata = dict(env.metadata, agent_defaults=summary)  # a summary, but no key advertised: not logged
+    model.learn(16)
+    assert "rollout/answers" not in cap.keys and "rollout/reward" in cap.keys
+    env.metadata = dict(env.metadata, agent_defaults=dict(summary, logged_stats=["answers"]))
+    model.learn(16)
+    assert "rollout/answers" in cap.keys
+
+
+def _summary(infos, rewards):
+    return dict(reward=sum(rewards) / len(rewards), turns=1.0, answers=float(len(infos)))

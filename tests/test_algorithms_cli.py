@@ -36,7 +36,7 @@ def _check_run(out, name, capsys) -> None:
     """The run's model is its preset's class with its name; results.json has the algo and one curve
     entry per iteration; ``bugfix-gym eval --json`` reads the model."""
     model = load_algorithm(out / "tokenppo.zip")
-    assert type(model) is get_preset(name).cls and model.preset == name
+    assert type(model) is get_preset(name).cls and model.config.preset == name
     results = json.loads((out / "results.json").read_text())
     assert results["algo"] == name and len(results["curve"]) == model.iteration >= 1
     entry = results["curve"][-1]
@@ -71,19 +71,44 @@ def test_algorithms_train_with_a_timestep_budget_on_the_generated_tasks(name, tm
     _check_run(out, name, capsys)
     settings = json.loads((out / "run.json").read_text())
     if name == "reinforce":  # TokenPPO's settings of the recipe are dropped, and said so
-        assert {"n_epochs", "kl_coef", "tool_coef", "practice"} <= set(settings["dropped_settings"])
+        assert {"ent_coef", "kl_coef", "tool_coef", "practice"} <= set(settings["dropped_settings"])
         assert "n_epochs" not in settings["ppo"]
     else:
         assert settings["dropped_settings"] == [] and settings["ppo"]["tool_coef"] == 1.0
 
 
-def test_ppo_is_the_recipe_exactly():
+def test_ppo_is_the_defaults_with_the_recipe_s_delta_exactly():
+    import dataclasses
+
+    from agents.algorithms.config import PPOConfig
     from agents.bugfix.recipes import RECIPES
 
+    defaults = {f.name: f.default for f in dataclasses.fields(PPOConfig) if f.name != "aux_losses"}
     for tasks in ("book", "generated"):
         settings = _settings("--tasks", tasks)
-        assert settings["ppo"] == RECIPES[tasks]["ppo"] and settings["algo"] == "ppo"
+        assert settings["ppo"] == dict(defaults, **RECIPES[tasks]["ppo"]) and settings["algo"] == "ppo"
         assert settings["dropped_settings"] == []
+    assert RECIPES["book"]["ppo"] == {}  # the book's recipe is TokenPPO's defaults
+    assert all(RECIPES["generated"]["ppo"][name] != default for name, default in defaults.items()
+               if name in RECIPES["generated"]["ppo"])  # a delta restates no default
+
+
+@pytest.mark.heavy
+def test_settings_are_defaults_then_recipe_then_preset_then_flags():
+    """One pass, each later source winning: ent_coef is the generated recipe's over the default, group_size the
+    preset's over the default, clip_range the flag's over the preset's; what no source sets is the default."""
+    import json
+    import subprocess
+    import sys
+
+    ppo = _settings("--tasks", "generated", "--algo", "gmpo", "--group-size", "4")["ppo"]
+    assert (ppo["ent_coef"], ppo["kl_coef"], ppo["clip_range"], ppo["group_size"], ppo["n_epochs"]) == \
+        (0.005, 0.05, 0.4, 4, 4)
+    flagged = _settings("--tasks", "generated", "--algo", "gmpo", "--ent-coef", "0.1", "--target-kl", "0")["ppo"]
+    assert (flagged["ent_coef"], flagged["target_kl"], flagged["clip_range"]) == (0.1, None, 0.4)
+    printed = subprocess.run([sys.executable, "-m", "agents.cli", "train", "--print-config", "--algo", "gmpo",
+                              "--tasks", "generated"], capture_output=True, text=True, check=True).stdout
+    assert json.loads(printed)["ppo"] == _settings("--algo", "gmpo", "--tasks", "generated")["ppo"]
 
 
 def test_the_preset_wins_over_the_recipe_and_the_flags_over_both():
@@ -139,10 +164,11 @@ def test_the_example_trains_a_preset_and_prints_before_and_after(tmp_path, monke
     printed = capsys.readouterr().out
     assert "rloo (TokenPPO): 2 iterations of 16 episodes" in printed and "before" in printed
     assert set(result) == {"before", "after"} and all(0 <= v <= 1 for r in result.values() for v in r.values())
-    assert load_algorithm(tmp_path / "runs/examples/algorithms-rloo.zip").preset == "rloo"
+    assert load_algorithm(tmp_path / "runs/examples/algorithms-rloo.zip").config.preset == "rloo"
     sys.modules.pop("algorithms", None)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("name", ["rebn", "grpo"])
 def test_a_stopped_run_of_a_named_algorithm_resumes_as_that_algorithm(name, tmp_path, small_eval, monkeypatch,
                                                                       capsys):
@@ -167,6 +193,6 @@ def test_a_stopped_run_of_a_named_algorithm_resumes_as_that_algorithm(name, tmp_
     capsys.readouterr()
     assert main(["train", "--resume", str(cut), "--no-progress"]) == 0, capsys.readouterr().err
     resumed = load_algorithm(cut / "tokenppo.zip")
-    assert type(resumed) is cls and resumed.preset == name and resumed.num_timesteps == whole.num_timesteps
+    assert type(resumed) is cls and resumed.config.preset == name and resumed.num_timesteps == whole.num_timesteps
     for (k, v), (_, w) in zip(whole.policy.state_dict().items(), resumed.policy.state_dict().items()):
         assert torch.equal(v, w), k

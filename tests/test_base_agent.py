@@ -45,6 +45,7 @@ def test_the_cache_key_follows_the_recipe_not_the_rest_of_the_module(tok, monkey
     assert base_agent_module._base_agent_key(tok, dict(seed=0)) != key
 
 
+@pytest.mark.heavy
 def test_tool_coef_also_teaches_the_tool_outputs(tok):
     """With ``tool_coef`` the agent learns to predict what the tools answer; at 0 it does not learn them."""
     from agents.model.tinyagent import sequence_log_probs
@@ -62,6 +63,7 @@ def test_tool_coef_also_teaches_the_tool_outputs(tok):
     assert nll["both"] < 0.7 * nll["plain"]  # held-out episodes: it learnt the tools, not these transcripts
 
 
+@pytest.mark.heavy
 def test_edit_practice_teaches_the_edits_answers_on_code_it_never_practised_on(tok):
     """Practice first, then behaviour cloning with practice kept: the answers of edits on fresh
     recombined code (another seed) are far better predicted than without practice."""

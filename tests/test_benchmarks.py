@@ -103,6 +103,7 @@ def test_algorithm_table_runs_a_cell_and_resumes_it(tmp_path, monkeypatch):
     assert table.main(["--protocol", "book", "--algos", "grpo", "--seeds", "1", "--timesteps", "40"]) == records
 
 
+@pytest.mark.heavy
 def test_serve_flood_runs_and_stops_by_itself():
     out = _load("serve_flood").main(["--baseline", "3", "--flood", "40", "--procs", "1", "--threads", "4",
                                      "--slow", "3", "--deadline", "1"])

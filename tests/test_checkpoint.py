@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import bugfix_gym  # noqa: F401
+from agents.bugfix import aux_losses  # noqa: F401 (registers how TokenPPO files of 4e10e0a are read)
 from agents.files import checkpoint
 from agents.algorithms.ppo import TokenPPO
 from agents.algorithms.reinforce import Reinforce
@@ -100,6 +101,7 @@ def test_a_pickled_object_in_a_state_dict_file_is_refused_and_never_run(tmp_path
     assert "not a TinyAgent weights file" in str(e.value) and "\n" not in str(e.value) and not marker.exists()
 
 
+@pytest.mark.heavy
 def test_an_oversized_entry_is_refused_before_it_is_read(good, tmp_path):
     entries = _entries(good)
     entries["data"] = b" " * (300 * 2**20)  # 300 MB of spaces: a ~300 KB file once deflated
@@ -231,6 +233,33 @@ def test_model_files_saved_by_main_4e10e0a_still_load_and_act_the_same(cls):
     assert (model.iteration, counters["total_policy_tokens"]) == (expected["iteration"],
                                                                   expected["total_policy_tokens"])
     assert model.training_progress()["state"] == expected["state"]
+
+
+@pytest.mark.parametrize("name", ["grpo", "reinforce"])
+def test_model_files_saved_by_main_34a6ebf_load_into_the_config_object(name, tmp_path):
+    """Files written while the settings were copied onto the algorithm (tests/fixtures/make_main_34a6ebf.py):
+    every saved setting lands in ``model.config``, the policy's call limit is the config's, the model acts and
+    counts as it did, and saving it again writes the same settings."""
+    from agents.algorithms.presets import load_algorithm
+
+    expected = json.loads((FIXTURES / "main_34a6ebf_expected.json").read_text())[name]
+    model = load_algorithm(FIXTURES / f"{name}_main_34a6ebf.zip")
+    assert {key: getattr(model.config, key) for key in expected["settings"] if key != "aux_losses"} == \
+        {key: value for key, value in expected["settings"].items() if key != "aux_losses"}
+    assert model.policy.max_call_tokens == model.config.max_call_tokens == 6
+    obs, _ = gym.make("LookThenAnswer-v0").reset(seed=3)
+    assert str(model.predict(obs, deterministic=True)[0]) == expected["action"]
+    assert model.training_progress() == expected["progress"]
+    assert model.saved_arguments() == expected["settings"]
+
+
+def test_max_call_tokens_is_given_once_a_second_value_in_policy_kwargs_is_an_error():
+    """The call limit is a setting; a different one in ``policy_kwargs`` no longer wins silently."""
+    look = gym.make("LookThenAnswer-v0")
+    tok = bugfix_gym.Tokenizer(look.unwrapped.words)
+    with pytest.raises(ValueError, match=r"policy_kwargs\['max_call_tokens'\]=5 differs from the setting "
+                                         r"max_call_tokens=8"):
+        Reinforce("TinyAgentPolicy", look, base_agent=None, policy_kwargs=dict(tokenizer=tok, max_call_tokens=5))
 
 
 @pytest.mark.parametrize("cls", [TokenPPO, Reinforce])

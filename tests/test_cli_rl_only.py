@@ -111,6 +111,7 @@ def small_rl_only(tmp_path, monkeypatch):
         ppo=dict(recipe["ppo"], practice=20)))
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("teacher", [[], ["--rollout-foresight", "0.5"]])
 def test_rl_only_trains_and_saves_a_model_whose_eval_json_says_grammar_only(
         teacher, tmp_path, small_rl_only, capsys, monkeypatch):
@@ -135,7 +136,7 @@ def test_rl_only_trains_and_saves_a_model_whose_eval_json_says_grammar_only(
     assert sorted(p.name for p in out.glob("*.zip")) == ["tokenppo.zip"]
     model = TokenPPO.load(out / "tokenppo.zip")
     assert model.policy.foresight is None and model.policy.call_mask_key == "call_mask"
-    assert [aux.name for aux in model.aux_losses] == ["tool", "practice"] + ["distill"] * bool(teacher)
+    assert [aux.name for aux in model.auxiliary_losses] == ["tool", "practice"] + ["distill"] * bool(teacher)
     results = json.loads((out / "results.json").read_text())
     assert results["settings"]["rollout_foresight"] == (0.5 if teacher else None)
     assert results["settings"]["foresight"] is None and results["settings"]["call_mask"] == "call_mask"

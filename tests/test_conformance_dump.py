@@ -65,7 +65,7 @@ def test_every_algorithm_dumps_its_first_update_and_the_dump_passes(name, shared
     assert set(status) == set(CHECKS) and "FAIL" not in status.values()
     batch = load_dump(str(tmp_path / "dump.jsonl"))
     assert {n for n, s in status.items() if s == "skip"} == _expected_skips(name, batch), lines
-    assert len(batch) >= 8 and all(e["loss_type"] == model.loss_mode for e in batch)
+    assert len(batch) >= 8 and all(e["loss_type"] == model.config.loss_mode for e in batch)
     with_tokenizer = {r.name: r.status for r in run_checks(batch, end_ids=[int(eoc)], tokenizer=model.policy.tokenizer)}
     assert with_tokenizer["retokenisation_stable"] == "skip"  # not applicable: token in, token out
     broken = [dict(e, turns=[t for t in e["turns"] if "output_ids" not in t]) for e in batch]  # no per-turn ids
@@ -76,6 +76,7 @@ def test_every_algorithm_dumps_its_first_update_and_the_dump_passes(name, shared
     assert any(w != 0.0 for w in trained)  # the normaliser check compared real weights
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("name", ["ppo", "grpo", "reinforce"])
 def test_a_run_with_a_dump_trains_exactly_as_one_without(name, shared_base_agent, tmp_path):
     runs = []
@@ -178,3 +179,13 @@ def test_a_hugging_face_tokenizer_file_without_transformers_is_one_line(tmp_path
     assert main(["conformance", str(dump), "--tokenizer", str(tokenizer)]) == 2
     err = capsys.readouterr().err
     assert "needs transformers: run this command in .venv-trl" in err and len(err.strip().splitlines()) == 1
+
+
+def test_trl_s_loss_types_aggregate_the_same_in_the_trainer_and_the_conformance_checker():
+    """TRL's loss_type -> aggregation is one table in agents (trl_options); bugfix_gym's checker, which cannot
+    import agents, keeps its own: the two agree on every loss type TRL has."""
+    from agents.algorithms.trl_options import LOSS_TYPE_AGGREGATION, LOSS_TYPES
+    from bugfix_gym.integrations.conformance import LOSS_TYPES as CHECKED
+
+    assert LOSS_TYPES == tuple(LOSS_TYPE_AGGREGATION)
+    assert {kind: CHECKED[kind] for kind in LOSS_TYPES} == LOSS_TYPE_AGGREGATION

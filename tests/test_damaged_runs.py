@@ -91,6 +91,7 @@ def test_a_fifo_for_run_json_is_refused_without_blocking(stopped_run, tmp_path, 
     assert status == [2] and "not a regular file" in capsys.readouterr().err
 
 
+@pytest.mark.heavy
 def test_a_resumed_episode_cannot_run_its_code_outside_the_sandbox(stopped_run, tmp_path, capsys):
     run = _copy(stopped_run, tmp_path)
     marker = tmp_path / "ran"

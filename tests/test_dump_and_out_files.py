@@ -64,6 +64,7 @@ def test_a_device_or_a_fifo_as_the_dump_is_refused_up_front(tmp_path, capsys, ta
     assert time.monotonic() - started < 30 and not (tmp_path / "run").exists()
 
 
+@pytest.mark.heavy
 def test_a_write_error_at_the_first_update_is_one_line(tmp_path, capsys, monkeypatch):
     real = checkpoint.write_regular
 

@@ -117,6 +117,7 @@ def _replay_useful(task, actions: list[str]) -> bool:
     return True
 
 
+@pytest.mark.heavy
 def test_a_policy_that_follows_useful_calls_never_writes_a_closed_call_and_its_first_ratio_is_one(
         shared_base_agent, tok, tmp_path):
     tasks = bugfix_gym.make_tasks("train")

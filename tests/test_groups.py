@@ -45,6 +45,7 @@ def _prompt(t: Trajectory) -> list[int]:
 
 
 # ---------------------------------------------------------------------- one reset per group
+@pytest.mark.heavy
 @pytest.mark.parametrize("env_kwargs", [dict(generated="train"), dict()], ids=["generated", "book"])
 @pytest.mark.parametrize("n_envs", [1, 3])
 def test_group_members_share_one_reset_and_groups_differ(untrained, tok, env_kwargs, n_envs):
@@ -66,6 +67,7 @@ def test_group_members_share_one_reset_and_groups_differ(untrained, tok, env_kwa
     assert sampler.group_stats["resampled_groups"] == 0
 
 
+@pytest.mark.heavy
 def test_groups_in_subprocess_envs_are_the_groups_of_dummy_envs(untrained, tok):
     """The seeds reach envs in other processes (SubprocVecEnv) just as in-process ones."""
     def run(cls):
@@ -91,6 +93,7 @@ def test_one_seed_is_one_generated_function_and_one_book_task():
         assert sources[0] == sources[1] and a.unwrapped.source == b.unwrapped.source
 
 
+@pytest.mark.heavy
 def test_group_size_one_samples_what_the_sampler_always_did(untrained, tok):
     """Fresh rounds, one env and episodes across batches with group_size=1: the same episodes, bit for
     bit, as the sampler before groups existed (the digest was recorded with that sampler)."""
@@ -136,6 +139,7 @@ def _coins(n_envs: int, flat_share: float = 0.5) -> TextDummyVecEnv:
     return TextDummyVecEnv([lambda: CoinTasks(flat_share) for _ in range(n_envs)])
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("n_envs", [1, 2, 3])
 def test_dynamic_sampling_never_keeps_a_zero_variance_group(untrained, tok, n_envs):
     gen = torch.Generator().manual_seed(0)
@@ -209,6 +213,7 @@ class _GroupLog(BaseCallback):
         self.logged.append(dict(self.logger.name_to_value))
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("algo", [Reinforce, TokenPPO])
 def test_grouped_training_logs_the_group_statistics(tok, algo):
     model = algo("TinyAgentPolicy", _coins(2), base_agent=None, policy_kwargs=dict(tokenizer=tok), seed=0,

@@ -337,6 +337,7 @@ def _look_agent(algo: type, **kwargs):
     dict(adv_estimator="grpo", policy_loss="cispo"),
     dict(adv_estimator="dr_grpo", loss_mode="seq_mean_token_sum_norm", loss_norm_const=16.0),
 ])
+@pytest.mark.heavy
 def test_token_ppo_trains_with_every_new_estimator_and_loss(settings):
     """A batch without groups is one group (the sampler does not carry groups yet)."""
     model = _look_agent(TokenPPO, n_epochs=2, **settings)

@@ -195,6 +195,7 @@ def test_sb3_algorithms_update_on_the_registered_view(algo):
 
 
 # ---------------------------------------------------------------- TorchRL
+@pytest.mark.heavy
 def test_torchrl_wraps_the_vector_env_and_reads_its_info():
     from torchrl.envs import GymWrapper
     from torchrl.envs.utils import check_env_specs
@@ -305,6 +306,7 @@ class _TianshouMLP(torch.nn.Module):
         return (out, state) if out.shape[-1] > 1 else out
 
 
+@pytest.mark.heavy
 def test_tianshou_buffer_takes_whole_episodes_with_the_view_info():
     from tianshou.algorithm.modelfree.reinforce import DiscreteActorPolicy
     from tianshou.data import Collector, VectorReplayBuffer

@@ -1,10 +1,12 @@
 """Layering: ``bugfix_gym``'s sub-packages and ``agents``' layers import only what lies below them; the execution
 leaves and the contained children (the pack sandbox's, the v1 worker's) are standard library only; no module takes
-part in an import cycle."""
+part in an import cycle. Lazy imports, ``TYPE_CHECKING`` ones and module paths written in strings (entry points,
+``"pkg.mod:attr"``) all count; each kind has a toy case below."""
 
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,13 +24,20 @@ def _is_type_checking(node: ast.AST) -> bool:
         (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
+#: a module path written in a string, an entry point loaded later: ``"agents.bugfix.recipes:default_base_agent"``
+ENTRY_POINT = re.compile(r"(agents|bugfix_gym)(\.[A-Za-z_]\w*)+:[A-Za-z_][\w.]*")
+
+
 def _imports(path: Path, skip_type_checking: bool = False) -> list[tuple[int, str]]:
-    """Every import in a file, anywhere in it (also inside functions), as ``(level, module)``;
-    with ``skip_type_checking``, not those under ``if TYPE_CHECKING:`` (its ``else`` still counts)."""
+    """Every import in a file, anywhere in it (also inside functions), as ``(level, module)``, and every
+    entry point written as a string (``"pkg.mod:attr"`` counts as importing ``pkg.mod.attr``); with
+    ``skip_type_checking``, not those under ``if TYPE_CHECKING:`` (its ``else`` still counts)."""
     found = []
     todo: list[ast.AST] = [ast.parse(path.read_text())]
     while todo:
         node = todo.pop()
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and ENTRY_POINT.fullmatch(node.value):
+            found.append((0, node.value.replace(":", ".")))
         if isinstance(node, ast.Import):
             found += [(0, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -107,6 +116,12 @@ def _sub_package(module: str) -> str | None:
     return parts[1] if parts[0] == "bugfix_gym" and len(parts) > 1 and parts[1] in PACKAGE_LAYERS else None
 
 
+#: the one name of agents bugfix_gym writes (a string, never imported by bugfix_gym): BugFix-v0 advertises its
+#: agents' base agent, a behaviour-cloned TinyAgent that bugfix_gym cannot build, for the agent that asks for it
+#: (``base_agent="auto"``) to load
+NAMED_AGENTS = {"bugfix_gym.core.env": {"agents.bugfix.recipes.default_base_agent"}}
+
+
 def _package_violations(path: Path) -> list[str]:
     layer = _sub_package(_module_name(path))
     if layer is None:  # the package's own __init__: above every layer
@@ -115,6 +130,8 @@ def _package_violations(path: Path) -> list[str]:
     found = []
     for dotted in _resolved_imports(path):
         parts = dotted.split(".")
+        if dotted in NAMED_AGENTS.get(_module_name(path), ()):
+            continue
         if parts[0] == "agents":
             found.append(f"{layer} -> agents: {dotted} (bugfix_gym never imports agents)")
         elif parts[0] == "bugfix_gym":
@@ -146,13 +163,17 @@ def test_the_sub_package_check_sees_lazy_type_checking_and_relative_imports(tmp_
                       "def f():\n    from ..views import wrappers\n    from bugfix_gym.integrations.trl import x\n"
                       "    from ..edits.ops import FIX_OPS\n    from . import generator\n"
                       "    from bugfix_gym import Task\n"
-                      "    import agents.algorithms.ppo\n")
+                      "    import agents.algorithms.ppo\n"
+                      "SUMMARY = {'episode_summary': 'bugfix_gym.views.wrappers:summary'}\n"
+                      "AGENT = 'agents.bugfix.recipes:default_base_agent'\n")
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     assert sorted(_package_violations(source)) == sorted([
         "tasks -> core: bugfix_gym.core.env.BugFixEnv", "tasks -> views: bugfix_gym.views.wrappers",
         "tasks -> integrations: bugfix_gym.integrations.trl.x",
         "tasks: bugfix_gym.Task (import from the sub-package's module, not the package's names)",
-        "tasks -> agents: agents.algorithms.ppo (bugfix_gym never imports agents)"])
+        "tasks -> agents: agents.algorithms.ppo (bugfix_gym never imports agents)",
+        "tasks -> views: bugfix_gym.views.wrappers.summary",  # module paths written in strings count too
+        "tasks -> agents: agents.bugfix.recipes.default_base_agent (bugfix_gym never imports agents)"])
 
 
 def _module_graph(folder: Path) -> dict[str, set[str]]:
@@ -193,6 +214,7 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+@pytest.mark.heavy
 def test_bugfix_gym_has_no_import_cycle():
     """Module by module, sub-packages included; a package's ``__init__`` that re-exports a module of its own counts
     (the package imports it), while a module importing its own package's ``__init__`` is the normal way in."""
@@ -216,6 +238,17 @@ def test_the_cycle_check_sees_a_cycle_through_a_lazy_import(tmp_path, monkeypatc
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     assert _cycle(_module_graph(tmp_path / "bugfix_gym")) == [
         "bugfix_gym.contract.tokens", "bugfix_gym.integrations.hf_tokenizer", "bugfix_gym.contract.tokens"]
+
+
+def test_the_cycle_check_sees_a_cycle_through_an_entry_point_written_in_a_string(tmp_path, monkeypatch):
+    """An env naming its episode summary as ``"module:name"`` in a module that imports the env is a cycle."""
+    (tmp_path / "bugfix_gym" / "core").mkdir(parents=True)
+    (tmp_path / "bugfix_gym" / "core" / "env.py").write_text(
+        "metadata = {'episode_summary': 'bugfix_gym.core.evaluation:episode_stats'}\n")
+    (tmp_path / "bugfix_gym" / "core" / "evaluation.py").write_text("from .env import metadata\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert _cycle(_module_graph(tmp_path / "bugfix_gym")) == [
+        "bugfix_gym.core.env", "bugfix_gym.core.evaluation", "bugfix_gym.core.env"]
 
 
 def test_type_checking_imports_are_skipped_and_the_rest_counted(tmp_path):
@@ -327,13 +360,15 @@ def test_the_layer_check_sees_lazy_type_checking_and_relative_imports(tmp_path, 
                       "def f():\n    from ..bugfix import recipes\n    from bugfix_gym.core.env import BugFixEnv\n"
                       "    from bugfix_gym.core.vocabulary import build_tokenizer\n"
                       "    from bugfix_gym.contract.text import printable\n"
-                      "    from ..model.tinyagent import TinyAgent\n    from agents import TokenPPO\n")
+                      "    from ..model.tinyagent import TinyAgent\n    from agents import TokenPPO\n"
+                      "LEGACY = 'agents.bugfix.aux_losses:aux_losses_from_settings'\n")
     monkeypatch.setattr(sys.modules[__name__], "AGENTS", tmp_path / "agents")
     assert sorted(_violations(source)) == sorted([
         "rollout -> algorithms: agents.algorithms.ppo.TokenPPO", "rollout -> bugfix: agents.bugfix.recipes",
         "rollout -> bugfix_gym: bugfix_gym.core.env.BugFixEnv",
         "rollout -> bugfix_gym: bugfix_gym.core.vocabulary.build_tokenizer",
-        "rollout: agents.TokenPPO (import from the layer's module, not the package's lazy names)"])
+        "rollout: agents.TokenPPO (import from the layer's module, not the package's lazy names)",
+        "rollout -> bugfix: agents.bugfix.aux_losses.aux_losses_from_settings"])  # an entry point in a string
 
 
 def test_no_agents_layer_has_an_import_cycle():

@@ -37,6 +37,7 @@ def test_the_env_passes_gymnasiums_checker_and_pays_only_a_looked_answer():
         LookThenAnswerEnv(colours=("red",))
 
 
+@pytest.mark.heavy
 def test_tokenppo_learns_to_look_then_answer_from_scratch():
     """A random-init TinyAgent with the env's own vocabulary and its legal calls as the decoding grammar.
     Words the tokenizer does not know would become <unk>: here the env gives its whole vocabulary.

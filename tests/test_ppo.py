@@ -139,7 +139,7 @@ def test_save_load_identical_predictions(tmp_path, base):
                     loaded.policy.optimizer.state_dict()["state"].values()):
         assert torch.equal(a["exp_avg"], b["exp_avg"])
     assert loaded.policy.tokenizer == model.policy.tokenizer
-    assert loaded.n_episodes == model.n_episodes and loaded.clip_range_vf == model.clip_range_vf
+    assert loaded.saved_arguments() == model.saved_arguments()
     assert loaded.num_timesteps == model.num_timesteps and loaded._n_updates == model._n_updates
     obs, _ = gym.make("BugFix-v0").reset(seed=3)
     assert model.predict(obs, deterministic=True)[0] == loaded.predict(obs, deterministic=True)[0]
@@ -210,6 +210,7 @@ def test_monitor_statistics_are_the_real_episodes_and_timesteps_stop_at_the_tota
     assert sum(len(m.get_episode_rewards()) for m in model.env.envs) >= len(lengths)
 
 
+@pytest.mark.heavy
 def test_timesteps_and_the_progress_bar_stop_at_the_first_multiple_of_n_envs_past_the_total(base):
     """Every vector step counts n_envs env steps (as in SB3), so 3 envs and learn(91) stop at 93 = 31 * 3:
     past the total by less than n_envs, and the progress bar reads 93/91."""
@@ -234,6 +235,7 @@ class FillerMarked(TokenPPO):
         return sampler
 
 
+@pytest.mark.heavy
 def test_every_monitor_episode_is_played_by_the_policy_and_num_timesteps_counts_every_env_step(base):
     """Fresh batches with more episodes than envs (3 envs record 3 episodes each per iteration): an env
     that has its episodes must not play a filler episode that Monitor reports as an episode of the run,
@@ -270,6 +272,7 @@ class RewardTestCalls(gym.Wrapper):
         return obs, float(action.split() == ["test"]), terminated, truncated, info
 
 
+@pytest.mark.heavy
 def test_tokenppo_learns_the_reward_of_the_wrapped_env(base):
     env = make_vec_env("BugFix-v0", n_envs=16, seed=0, wrapper_class=RewardTestCalls)
     model = TokenPPO("TinyAgentPolicy", env, base_agent=base, n_episodes=32, seed=0, critic_warmup_steps=10)
@@ -283,6 +286,7 @@ def test_tokenppo_learns_the_reward_of_the_wrapped_env(base):
     assert after >= before + 2.0, (before, after)  # the wrapper's reward, not the env's, was learned
 
 
+@pytest.mark.heavy
 def test_subproc_vec_env_trains_like_dummy_vec_env(base):
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
@@ -306,6 +310,8 @@ def test_learn_returns_self_and_logs_sb3_keys(base):
     model.set_logger(Logger(folder=None, output_formats=[cap]))
     assert model.learn(120) is model
     keys = set().union(*cap.rows)
+    advertised = gym.make("BugFix-v0").metadata["agent_defaults"]["logged_stats"]
+    assert {f"rollout/{key}" for key in ("reward", "turns", *advertised)} <= keys  # the env's keys and the return
     for key in ("rollout/pass_rate", "rollout/ep_rew_mean", "rollout/ep_len_mean", "rollout/policy_tokens",
                 "time/fps", "train/clip_fraction", "train/approx_kl", "train/ratio_min", "train/ratio_max",
                 "train/entropy_loss", "train/explained_variance", "train/value_loss",
@@ -535,13 +541,13 @@ def test_edit_practice_adds_a_loss_on_practice_answers_and_leaves_the_policy_ter
     assert first["ratio_min"] == 1.0 and first["ratio_max"] == 1.0
     assert first["pg_loss"] == plain.seen[0]["pg_loss"] and first["tool_loss"] == plain.seen[0]["tool_loss"]
     assert first["practice_loss"] > 0.0 and "practice_loss" not in plain.seen[0]
-    assert len(drilled.aux_losses[1].practice()) == 30
+    assert len(drilled.auxiliary_losses[1].practice()) == 30
     buf = io.BytesIO()
     drilled.save(buf)
     buf.seek(0)
     loaded = RecordingPPO.load(buf)
-    assert [aux.spec() for aux in loaded.aux_losses] == [aux.spec() for aux in drilled.aux_losses]
-    assert loaded.aux_losses[1].n == 30 and loaded.aux_losses[1].weight == 1.0
+    assert [aux.spec() for aux in loaded.auxiliary_losses] == [aux.spec() for aux in drilled.auxiliary_losses]
+    assert loaded.auxiliary_losses[1].n == 30 and loaded.auxiliary_losses[1].weight == 1.0
 
 
 @pytest.mark.parametrize("kw, match", [(dict(tool_coef=-0.1), "tool_coef"), (dict(tool_coef=float("nan")), "tool_coef"),
@@ -559,30 +565,35 @@ def test_bad_tool_loss_settings_are_one_line_errors(kw, match):
 
 
 # ---------------------------------------------------------------------- one definition per setting
-def test_every_setting_is_documented_saved_and_kept_as_an_attribute_from_its_one_definition():
+def test_every_setting_is_read_from_the_one_config_object():
+    """The settings live in the config object only: ``config=`` or keyword sugar build the same object, the
+    algorithm keeps no copy of them as attributes, the saved settings are the config's saved fields."""
     import dataclasses
-    import inspect
 
     from agents.algorithms.config import PPOConfig, ReinforceConfig
     from agents.algorithms.reinforce import Reinforce
 
-    for algo, config in ((TokenPPO, PPOConfig), (Reinforce, ReinforceConfig)):
-        for field in dataclasses.fields(config):
-            assert f":param {field.name}: {field.metadata['help']} (default {field.default!r})" in algo.__doc__
-        saved = [f.name for f in dataclasses.fields(config) if f.metadata["saved"]]
-        assert list(algo.saved_args) == saved and "async_envs" not in saved
-        signature = inspect.signature(algo).parameters  # what help() and editors show
-        defaults = {f.name: f.default for f in dataclasses.fields(config)}
-        assert defaults == {name: signature[name].default for name in signature if name in defaults}
-        assert list(signature)[:3] == ["policy", "env", "policy_kwargs"] and "settings" not in signature
-    model = TokenPPO("TinyAgentPolicy", gym.make("BugFix-v0"), base_agent=None, clip_range_high=0.28, n_epochs=3)
-    assert (model.clip_range_high, model.n_epochs, model.kl_estimator) == (0.28, 3, "k3")
-    settings = model.saved_settings()
-    assert list(settings) == list(TokenPPO.saved_args) and settings["n_epochs"] == 3
+    env = gym.make("BugFix-v0")
+    sugar = TokenPPO("TinyAgentPolicy", env, base_agent=None, clip_range_high=0.28, n_epochs=3)
+    given = TokenPPO("TinyAgentPolicy", env, base_agent=None, config=PPOConfig(clip_range_high=0.28, n_epochs=3))
+    assert sugar.config == given.config == PPOConfig(clip_range_high=0.28, n_epochs=3)
+    assert (sugar.config.clip_range_high, sugar.config.n_epochs, sugar.config.kl_estimator) == (0.28, 3, "k3")
+    assert not any(hasattr(sugar, f.name) for f in dataclasses.fields(PPOConfig)
+                   if f.name not in ("learning_rate", "gamma", "gae_lambda", "ent_coef", "vf_coef", "max_grad_norm"))
+    mixed = TokenPPO("TinyAgentPolicy", env, base_agent=None, config=PPOConfig(n_epochs=3), n_epochs=5)
+    assert mixed.config.n_epochs == 5 and mixed.config.clip_range_high is None  # a keyword replaces a field
+    settings = sugar.saved_settings()
+    assert list(settings) == list(PPOConfig.saved_names()) and settings["n_epochs"] == 3
+    assert "async_envs" not in settings
     assert Reinforce.config_class().learning_rate == 2e-3 and PPOConfig().learning_rate == 1e-3
     with pytest.raises(TypeError, match="TokenPPO\\(\\) got an unexpected keyword argument 'clip_rang'") as e:
-        TokenPPO("TinyAgentPolicy", gym.make("BugFix-v0"), base_agent=None, clip_rang=0.1)
+        TokenPPO("TinyAgentPolicy", env, base_agent=None, clip_rang=0.1)
     assert "\n" not in str(e.value)
+    with pytest.raises(TypeError, match="takes a ReinforceConfig, got PPOConfig"):
+        Reinforce("TinyAgentPolicy", env, base_agent=None, config=PPOConfig())
+    with pytest.raises(ValueError, match="n_epochs must be a positive integer"):
+        TokenPPO("TinyAgentPolicy", env, base_agent=None, config=PPOConfig(), n_epochs=0)
+    assert ReinforceConfig().max_call_tokens == PPOConfig().max_call_tokens
 
 
 def test_a_setting_becomes_a_command_line_flag_with_its_type_default_help_and_choices(capsys):
@@ -627,7 +638,7 @@ def test_model_files_saved_by_main_4e10e0a_load_and_act_as_they_did():
         assert str(action) == expected[name]["action"], name
         assert (model.num_timesteps, model._n_updates) == (expected[name]["num_timesteps"], expected[name]["n_updates"])
     ppo = TokenPPO.load(fixtures / "tokenppo_main_4e10e0a.zip")
-    tool, practice = ppo.aux_losses
+    tool, practice = ppo.auxiliary_losses
     assert isinstance(tool, ToolOutputLoss) and (tool.weight, tool.calls) == (0.5, ["edit"])
     assert isinstance(practice, EditPracticeLoss) and (practice.weight, practice.n, practice.tasks) == (0.5, 2, "book")
     assert not any(hasattr(ppo, name) for name in ("tool_coef", "tool_calls", "practice", "practice_tasks"))
@@ -635,7 +646,7 @@ def test_model_files_saved_by_main_4e10e0a_load_and_act_as_they_did():
 
 def test_the_env_advertises_the_tokenizer_and_base_agent_an_algorithm_defaults_to(shared_base_agent):
     """BugFix-v0 names its tokenizer and base agent (entry points in its metadata); an env that names
-    none gets random weights, and without a tokenizer a one-line error."""
+    none gets random weights, and without a tokenizer a character-level one of its Text spaces' charset."""
     from bugfix_gym import build_tokenizer
 
     model = TokenPPO("TinyAgentPolicy", gym.make("BugFix-v0"))
@@ -649,9 +660,11 @@ def test_the_env_advertises_the_tokenizer_and_base_agent_an_algorithm_defaults_t
                        base_agent=base_agent) for base_agent in ("auto", None)]
     for a, b in zip(*(m.policy.model.state_dict().values() for m in seeded)):
         assert torch.equal(a, b)  # "auto" on an env without a base agent: the random init of None
-    with pytest.raises(ValueError, match="advertises no default tokenizer") as e:
-        TokenPPO("TinyAgentPolicy", look, base_agent=None)
-    assert "\n" not in str(e.value)
+    with pytest.warns(UserWarning, match="advertises no tokenizer: using a character-level one") as said:
+        chars = TokenPPO("TinyAgentPolicy", look, base_agent=None)  # no tokenizer given, none advertised
+    assert sum("character-level" in str(w.message) for w in said) == 1 and "\n" not in str(said[0].message)
+    obs, _ = look.reset(seed=0)
+    assert chars.policy.tokenizer.decode(chars.policy.tokenizer.encode(obs)) == obs
 
 
 def test_aux_loss_specs_rebuild_the_losses_and_bad_ones_are_one_line_errors():

@@ -149,6 +149,7 @@ def test_eval_table_and_json(saved_model, capsys):
     assert {k: stats[k] for k in direct} == json.loads(json.dumps(jsonable(direct)))
 
 
+@pytest.mark.heavy
 def test_eval_call_mask_overrides_the_models_own_and_needs_a_grammar(tmp_path, shared_base_agent, capsys):
     path = tmp_path / "g.zip"
     TokenPPO("TinyAgentPolicy", gym.make("BugFix-v0"), base_agent=shared_base_agent, n_episodes=4, seed=0,
@@ -258,6 +259,7 @@ def _train_args(out, timesteps=96, *extra):
             "--eval-episodes", "1", "--out", str(out), "--no-progress", "--seed", "5", *extra]
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("schedule", ["constant", "linear"])
 def test_ctrl_c_saves_the_last_iteration_and_resume_gives_the_uninterrupted_result(
         tmp_path, small_eval, monkeypatch, capsys, schedule):
@@ -350,6 +352,7 @@ def _small_generated(recipe: dict, validation: dict, n_tasks: int) -> dict:
                 ppo=dict(recipe["ppo"], practice=20))
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("average_last", [None, 0.5])
 def test_generated_recipe_trains_from_its_own_base_agent_and_keeps_the_best_weights(
         tmp_path, small_eval, monkeypatch, capsys, average_last):
@@ -376,12 +379,13 @@ def test_generated_recipe_trains_from_its_own_base_agent_and_keeps_the_best_weig
         assert results["validation"]["averaged_iterations"] == [1, 2]
     model = TokenPPO.load(out / "tokenppo.zip")
     assert model.policy.tokenizer.words == bugfix_gym.fixed_tokenizer().words  # reads any generated code
-    assert model.policy.grammar is not None and model.kl_coef == RECIPES["generated"]["ppo"]["kl_coef"]
+    assert model.policy.grammar is not None and model.config.kl_coef == RECIPES["generated"]["ppo"]["kl_coef"]
     train_env = make_env(json.loads((out / "run.json").read_text()), 1, 0).envs[0]
     assert train_env.unwrapped.ambiguous_share == 0.3 and _wrapper_option(train_env, "statement_dropout", 0.0) == 0.0
     assert list((tmp_path / "cache").glob("base_agent-*.pt"))  # the recipe's base agent, cached
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("ablation", ["book-tasks", "blind-tools"])
 def test_ablations_change_the_demonstrations_the_training_envs_and_validation(
         ablation, tmp_path, small_eval, monkeypatch, capsys):

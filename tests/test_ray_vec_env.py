@@ -21,6 +21,10 @@ from bugfix_gym.views.text_wrappers import ToolLatency
 from bugfix_gym.views.wrappers import DiscreteCalls
 
 
+#: every test here starts Ray actors (seconds each): make test-heavy, not make test
+pytestmark = pytest.mark.heavy
+
+
 @pytest.fixture(scope="module")
 def ray():
     ray = pytest.importorskip("ray")

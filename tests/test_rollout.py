@@ -287,6 +287,7 @@ def test_tokens_come_from_the_observations_a_wrapper_returns(shared_base_agent, 
     assert text.count(tok.decode(suffix, stop_at_eoc=False)) == tr.info["n_turns"] + 1  # prompt and every output
 
 
+@pytest.mark.heavy
 def test_subproc_and_dummy_vec_envs_give_the_same_trajectories(shared_base_agent, tok):
     def run(cls):
         venv = cls([lambda: bugfix_gym.BugFixEnv() for _ in range(3)])
@@ -514,7 +515,8 @@ def test_forced_tokens_take_no_model_call_and_the_calls_equal_one_model_call_per
     counting.load_state_dict(model.state_dict())
     for seed in range(4):
         calls_made.clear()
-        got = write_calls(counting.eval(), counting.new_cache(6), feed, [True] * 6, tok.eoc_id, grammar=grammar,
+        got = write_calls(counting.eval(), counting.new_cache(6), feed, [True] * 6, tok.eoc_id, max_call_tokens=8,
+                          grammar=grammar,
                           generator=torch.Generator().manual_seed(seed), start_states=starts)
         want, want_logp = _write_each_token_with_the_model(model, model.new_cache(6), feed, tok.eoc_id, grammar,
                                                            starts, torch.Generator().manual_seed(seed))

@@ -305,6 +305,7 @@ def test_closing_the_server_joins_every_thread_it_started(model_file):
     assert not any(t.is_alive() for t in threads)
 
 
+@pytest.mark.heavy
 def test_serve_command_starts_and_refuses_bad_models_in_one_line(model_file, tmp_path, capsys):
     assert main(["serve", str(tmp_path / "missing.zip")]) == 2
     assert "no model file" in capsys.readouterr().err

@@ -87,6 +87,7 @@ def test_the_static_tools_file_is_tool_schemas():
     assert json.loads((ROOT / "docs" / "tools.json").read_text()) == tool_schemas()
 
 
+@pytest.mark.heavy
 def test_served_model_name_and_max_model_len(model_file, capsys):
     assert main(["serve", str(model_file), "--max-model-len", "4"]) == 2
     assert "--max-model-len must be from" in capsys.readouterr().err

@@ -51,6 +51,7 @@ def test_sigterm_saves_like_ctrl_c(tmp_path, small_eval, monkeypatch, capsys):
     assert signal.getsignal(signal.SIGTERM) is not None
 
 
+@pytest.mark.heavy
 def test_a_second_ctrl_c_while_the_snapshot_is_written_and_a_failed_final_save_lose_nothing(
         tmp_path, small_eval, monkeypatch, capsys):
     def interrupt():

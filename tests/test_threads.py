@@ -65,6 +65,7 @@ def test_a_bad_setting_is_a_one_line_error(bad):
         TokenPPO("TinyAgentPolicy", "BugFix-v0", base_agent=None, torch_threads=bad)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("algo", [TokenPPO, Reinforce])
 @pytest.mark.parametrize("setting, inside", [("auto", 1), (None, 2), (2, 2)])
 def test_learn_runs_under_the_setting_and_leaves_the_global_count(untouched_two_threads, shared_base_agent,

@@ -28,6 +28,7 @@ from stable_baselines3.common.vec_env import VecNormalize
 
 from agents.algorithms.advantages import (ADVANTAGE_ESTIMATORS, NEEDS_STATE_KEYS, AdvantageBatch, AdvantageConfig,
                                           explained_variance, get_adv_estimator_fn, reward_to_go, whiten)
+from agents.algorithms.config import PPOConfig
 from agents.algorithms.group_advantages import anchor_state_keys
 from agents.rollout.trajectory import Trajectory, collate, group_index
 
@@ -77,16 +78,16 @@ class TokenRolloutBuffer(BaseBuffer):
         observation_space: spaces.Space,
         action_space: spaces.Space,
         device: th.device | str = "auto",
-        gae_lambda: float = 1.0,
-        gamma: float = 1.0,
+        gae_lambda: float = PPOConfig.gae_lambda,  # the defaults are TokenPPO's settings' (one definition)
+        gamma: float = PPOConfig.gamma,
         n_envs: int = 1,
         pad_id: int = 0,
-        normalize_advantage: bool = True,
-        adv_estimator: str = "gae",
-        scale_rewards: str = "group",
-        turn_gamma: float = 1.0,
-        step_advantage_weight: float = 1.0,
-        mask_truncated_completions: bool = False,
+        normalize_advantage: bool = PPOConfig.normalize_advantage,
+        adv_estimator: str = PPOConfig.adv_estimator,
+        scale_rewards: str = PPOConfig.scale_rewards,
+        turn_gamma: float = PPOConfig.turn_gamma,
+        step_advantage_weight: float = PPOConfig.step_advantage_weight,
+        mask_truncated_completions: bool = PPOConfig.mask_truncated_completions,
     ):
         ADVANTAGE_ESTIMATORS.check(adv_estimator, "adv_estimator")
         # BaseBuffer.__init__ derives fixed array shapes from the spaces; a token trajectory has

@@ -1,10 +1,10 @@
 """One definition per setting: the hyperparameters of TokenPPO and Reinforce as config dataclasses.
 
 Each field is one setting: its type, its default, its one-line doc (``help``), its check and, for
-a setting that names something, its choices. The algorithms take the fields as keyword arguments
-(SB3's surface: ``TokenPPO("TinyAgentPolicy", env, learning_rate=..., clip_range=...)``), check
-them by building the config, keep each as an attribute of the same name (``model.clip_range``),
-save the fields marked ``saved`` with the model, and list them in their class docstring.
+a setting that names something, its choices. An algorithm takes one config object
+(``TokenPPO("TinyAgentPolicy", env, config=PPOConfig(clip_range=0.1))``, TRL's ``args=``) and reads
+``self.config.x``; SB3-style keyword arguments (``TokenPPO(..., clip_range=0.1)``) are sugar that
+builds the same object (:meth:`Config.build`). The fields marked ``saved`` travel with the model, and
 :func:`argparse_kwargs` turns a field into ``ArgumentParser.add_argument`` keyword arguments.
 """
 
@@ -21,7 +21,8 @@ from agents.algorithms.auxiliary import check_aux_losses
 from agents.algorithms.group_advantages import SCALE_REWARDS
 from agents.algorithms.losses import KL_KINDS, LOSS_AGGREGATIONS, POLICY_LOSSES, check_dual_clip
 from agents.algorithms.registry import Registry, check_choice
-from agents.rollout.sampler import check_groups
+from agents.decoding.decoder import DEFAULT_MAX_CALL_TOKENS
+from agents.rollout.sampler import DEFAULT_MAX_RESAMPLE_ROUNDS, check_groups
 
 C = TypeVar("C", bound="Config")
 #: ``check(name, value)`` raises a one-line ``ValueError`` for a bad value
@@ -148,6 +149,19 @@ class Config:
         return cls(**kwargs)
 
     @classmethod
+    def build(cls: type[C], owner: str, config: C | None, kwargs: dict[str, Any]) -> C:
+        """``config`` (default: the defaults) with ``kwargs`` replacing its fields, checked; a config of
+        another class or an unknown keyword is a one-line ``TypeError``."""
+        if config is None:
+            return cls.from_kwargs(owner, kwargs)
+        if not isinstance(config, cls):
+            raise TypeError(f"{owner}(config=...) takes a {cls.__name__}, got {type(config).__name__}")
+        unknown = sorted(set(kwargs) - {field.name for field in dataclasses.fields(cls)})
+        if unknown:
+            raise TypeError(f"{owner}() got an unexpected keyword argument {unknown[0]!r}")
+        return dataclasses.replace(config, **kwargs)
+
+    @classmethod
     def saved_names(cls) -> tuple[str, ...]:
         """The fields saved with a model, in order."""
         return tuple(field.name for field in dataclasses.fields(cls) if field.metadata.get("saved", True))
@@ -167,7 +181,8 @@ class OnPolicyConfig(Config):
     gamma: float = setting(1.0, "discount per policy token (book: 1)", unit_interval)
     max_grad_norm: float = setting(1.0, "gradient-norm clip", positive)
     temperature: float = setting(1.0, "sampling temperature of the rollouts (0.001 to 100)", temperature)
-    max_call_tokens: int = setting(8, "the most tokens one call may have (1 to 4096)", call_tokens)
+    max_call_tokens: int = setting(DEFAULT_MAX_CALL_TOKENS, "the most tokens one call may have (1 to 4096)",
+                                   call_tokens)
     fresh_batches: bool = setting(True, "on-policy batches: each iteration resets the envs and every env records "
                                   "its next ceil(n_episodes / n_envs) episodes; False lets episodes run on into "
                                   "the next batch (docs/ppo.md \"The environment contract\")")
@@ -192,8 +207,9 @@ class OnPolicyConfig(Config):
     drop_zero_variance_groups: bool = setting(False, "dynamic sampling: drop the groups whose returns are all "
                                               "equal and play more groups until the batch is full (needs "
                                               "group_size >= 2)")
-    max_resample_rounds: int = setting(4, "with drop_zero_variance_groups, the most extra plays of groups per "
-                                       "batch; a batch still short then is trained as it is, with a warning",
+    max_resample_rounds: int = setting(DEFAULT_MAX_RESAMPLE_ROUNDS, "with drop_zero_variance_groups, the most "
+                                       "extra plays of groups per batch; a batch still short then is trained as it "
+                                       "is, with a warning",
                                        non_negative_int)
     scale_rewards: str = setting("group", "the group estimators' std (TRL's name): 'group' (each group's), 'batch' "
                                  "(the whole batch's) or 'none' (no division, Dr. GRPO's)", choices=SCALE_REWARDS)
@@ -205,6 +221,12 @@ class OnPolicyConfig(Config):
                                                "mask; its return still counts in the advantages)")
     preset: Optional[str] = setting(None, "the named algorithm these settings came from (a name in "
                                     "agents.algorithms.presets.ALGORITHMS), or None; kept in saved files")
+
+    def sb3_arguments(self) -> dict[str, Any]:
+        """The values of SB3's own ``OnPolicyAlgorithm`` slots, which its machinery reads (the learning-rate
+        schedule, the buffer's ``gamma``); no critic and no entropy term here, so those slots hold zeros."""
+        return dict(learning_rate=self.learning_rate, gamma=self.gamma, max_grad_norm=self.max_grad_norm,
+                    gae_lambda=1.0, ent_coef=0.0, vf_coef=0.0)
 
     def check_together(self) -> None:
         if self.loss_mode == "constant" and self.loss_norm_const is None:
@@ -253,6 +275,9 @@ class PPOConfig(OnPolicyConfig):
     aux_losses: Sequence[Any] = setting((), "auxiliary losses added to each minibatch's loss "
                                         "(agents.algorithms.auxiliary.AuxLoss objects or their specs)",
                                         check_aux_losses)
+
+    def sb3_arguments(self) -> dict[str, Any]:
+        return dict(super().sb3_arguments(), gae_lambda=self.gae_lambda, ent_coef=self.ent_coef, vf_coef=self.vf_coef)
 
 
 @dataclasses.dataclass

@@ -28,11 +28,10 @@ trainer needs and leaves the update (``train``) to its subclasses:
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import pathlib
 import time
 import warnings
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import Any, Callable, ClassVar, TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -48,12 +47,14 @@ from stable_baselines3.common.vec_env import VecEnv
 from stable_baselines3.common.vec_env.patch_gym import _patch_env
 
 from bugfix_gym.contract.text import printable
+from bugfix_gym.contract.tokenizer import SPECIALS
 from bugfix_gym.contract.tokens import TokenizerLike, tokenizer_from_dict
 
 from agents.files import checkpoint
 from agents.algorithms.buffers import TokenRolloutBuffer
-from agents.algorithms.config import OnPolicyConfig, settings_doc
+from agents.algorithms.config import OnPolicyConfig
 from agents.algorithms.registry import load_entry_point
+from agents.model.char_tokenizer import CharTokenizer
 from agents.model.hf_adapter import config_dict
 from agents.model.threads import ThreadSetting, check_thread_setting, use_threads
 from agents.model.tinyagent import TinyAgent, TinyAgentConfig
@@ -63,10 +64,20 @@ from agents.rollout.trajectory import Trajectory, rollout_stats
 from agents.rollout.vec_env import TextDummyVecEnv, is_unshaped_text
 
 SelfTokenAlgorithm = TypeVar("SelfTokenAlgorithm", bound="TokenOnPolicyAlgorithm")
+Upgrade = TypeVar("Upgrade", bound=Callable[[dict[str, Any]], dict[str, Any]])
 #: the training counters: their name in model files and snapshots -> the attribute that holds them
 #: (``num_timesteps`` and ``_n_updates`` are SB3's own)
 TRAINING_COUNTERS = {"num_timesteps": "num_timesteps", "n_updates": "_n_updates", "iteration": "_iteration",
                      "total_policy_tokens": "total_policy_tokens"}
+
+#: upgrades of older model files' saved settings, by algorithm class name: each takes the settings a file holds and
+#: returns them in today's names. A layer above registers its own (:func:`register_saved_settings_upgrade`; BugFix's
+#: settings that became auxiliary losses: agents/bugfix/aux_losses.py), so this layer names none of them
+SAVED_SETTINGS_UPGRADES: dict[str, list[Callable[[dict[str, Any]], dict[str, Any]]]] = {}
+
+#: the batch statistics logged for any env (``rollout/reward``: the mean return, ``rollout/turns``: the mean episode
+#: length in calls); an env's own statistics are logged when it advertises their keys (``"logged_stats"``)
+ALWAYS_LOGGED = ("reward", "turns")
 
 #: the warning for a plain env with gymnasium's shapeless Text spaces (trained in a TextDummyVecEnv)
 TEXT_SPACE_ADVICE = ("this env has gymnasium Text spaces, which SB3's DummyVecEnv cannot hold (TypeError: 'NoneType' "
@@ -96,7 +107,11 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         runs under, the caller's count put back afterwards: ``"auto"`` (one thread on a CPU, where it is
         fastest for this tiny model, unless you chose a count with ``torch.set_num_threads`` or
         ``OMP_NUM_THREADS``; :mod:`agents.model.threads`), a count, or None (leave torch's count alone)
-    :param settings: the settings of :attr:`config_class` by name, below (each is kept as an attribute)
+    :param config: the settings, one :attr:`config_class` object (TRL's ``args=``; the code reads
+        ``self.config.x``); default: the defaults
+    :param settings: SB3-style sugar: settings of :attr:`config_class` by name, which replace those of
+        ``config`` (``TokenPPO(policy, env, clip_range=0.1)``); one documentation for them, the config's fields
+        (a signature listing them would be a second copy)
     """
 
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {"TinyAgentPolicy": TinyAgentPolicy}
@@ -105,42 +120,28 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
     #: the settings (agents.algorithms.config): one field each, with its default, doc and check
     config_class: ClassVar[type[OnPolicyConfig]] = OnPolicyConfig
     config: OnPolicyConfig  # the settings as given
-    #: the settings saved with the model (besides policy_kwargs), derived from :attr:`config_class`
-    saved_args: ClassVar[tuple[str, ...]] = ()
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        """A subclass's saved settings and docstring come from its :attr:`config_class`."""
-        super().__init_subclass__(**kwargs)
-        _take_settings_from_config(cls)
-
-    if TYPE_CHECKING:  # the settings are attributes of the config's names (set in __init__)
-        def __getattr__(self, name: str) -> Any: ...
 
     def __init__(self, policy: str | type[TinyAgentPolicy], env: GymEnv | str | None, *,
-                 policy_kwargs: dict[str, Any] | None = None, tensorboard_log: str | None = None, verbose: int = 0,
-                 seed: int | None = None, device: th.device | str = "cpu", _init_setup_model: bool = True,
+                 config: OnPolicyConfig | None = None, policy_kwargs: dict[str, Any] | None = None,
+                 tensorboard_log: str | None = None, verbose: int = 0, seed: int | None = None,
+                 device: th.device | str = "cpu", _init_setup_model: bool = True,
                  base_agent: str | TinyAgent | pathlib.Path | None = "auto",
                  rollout_buffer_class: type[TokenRolloutBuffer] | None = None,
                  rollout_buffer_kwargs: dict[str, Any] | None = None, monitor_wrapper: bool = True,
                  torch_threads: ThreadSetting = "auto", **settings: Any):
         self.torch_threads = check_thread_setting(torch_threads)
-        self.config = self.config_class.from_kwargs(type(self).__name__, settings)  # checks every setting
-        self.__dict__.update(self.config.as_dict())
+        self.config = self.config_class.build(type(self).__name__, config, settings)  # checks every setting
         if isinstance(env, str):
             env = gym.make(env)
         self.base_agent = base_agent if isinstance(base_agent, str) or base_agent is None else "<given>"
         self._base_model: TinyAgent | None = None
-        self.n_episodes, self.max_call_tokens = int(self.config.n_episodes), int(self.config.max_call_tokens)
-        self.temperature = float(self.config.temperature)
-        super().__init__(  # Reinforce has no critic: SB3's defaults fill its slots
-            policy, env, learning_rate=self.learning_rate, n_steps=self.n_episodes, gamma=self.gamma,
-            gae_lambda=getattr(self, "gae_lambda", 1.0), ent_coef=getattr(self, "ent_coef", 0.0),
-            vf_coef=getattr(self, "vf_coef", 0.5), max_grad_norm=self.max_grad_norm, use_sde=False, sde_sample_freq=-1,
-            rollout_buffer_class=rollout_buffer_class or TokenRolloutBuffer,
-            rollout_buffer_kwargs=rollout_buffer_kwargs, stats_window_size=self.stats_window_size or self.n_episodes,
-            tensorboard_log=tensorboard_log, monitor_wrapper=monitor_wrapper, policy_kwargs=policy_kwargs,
-            verbose=verbose, seed=seed, device=device, _init_setup_model=False,
-            supported_action_spaces=(spaces.Text,),
+        cfg = self.config
+        super().__init__(  # SB3's own slots, read by its machinery; this class's code reads self.config
+            policy, env, n_steps=cfg.n_episodes, stats_window_size=cfg.stats_window_size or cfg.n_episodes,
+            use_sde=False, sde_sample_freq=-1, rollout_buffer_class=rollout_buffer_class or TokenRolloutBuffer,
+            rollout_buffer_kwargs=rollout_buffer_kwargs, tensorboard_log=tensorboard_log,
+            monitor_wrapper=monitor_wrapper, policy_kwargs=policy_kwargs, verbose=verbose, seed=seed, device=device,
+            _init_setup_model=False, supported_action_spaces=(spaces.Text,), **cfg.sb3_arguments(),
         )
         self.diagnostics: list[dict[str, Any]] = []  # one entry per iteration
         self.total_policy_tokens = 0
@@ -160,12 +161,15 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
 
     @classmethod
     def upgrade_saved_args(cls, args: dict[str, Any]) -> dict[str, Any]:
-        """The saved arguments of an older file in today's names (a subclass maps what it renamed)."""
+        """The saved arguments of an older file in today's names: the registered upgrades of this class
+        (:data:`SAVED_SETTINGS_UPGRADES`), in the order registered."""
+        for upgrade in SAVED_SETTINGS_UPGRADES.get(cls.__name__, ()):
+            args = upgrade(args)
         return args
 
     def saved_settings(self) -> dict[str, Any]:
-        """``{name: value}`` of the settings saved with the model (:attr:`saved_args`), as they are now."""
-        return {name: getattr(self, name) for name in self.saved_args}
+        """``{name: value}`` of the config's fields saved with the model, as they are now."""
+        return {name: getattr(self.config, name) for name in self.config_class.saved_names()}
 
     # ------------------------------------------------------------------ set-up
     def _prepare_policy_kwargs(self, base_agent: str | TinyAgent | pathlib.Path | None) -> None:
@@ -174,7 +178,7 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         kw = dict(self.policy_kwargs)
         tok = kw.get("tokenizer")
         if tok is None:
-            tok = self._env_default("tokenizer")()
+            tok = self._default_tokenizer()
         elif isinstance(tok, dict):
             tok = tokenizer_from_dict(tok)
         if kw.get("model") is not None or kw.get("hf_config") is not None:
@@ -201,10 +205,24 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         elif isinstance(kw.get("model_config"), TinyAgentConfig):
             kw["model_config"] = dataclasses.asdict(kw["model_config"])
         kw["tokenizer"] = tok.to_dict()
-        kw.setdefault("max_call_tokens", self.max_call_tokens)
         if kw.get("call_grammar") is not None:
             kw["call_grammar"] = list(kw["call_grammar"])
         self.policy_kwargs = kw
+
+    def _default_tokenizer(self) -> TokenizerLike:
+        """The env's advertised tokenizer, else a character-level one of its ``Text`` spaces' charset (said once,
+        as a warning), else a one-line error."""
+        make = self._env_default("tokenizer", required=False)
+        if make is not None:
+            return make()
+        tok = CharTokenizer.for_spaces(self.observation_space, self.action_space)
+        if tok is None:
+            raise ValueError("the env advertises no default tokenizer (metadata['agent_defaults']) and has no Text "
+                             "space to build a character-level one from: pass policy_kwargs=dict(tokenizer=...)")
+        warnings.warn(f"the env advertises no tokenizer: using a character-level one of its Text spaces' "
+                      f"{len(tok.words) - len(SPECIALS)} characters (pass policy_kwargs=dict(tokenizer=...) for "
+                      "another)", stacklevel=4)
+        return tok
 
     @staticmethod
     def _hf_base_agent(kw: dict[str, Any], base_agent: Any) -> None:
@@ -237,16 +255,23 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
                              f"policy_kwargs=dict({key}=...)")
         return None if entry_point is None else load_entry_point(entry_point, f"default {key}")
 
+    def _env_advertised(self, key: str, default: Any) -> Any:
+        """A plain value the env advertises to its agents in ``metadata["agent_defaults"]`` (not an entry point:
+        ``"logged_stats"``, the keys of its episode summary logged as ``rollout/<key>``), else ``default``."""
+        metadata = self.env.get_attr("metadata", [0])[0] if self.env is not None else {}
+        return (metadata or {}).get("agent_defaults", {}).get(key, default)
+
     def _after_initial_weights(self) -> None:
         """Hook: the policy holds its initial weights (TokenPPO copies them into its reference model)."""
 
     def _setup_model(self) -> None:
         if "tokenizer" not in self.policy_kwargs:  # built without __init__'s preparation
             self._prepare_policy_kwargs(None)
+        self.policy_kwargs = dict(self.policy_kwargs, max_call_tokens=self._max_call_tokens(self.policy_kwargs))
         self.rollout_buffer_kwargs = dict(self.rollout_buffer_kwargs)
         self.rollout_buffer_kwargs.setdefault("pad_id", tokenizer_from_dict(self.policy_kwargs["tokenizer"]).pad_id)
         for name in ("scale_rewards", "turn_gamma", "step_advantage_weight", "mask_truncated_completions"):
-            self.rollout_buffer_kwargs.setdefault(name, getattr(self, name))
+            self.rollout_buffer_kwargs.setdefault(name, getattr(self.config, name))
         super()._setup_model()
         self.policy.torch_threads = getattr(self, "torch_threads", "auto")  # predict() runs under it too
         # the sampler's own generator: seeded by `seed`, else drawn from torch's global RNG (no reseeding)
@@ -254,12 +279,22 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         self.sample_generator = th.Generator().manual_seed(seed)
         self.sampler: EpisodeSampler | None = self._make_sampler(self.env)
 
+    def _max_call_tokens(self, policy_kwargs: dict[str, Any]) -> int:
+        """The policy's call limit: the config's ``max_call_tokens`` (a model file keeps it in ``policy_kwargs``
+        too; another value there is a one-line error, not a silent winner)."""
+        given = policy_kwargs.get("max_call_tokens", self.config.max_call_tokens)
+        if given != self.config.max_call_tokens:
+            raise ValueError(f"policy_kwargs['max_call_tokens']={given!r} differs from the setting max_call_tokens="
+                             f"{self.config.max_call_tokens!r}: give it once, as the setting")
+        return int(self.config.max_call_tokens)
+
     def _make_sampler(self, env: VecEnv | None) -> EpisodeSampler | None:
         if env is None:
             return None
-        return EpisodeSampler(env, self.policy.tokenizer, asynchronous=self.async_envs, group_size=self.group_size,
-                              drop_zero_variance_groups=self.drop_zero_variance_groups,
-                              max_resample_rounds=self.max_resample_rounds,
+        cfg = self.config
+        return EpisodeSampler(env, self.policy.tokenizer, asynchronous=cfg.async_envs, group_size=cfg.group_size,
+                              drop_zero_variance_groups=cfg.drop_zero_variance_groups,
+                              max_resample_rounds=cfg.max_resample_rounds,
                               warn_unknown_words=self._env_default("tokenizer", required=False) is None,
                               **self.policy.sampler_kwargs())
 
@@ -298,7 +333,7 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         if self.sampler is None:
             self.sampler = self._make_sampler(self.env)
         assert self.sampler is not None
-        if self._last_obs is not last_obs and not self.fresh_batches:  # SB3 reset the env
+        if self._last_obs is not last_obs and not self.config.fresh_batches:  # SB3 reset the env
             self.sampler.restart(self._last_obs)
         return out
 
@@ -329,9 +364,9 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
 
         self.policy.set_training_mode(False)
         t0 = time.perf_counter()
-        trajs = self.sampler.collect(self.policy.model, n_rollout_steps, fresh=self.fresh_batches,
+        trajs = self.sampler.collect(self.policy.model, n_rollout_steps, fresh=self.config.fresh_batches,
                                      generator=self.sample_generator,
-                                     temperature=self.temperature, max_env_steps=budget if budget > 0 else None,
+                                     temperature=self.config.temperature, max_env_steps=budget if budget > 0 else None,
                                      on_step=on_step)
         sample_s = time.perf_counter() - t0
         if not keep_going:
@@ -347,7 +382,7 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
 
     def _record_rollout(self, trajs: list[Trajectory], n_tokens: int, sample_s: float) -> None:
         stats = rollout_stats(trajs, self._env_default("episode_summary", required=False))
-        for key in ("pass_rate", "valid_calls", "submit_rate", "read_rate", "test_rate", "edits_per_episode"):
+        for key in (*ALWAYS_LOGGED, *self._env_advertised("logged_stats", ())):  # SB3's info_keywords pattern
             if key in stats:
                 self.logger.record(f"rollout/{key}", stats[key])
         self.logger.record("rollout/episodes", len(trajs))
@@ -359,7 +394,7 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
     def _record_groups(self) -> None:
         """With groups, the last batch's share of groups whose returns are all equal and the groups played
         to replace dropped ones (logged even when dynamic sampling left the batch empty)."""
-        stats = self.sampler.group_stats if self.sampler is not None and self.group_size > 1 else None
+        stats = self.sampler.group_stats if self.sampler is not None and self.config.group_size > 1 else None
         if stats is not None:
             self.logger.record("rollout/zero_variance_groups", stats["zero_variance_groups"])
             self.logger.record("rollout/resampled_groups", stats["resampled_groups"])
@@ -374,11 +409,11 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         :param n: number of episodes
         :param env: the vector env to play
         :param generator: seeds the sampling (default: the algorithm's own sampler generator)
-        :param temperature: sampling temperature (default ``self.temperature``)
+        :param temperature: sampling temperature (default the config's ``temperature``)
         :param deterministic: greedy decoding
         """
         gen = self.sample_generator if generator is None else generator
-        temp = self.temperature if temperature is None else temperature
+        temp = self.config.temperature if temperature is None else temperature
         self.policy.set_training_mode(False)
         if env is None or env is self.env:
             if self.sampler is None:
@@ -388,7 +423,7 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
             sampler = self._make_sampler(env)
             assert sampler is not None
         with use_threads(self.torch_threads, self.device):
-            return sampler.collect(self.policy.model, n or self.n_episodes, fresh=self.fresh_batches,
+            return sampler.collect(self.policy.model, n or self.config.n_episodes, fresh=self.config.fresh_batches,
                                    generator=gen, temperature=temp, deterministic=deterministic)
 
     # ------------------------------------------------------------------ training progress
@@ -450,9 +485,11 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         :param where: the file's name, for messages
         """
         args = cls.upgrade_saved_args(dict(saved))
-        unknown = sorted(set(args) - set(cls.saved_args))
+        unknown = sorted(set(args) - set(cls.config_class.saved_names()))
         if unknown:
-            raise checkpoint.ModelFileError(f"{where}: unknown argument {unknown[0]!r} for {cls.__name__}")
+            raise checkpoint.ModelFileError(f"{where}: unknown argument {unknown[0]!r} for {cls.__name__} (an older "
+                                            "file's setting is read by the upgrade a module registers: "
+                                            "register_saved_settings_upgrade; import that module first)")
         return args
 
     def model_file_contents(self) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
@@ -543,19 +580,14 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
 
 
 # ---------------------------------------------------------------------- helpers
-def _take_settings_from_config(cls: type[TokenOnPolicyAlgorithm]) -> None:
-    """The class's saved settings, the settings in its docstring and in its signature (what
-    ``inspect.signature``, ``help()`` and editors show) come from its ``config_class``."""
-    cls.saved_args = cls.config_class.saved_names()
-    cls.__doc__ = (cls.__doc__ or "").rstrip() + "\n" + settings_doc(cls.config_class) + "\n"
-    own = [p for p in inspect.signature(TokenOnPolicyAlgorithm.__init__).parameters.values()
-           if p.kind is not inspect.Parameter.VAR_KEYWORD and p.name != "self"]
-    settings = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default)
-                for f in dataclasses.fields(cls.config_class)]
-    cls.__signature__ = inspect.Signature(own + settings)  # type: ignore[attr-defined]
+def register_saved_settings_upgrade(algorithm: str) -> Callable[[Upgrade], Upgrade]:
+    """Decorator: ``algorithm``'s (a class name) model files are read through this function of their saved
+    settings, which returns them in today's names (:data:`SAVED_SETTINGS_UPGRADES`)."""
+    def add(upgrade: Upgrade) -> Upgrade:
+        SAVED_SETTINGS_UPGRADES.setdefault(algorithm, []).append(upgrade)
+        return upgrade
 
-
-_take_settings_from_config(TokenOnPolicyAlgorithm)
+    return add
 
 
 def _is_monitored(env: gym.Env) -> bool:

@@ -84,7 +84,7 @@ class TinyAgentPolicy(BasePolicy):
         lr_schedule: Schedule,
         tokenizer: TokenizerLike | dict | None = None,
         model_config: TinyAgentConfig | dict | None = None,
-        max_call_tokens: int = 8,
+        max_call_tokens: int | None = None,
         call_grammar: Sequence[str] | None = None,
         call_mask_key: str | None = None,
         legal_calls: bool = False,
@@ -112,6 +112,8 @@ class TinyAgentPolicy(BasePolicy):
         self.hf_config = None if model is None and hf_config is None else (
             config_dict(model) if model is not None else dict(hf_config or {}))
         tiny_config = self._tiny_config(model_config) if self.hf_config is None else None
+        if max_call_tokens is None:
+            raise ValueError("TinyAgentPolicy needs max_call_tokens (the algorithms pass their setting of that name)")
         self.max_call_tokens = int(max_call_tokens)
         self.call_grammar = tuple(call_grammar) if call_grammar else None
         self.legal_calls = bool(legal_calls)

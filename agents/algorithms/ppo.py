@@ -43,12 +43,6 @@ from agents.rollout.trajectory import Trajectory
 SB3_KEYS = {"clip_frac": "clip_fraction", "dual_clip_frac": "dual_clip_fraction", "pg_loss": "policy_gradient_loss"}
 
 
-#: the settings of TokenPPO files saved before auxiliary losses were plug-ins (4e10e0a and earlier), and
-#: the entry point that turns them into auxiliary losses (a name, not an import: this layer knows no env)
-LEGACY_AUX_SETTINGS = ("tool_coef", "tool_calls", "practice", "practice_tasks")
-LEGACY_AUX_ENTRY_POINT = "agents.bugfix.aux_losses:aux_losses_from_settings"
-
-
 class DivergenceError(FloatingPointError):
     """A non-finite loss or gradient; the parameters were restored to their last good state."""
 
@@ -57,45 +51,37 @@ class TokenPPO(TokenOnPolicyAlgorithm):
     """Token-level PPO (clip version) for tool-using text agents, with SB3's interface.
 
     The constructor takes the arguments of :class:`~agents.algorithms.on_policy.TokenOnPolicyAlgorithm`
-    (``policy``, ``env``, ``policy_kwargs``, ``base_agent``, ``seed``, ...) and the settings of
-    :class:`~agents.algorithms.config.PPOConfig` by name:
+    (``policy``, ``env``, ``policy_kwargs``, ``base_agent``, ``seed``, ...) and its settings as one
+    :class:`~agents.algorithms.config.PPOConfig` (``config=``) or by name (sugar that builds it).
     """
 
     config_class: ClassVar[type[PPOConfig]] = PPOConfig
     config: PPOConfig
-    clip_range: Any  # a setting's float until _setup_model makes it an SB3 schedule
-    aux_losses: list[AuxLoss]  # as given (objects or specs) until _setup_model builds them
+    clip_schedule: Any  # SB3's schedule of the setting clip_range (built by _setup_model)
+    auxiliary_losses: list[AuxLoss]  # the setting aux_losses (objects or specs) built (by _setup_model)
 
     def __init__(self, policy: str | type[TinyAgentPolicy], env: GymEnv | str | None, **kwargs: Any):
         self.ref_model: TinyAgent | None = None  # pi_ref, with kl_coef
         super().__init__(policy, env, **kwargs)
-        self.critic_warmed_up = self.critic_warmup_steps <= 0
+        self.critic_warmed_up = self.config.critic_warmup_steps <= 0
 
     def _setup_model(self) -> None:
         self.rollout_buffer_kwargs = dict(self.rollout_buffer_kwargs or {})
-        self.rollout_buffer_kwargs.setdefault("normalize_advantage", self.normalize_advantage)
-        self.rollout_buffer_kwargs.setdefault("adv_estimator", self.adv_estimator)
+        self.rollout_buffer_kwargs.setdefault("normalize_advantage", self.config.normalize_advantage)
+        self.rollout_buffer_kwargs.setdefault("adv_estimator", self.config.adv_estimator)
         super()._setup_model()
-        self.aux_losses = build_aux_losses(self.aux_losses)
-        for aux in self.aux_losses:
+        self.auxiliary_losses = build_aux_losses(self.config.aux_losses)
+        for aux in self.auxiliary_losses:
             aux.setup(self.policy.tokenizer, self.seed or 0)
-        self.clip_range = FloatSchedule(self.clip_range)
-        if self.kl_coef:
+        self.clip_schedule = FloatSchedule(self.config.clip_range)
+        if self.config.kl_coef:
             self.ref_model = copy.deepcopy(self.policy.model).requires_grad_(False).eval()
         self._shuffle_rng = np.random.default_rng(None if self.seed is None else [self.seed, 1])  # minibatches
 
     def saved_settings(self) -> dict[str, Any]:
         """The saved settings, each auxiliary loss as its JSON spec."""
-        return dict(super().saved_settings(), aux_losses=[aux.spec() for aux in build_aux_losses(self.aux_losses)])
-
-    @classmethod
-    def upgrade_saved_args(cls, args: dict[str, Any]) -> dict[str, Any]:
-        """Files saved before auxiliary losses were plug-ins hold BugFix's tool-output loss and edit
-        practice as settings (``tool_coef``, ``tool_calls``, ``practice``, ``practice_tasks``): their specs."""
-        old = {name: args.pop(name) for name in LEGACY_AUX_SETTINGS if name in args}
-        if old:
-            args["aux_losses"] = [{"entry_point": LEGACY_AUX_ENTRY_POINT, "kwargs": old}]
-        return args
+        specs = [aux.spec() for aux in build_aux_losses(self.config.aux_losses)]
+        return dict(super().saved_settings(), aux_losses=specs)
 
     def _after_initial_weights(self) -> None:
         if self.ref_model is not None:  # pi_ref = the initial (base) policy
@@ -125,12 +111,10 @@ class TokenPPO(TokenOnPolicyAlgorithm):
         :param trajectories: episodes sampled by (a copy of) this policy
         :return: per-epoch statistics (also appended to :attr:`diagnostics`)
         """
-        buffer = TokenRolloutBuffer(len(trajectories), self.observation_space, self.action_space, device=self.device,
-                                    gamma=self.gamma, gae_lambda=self.gae_lambda, **self.rollout_buffer_kwargs)
-        if self.rollout_buffer_class is not TokenRolloutBuffer:
-            buffer = self.rollout_buffer_class(len(trajectories), self.observation_space,  # type: ignore
-                                               self.action_space, device=self.device, gamma=self.gamma,
-                                               gae_lambda=self.gae_lambda, **self.rollout_buffer_kwargs)
+        buffer_class: type[TokenRolloutBuffer] = self.rollout_buffer_class or TokenRolloutBuffer
+        buffer = buffer_class(len(trajectories), self.observation_space, self.action_space, device=self.device,
+                              gamma=self.config.gamma, gae_lambda=self.config.gae_lambda,
+                              **self.rollout_buffer_kwargs)
         buffer.add(trajectories)
         if not hasattr(self, "_logger"):  # used outside learn(): a silent logger
             from stable_baselines3.common.logger import configure
@@ -152,16 +136,16 @@ class TokenPPO(TokenOnPolicyAlgorithm):
             self.warmup_critic(buffer)
         # every epoch's shuffled minibatches, drawn up front so that pi_old can be frozen in the
         # first epoch's layout: its first minibatch then repeats the freezing pass bit for bit
-        batch_size = self.batch_size or math.ceil(buffer.size() / self.n_minibatches)
-        layouts = [buffer.minibatch_layout(batch_size, self._shuffle_rng) for _ in range(self.n_epochs)]
+        batch_size = self.config.batch_size or math.ceil(buffer.size() / self.config.n_minibatches)
+        layouts = [buffer.minibatch_layout(batch_size, self._shuffle_rng) for _ in range(self.config.n_epochs)]
         # 1. freeze pi_old: one no-grad pass of the trainer over the whole batch
         self._freeze_old_policy(buffer, layouts[0])
         ev = buffer.explained_variance()  # before the critic sees this batch
         # 2. GAE over policy tokens, value targets, whitening over all policy tokens
         buffer.compute_returns_and_advantage()
         # 3. epochs x shuffled minibatches of whole trajectories
-        clip_low = float(self.clip_range(self._current_progress_remaining))
-        clip_high = clip_low if self.clip_range_high is None else float(self.clip_range_high)
+        clip_low = float(self.clip_schedule(self._current_progress_remaining))
+        clip_high = clip_low if self.config.clip_range_high is None else float(self.config.clip_range_high)
         if self.first_update_dump is not None:  # bugfix-gym train --dump: this first update, before its first step
             self._dump_first_update(buffer, layouts[0], clip_low, clip_high)
         epochs: list[dict[str, float]] = []
@@ -190,8 +174,8 @@ class TokenPPO(TokenOnPolicyAlgorithm):
                           f"ratio [{e['ratio_min']:.2f}, {e['ratio_max']:.2f}]  vloss {e['value_loss']:.4f}")
             if stop:
                 break
-            if (self.target_kl is not None and self.target_kl_mode == "epoch" and epochs
-                    and epochs[-1]["approx_kl"] > self.target_kl):
+            if (self.config.target_kl is not None and self.config.target_kl_mode == "epoch" and epochs
+                    and epochs[-1]["approx_kl"] > self.config.target_kl):
                 break  # the book's rule: stop after an epoch whose mean KL exceeds the target
         self._n_updates += len(epochs)  # SB3 counts epochs (passes over the batch) in train/n_updates
         self._iteration += 1
@@ -200,7 +184,8 @@ class TokenPPO(TokenOnPolicyAlgorithm):
 
     def _minibatch_kl_stop(self, approx_kl: float, epoch: int, mb: int) -> bool:
         """SB3's early stop: this minibatch's KL exceeds ``1.5 * target_kl`` (``target_kl_mode="minibatch"``)."""
-        stop = self.target_kl is not None and self.target_kl_mode == "minibatch" and approx_kl > 1.5 * self.target_kl
+        target, mode = self.config.target_kl, self.config.target_kl_mode
+        stop = target is not None and mode == "minibatch" and approx_kl > 1.5 * target
         if stop and self.verbose >= 2:
             print(f"early stop at epoch {epoch + 1}, minibatch {mb + 1}: approx_kl {approx_kl:.4f} > 1.5 * target_kl")
         return stop
@@ -212,7 +197,7 @@ class TokenPPO(TokenOnPolicyAlgorithm):
         """
         self.policy.optimizer.zero_grad()
         loss.backward()
-        grad_norm = th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
+        grad_norm = th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.config.max_grad_norm)
         if not th.isfinite(grad_norm):
             last_good.restore()
             raise DivergenceError(f"TokenPPO diverged: non-finite gradient norm at {where}; the parameters "
@@ -223,14 +208,16 @@ class TokenPPO(TokenOnPolicyAlgorithm):
     def _score(self, model: TinyAgent, sample: TokenRolloutBufferSamples) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
         """(logp, values, entropy) [b, T-1] of a minibatch, at policy positions only, in length-sorted chunks,
         under the call grammar the tokens were sampled with."""
-        return score_tokens(model, sample.ids, sample.policy_mask, lengths=sample.lengths, chunk=self.forward_chunk,
-                            grammar=self.policy.grammar, grammar_state=sample.grammar_state)
+        return score_tokens(model, sample.ids, sample.policy_mask, lengths=sample.lengths,
+                            chunk=self.config.forward_chunk, grammar=self.policy.grammar,
+                            grammar_state=sample.grammar_state)
 
     def _minibatch_scores(self, sample: TokenRolloutBufferSamples
                           ) -> tuple[th.Tensor, th.Tensor, th.Tensor, list[th.Tensor | None]]:
         """(logp, values, entropy, targets) of one minibatch: one pass scores all its policy tokens and the
         positions the auxiliary losses predict (``targets``, one mask or None per auxiliary loss)."""
-        targets = [aux.target_mask(sample.ids, sample.owner) for aux in self.aux_losses]  # [b, T-1] or None each
+        targets = [aux.target_mask(sample.ids, sample.owner)  # [b, T-1] or None each
+                   for aux in self.auxiliary_losses]
         scored = sample.policy_mask
         for target in targets:
             scored = scored if target is None else th.maximum(scored, target)
@@ -240,33 +227,34 @@ class TokenPPO(TokenOnPolicyAlgorithm):
     def _policy_terms(self, logp: th.Tensor, sample: TokenRolloutBufferSamples, clip_low: float, clip_high: float
                       ) -> tuple[th.Tensor, th.Tensor | None, dict[str, float]]:
         """(policy loss, KL-to-reference term or None, the policy loss's statistics) of a minibatch's log-probs."""
-        mask, mode, norm = sample.loss_mask, self.loss_mode, self.loss_norm_const  # loss_mask: less masked truncated
-        config = PolicyLossConfig(clip_low=clip_low, clip_high=clip_high, dual_clip=self.dual_clip, mode=mode,
-                                  norm_const=norm, max_is_weight=self.max_is_weight)
-        pg_loss, stats = get_policy_loss_fn(self.policy_loss)(logp, sample.old_logp, sample.advantages, mask, config)
+        cfg = self.config
+        mask, mode, norm = sample.loss_mask, cfg.loss_mode, cfg.loss_norm_const  # loss_mask: less masked truncated
+        config = PolicyLossConfig(clip_low=clip_low, clip_high=clip_high, dual_clip=cfg.dual_clip, mode=mode,
+                                  norm_const=norm, max_is_weight=cfg.max_is_weight)
+        pg_loss, stats = get_policy_loss_fn(cfg.policy_loss)(logp, sample.old_logp, sample.advantages, mask, config)
         kl_ref = None
-        if self.kl_coef and sample.ref_logp is not None:
-            kl_ref = aggregate_loss(kl_estimate(logp, sample.ref_logp, self.kl_estimator), mask, mode, norm)
+        if self.config.kl_coef and sample.ref_logp is not None:
+            kl_ref = aggregate_loss(kl_estimate(logp, sample.ref_logp, self.config.kl_estimator), mask, mode, norm)
         return pg_loss, kl_ref, stats
 
     def _minibatch_loss(self, sample: TokenRolloutBufferSamples, clip_low: float, clip_high: float
                         ) -> tuple[th.Tensor, dict[str, float]]:
         """PPO loss of one minibatch of whole trajectories: one pass scores all its policy tokens
         (and the positions the auxiliary losses predict), then each auxiliary loss is added."""
-        mask, mode, norm = sample.loss_mask, self.loss_mode, self.loss_norm_const
+        mask, mode, norm = sample.loss_mask, self.config.loss_mode, self.config.loss_norm_const
         logp, values, entropy, targets = self._minibatch_scores(sample)
         pg_loss, kl_term, stats = self._policy_terms(logp, sample, clip_low, clip_high)
-        v_loss = clipped_value_loss(values, sample.old_values, sample.returns, mask, clip=self.clip_range_vf,
+        v_loss = clipped_value_loss(values, sample.old_values, sample.returns, mask, clip=self.config.clip_range_vf,
                                     mode=mode, norm_const=norm)
         entropy_mean = aggregate_loss(entropy, mask, mode, norm)
-        loss = pg_loss - self.ent_coef * entropy_mean + self.vf_coef * v_loss
+        loss = pg_loss - self.config.ent_coef * entropy_mean + self.config.vf_coef * v_loss
         kl_ref = th.zeros(())
         if kl_term is not None:
             kl_ref = kl_term
-            loss = loss + self.kl_coef * kl_ref
+            loss = loss + self.config.kl_coef * kl_ref
         stats.update(pg_loss=pg_loss.item(), value_loss=v_loss.item(), entropy=entropy_mean.item(),
                      kl_ref=kl_ref.item())
-        for aux, target in zip(self.aux_losses, targets):
+        for aux, target in zip(self.auxiliary_losses, targets):
             aux_loss = aux.loss(self.policy.model, logp, target, len(sample.ids))
             loss = loss + aux.weight * aux_loss
             stats[f"{aux.name}_loss"] = aux_loss.item()
@@ -293,7 +281,7 @@ class TokenPPO(TokenOnPolicyAlgorithm):
                 def loss(x: th.Tensor, sample: TokenRolloutBufferSamples = sample) -> th.Tensor:
                     pg_loss, kl_term, pg_stats = self._policy_terms(x, sample, clip_low, clip_high)
                     stats.update(pg_stats)
-                    return pg_loss if kl_term is None else pg_loss + self.kl_coef * kl_term
+                    return pg_loss if kl_term is None else pg_loss + self.config.kl_coef * kl_term
 
                 grad = dump.policy_loss_weights(loss, logp)
                 idx, t = th.as_tensor(rows, dtype=th.long), logp.shape[1]
@@ -301,10 +289,10 @@ class TokenPPO(TokenOnPolicyAlgorithm):
                 for i in rows:
                     per_episode[int(i)] = dict(minibatch=mb, clip_fraction=stats.get("clip_frac", 0.0))
         assert buffer.advantages is not None and self.first_update_dump is not None
-        common = dump.loss_fields(self.loss_mode, self.loss_norm_const, self.mask_truncated_completions,
-                                  self.adv_estimator)
+        cfg = self.config
+        common = dump.loss_fields(cfg.loss_mode, cfg.loss_norm_const, cfg.mask_truncated_completions, cfg.adv_estimator)
         dump.write_dump(self.first_update_dump, dump.episodes(buffer, new_logp, weights, buffer.advantages.cpu(),
-                                                              common, per_episode, groups=self.group_size > 1),
+                                                              common, per_episode, groups=self.config.group_size > 1),
                         tokenizer=self.policy.tokenizer)
         self.first_update_dump = None
 
@@ -318,7 +306,7 @@ class TokenPPO(TokenOnPolicyAlgorithm):
         """
         N, T = buffer.data["ids"].shape
         old_logp, old_values, ref_logp = th.zeros(N, T - 1), th.zeros(N, T - 1), th.zeros(N, T - 1)
-        want_ref = self.ref_model is not None and bool(self.kl_coef)
+        want_ref = self.ref_model is not None and bool(self.config.kl_coef)
         for rows in layout if layout is not None else [np.arange(N)]:
             sample = buffer._get_samples(rows)  # the trimmed [b, T_mb] tensors a minibatch sees
             # GAE, explained variance, the value clip and the KL penalty read pi_old / V_old / pi_ref only
@@ -329,7 +317,7 @@ class TokenPPO(TokenOnPolicyAlgorithm):
             if want_ref:
                 assert self.ref_model is not None
                 ref_logp[idx, :t] = self._score(self.ref_model, sample)[0].cpu()
-        if not self.recompute_old_logp:
+        if not self.config.recompute_old_logp:
             old_logp = buffer.data["sample_logp"]
         buffer.set_old_policy(old_logp, old_values, ref_logp if want_ref else None)
 
@@ -341,9 +329,9 @@ class TokenPPO(TokenOnPolicyAlgorithm):
         :param steps: Adam steps (default ``critic_warmup_steps``)
         :return: the value loss at each step
         """
-        steps = self.critic_warmup_steps if steps is None else steps
+        steps = self.config.critic_warmup_steps if steps is None else steps
         head = self.policy.model.value_head
-        opt = th.optim.Adam(head.parameters(), lr=self.critic_warmup_lr)
+        opt = th.optim.Adam(head.parameters(), lr=self.config.critic_warmup_lr)
         ids = buffer.data["ids"].to(self.device)
         mask = buffer.policy_mask.to(self.device)
         target = buffer.monte_carlo_returns().to(self.device)
@@ -370,7 +358,7 @@ class TokenPPO(TokenOnPolicyAlgorithm):
             for key in ("clip_frac", "approx_kl", "entropy", "value_loss", "pg_loss", "kl_ref", "dual_clip_frac",
                         "grad_norm", "loss"):
                 rec(f"train/{SB3_KEYS.get(key, key)}", float(np.mean([e[key] for e in epochs])))
-            for aux in self.aux_losses:
+            for aux in self.auxiliary_losses:
                 rec(f"train/{aux.name}_loss", float(np.mean([e[f"{aux.name}_loss"] for e in epochs])))
             rec("train/ratio_min", min(e["ratio_min"] for e in epochs))
             rec("train/ratio_max", max(e["ratio_max"] for e in epochs))
@@ -382,7 +370,7 @@ class TokenPPO(TokenOnPolicyAlgorithm):
         rec("train/epochs_run", len(epochs))
         rec("train/grad_steps", steps)
         rec("train/n_updates", self._n_updates)
-        rec("train/clip_range", float(self.clip_range(self._current_progress_remaining)))
+        rec("train/clip_range", float(self.clip_schedule(self._current_progress_remaining)))
         rec("time/train_s", train_s, exclude="stdout")
         entry = dict(iteration=self._iteration, num_timesteps=self.num_timesteps, explained_variance=ev,
                      epochs_run=len(epochs), grad_steps=steps, train_s=train_s, epochs=epochs,

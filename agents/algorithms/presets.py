@@ -104,9 +104,11 @@ def preset_settings(name: str, overrides: dict[str, Any], env: Any = None) -> di
     :param overrides: settings and constructor arguments that win over the preset's
     :param env: the env, read for the most policy tokens of an episode when ``L_max`` is needed
     """
-    kwargs = dict(get_preset(name).settings, **overrides)
+    preset = get_preset(name)
+    kwargs = dict(preset.settings, **overrides)
     if kwargs.get("loss_mode") == "seq_mean_token_sum_norm" and kwargs.get("loss_norm_const") is None:
-        kwargs["loss_norm_const"] = float(episode_token_budget(env, kwargs.get("max_call_tokens", 8)))
+        call_tokens = kwargs.get("max_call_tokens", preset.cls.config_class.max_call_tokens)  # the default
+        kwargs["loss_norm_const"] = float(episode_token_budget(env, call_tokens))
     return kwargs
 
 

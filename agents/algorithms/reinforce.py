@@ -37,9 +37,10 @@ BASELINES = ReinforceConfig.BASELINES
 
 
 def policy_gradient_step(model: TinyAgent, optimizer: th.optim.Optimizer, batch: dict[str, th.Tensor],
-                         advantages: th.Tensor, mode: str = "token_mean", norm_const: float | None = None,
-                         max_grad_norm: float = 1.0, skip_zero: bool = True, grammar: Any = None,
-                         chunk: int | None = None, policy_loss: str = "reinforce") -> dict[str, Any]:
+                         advantages: th.Tensor, mode: str = ReinforceConfig.loss_mode, norm_const: float | None = None,
+                         max_grad_norm: float = ReinforceConfig.max_grad_norm,
+                         skip_zero: bool = ReinforceConfig.skip_zero, grammar: Any = None, chunk: int | None = None,
+                         policy_loss: str = ReinforceConfig.policy_loss) -> dict[str, Any]:
     """One REINFORCE update on a collated batch (book §6.7).
 
     :param model: the policy (trained in place)
@@ -81,8 +82,8 @@ class Reinforce(TokenOnPolicyAlgorithm):
 
     The constructor takes the arguments of :class:`~agents.algorithms.on_policy.TokenOnPolicyAlgorithm`
     (``policy``, ``env``, ``policy_kwargs``, ``base_agent``, ``seed``, ...; Adam keeps torch's own
-    ``eps`` (1e-8) here, as in the book) and the settings of
-    :class:`~agents.algorithms.config.ReinforceConfig` by name:
+    ``eps`` (1e-8) here, as in the book) and its settings as one
+    :class:`~agents.algorithms.config.ReinforceConfig` (``config=``) or by name (sugar that builds it).
     """
 
     config_class: ClassVar[type[ReinforceConfig]] = ReinforceConfig
@@ -93,8 +94,8 @@ class Reinforce(TokenOnPolicyAlgorithm):
         policy_kwargs = dict(policy_kwargs or {})
         policy_kwargs.setdefault("optimizer_kwargs", {"foreach": True})  # torch Adam eps 1e-8, as the book
         super().__init__(policy, env, policy_kwargs=policy_kwargs, **kwargs)
-        init = self.baseline_init
-        self.ema: EMABaseline | None = None if init is None else EMABaseline(init, self.ema_decay)
+        init = self.config.baseline_init
+        self.ema: EMABaseline | None = None if init is None else EMABaseline(init, self.config.ema_decay)
 
     def _extra_state(self) -> dict[str, Any]:
         return {"ema": None if self.ema is None else self.ema.state_dict()}
@@ -108,10 +109,11 @@ class Reinforce(TokenOnPolicyAlgorithm):
         """The advantages of ``adv_estimator`` (default: R - b, or G_t - b per token) over every policy token
         of the batch, with its groups and, for GiGPO, its anchor-state keys."""
         mask = batch["policy_mask"]
-        keys = anchor_state_keys(batch["ids"], mask) if self.adv_estimator in NEEDS_STATE_KEYS else None
-        config = AdvantageConfig(gamma=self.gamma, reward_to_go=self.use_reward_to_go, scale_rewards=self.scale_rewards,
-                                 turn_gamma=self.turn_gamma, step_advantage_weight=self.step_advantage_weight)
-        advantages, _ = get_adv_estimator_fn(self.adv_estimator)(
+        keys = anchor_state_keys(batch["ids"], mask) if self.config.adv_estimator in NEEDS_STATE_KEYS else None
+        cfg = self.config
+        config = AdvantageConfig(gamma=cfg.gamma, reward_to_go=cfg.use_reward_to_go, scale_rewards=cfg.scale_rewards,
+                                 turn_gamma=cfg.turn_gamma, step_advantage_weight=cfg.step_advantage_weight)
+        advantages, _ = get_adv_estimator_fn(self.config.adv_estimator)(
             AdvantageBatch(batch["token_rewards"], batch["rewards"], mask, baseline=baseline,
                            groups=buffer.groups.to(self.device), state_keys=keys), config)
         return advantages
@@ -126,11 +128,11 @@ class Reinforce(TokenOnPolicyAlgorithm):
         self._update_learning_rate(self.policy.optimizer)
         batch = {k: v.to(self.device) for k, v in buffer.data.items()}
         rewards = batch["rewards"]  # [B]
-        if self.baseline == "ema":
+        if self.config.baseline == "ema":
             if self.ema is None:
-                self.ema = EMABaseline(float(rewards.mean()), self.ema_decay)
+                self.ema = EMABaseline(float(rewards.mean()), self.config.ema_decay)
             b = self.ema.value  # fixed before this batch was seen (eq. 6.3)
-        elif self.baseline == "batch_mean":
+        elif self.config.baseline == "batch_mean":
             b = float(rewards.mean())
         else:
             b = 0.0
@@ -138,10 +140,11 @@ class Reinforce(TokenOnPolicyAlgorithm):
         batch["policy_mask"] = buffer.loss_mask().to(self.device)  # less masked truncated episodes
         if self.first_update_dump is not None:  # bugfix-gym train --dump: this update, before its step
             self._dump_first_update(buffer, batch, advantages)
-        stats = policy_gradient_step(self.policy.model, self.policy.optimizer, batch, advantages, self.loss_mode,
-                                     self.loss_norm_const, self.max_grad_norm, self.skip_zero, self.policy.grammar,
-                                     self.forward_chunk, self.policy_loss)
-        if self.ema is not None and self.baseline == "ema":
+        cfg = self.config
+        stats = policy_gradient_step(self.policy.model, self.policy.optimizer, batch, advantages, cfg.loss_mode,
+                                     cfg.loss_norm_const, cfg.max_grad_norm, cfg.skip_zero, self.policy.grammar,
+                                     cfg.forward_chunk, cfg.policy_loss)
+        if self.ema is not None and self.config.baseline == "ema":
             self.ema.update(rewards)
         self._n_updates += 0 if stats["skipped"] else 1
         self._iteration += 1
@@ -170,17 +173,17 @@ class Reinforce(TokenOnPolicyAlgorithm):
         mask = batch["policy_mask"]
         with th.random.fork_rng(devices=[]), th.no_grad():
             logp, _, _ = score_tokens(self.policy.model, batch["ids"], buffer.policy_mask.to(self.device),
-                                      lengths=(batch["owner"] > 0).sum(1), chunk=self.forward_chunk,
+                                      lengths=(batch["owner"] > 0).sum(1), chunk=self.config.forward_chunk,
                                       grammar=self.policy.grammar, grammar_state=batch.get("grammar_state"))
-            config = PolicyLossConfig(mode=self.loss_mode, norm_const=self.loss_norm_const)
-            loss_fn = get_policy_loss_fn(self.policy_loss)
+            config = PolicyLossConfig(mode=self.config.loss_mode, norm_const=self.config.loss_norm_const)
+            loss_fn = get_policy_loss_fn(self.config.policy_loss)
             weights = dump.policy_loss_weights(lambda x: loss_fn(x, x.detach(), advantages, mask, config)[0], logp)
         per_token = advantages[:, None].expand_as(mask) if advantages.dim() == 1 else advantages
         assert self.first_update_dump is not None
-        common = dump.loss_fields(self.loss_mode, self.loss_norm_const, self.mask_truncated_completions,
-                                  self.adv_estimator)
+        cfg = self.config
+        common = dump.loss_fields(cfg.loss_mode, cfg.loss_norm_const, cfg.mask_truncated_completions, cfg.adv_estimator)
         dump.write_dump(self.first_update_dump, dump.episodes(buffer, logp.cpu(), weights.cpu(), per_token.cpu(),
-                                                              common, groups=self.group_size > 1),
+                                                              common, groups=self.config.group_size > 1),
                         tokenizer=self.policy.tokenizer)
         self.first_update_dump = None
 

@@ -27,13 +27,15 @@ from typing import Any, Optional
 
 from agents.algorithms.registry import check_choice
 
-LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo")
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
 #: TRL's option -> the setting it becomes (besides the special cases of loss_type and epsilon_high)
 _RENAMED = {"epsilon": "clip_range", "num_iterations": "n_epochs", "scale_rewards": "scale_rewards",
             "mask_truncated_completions": "mask_truncated_completions"}
-_AGGREGATION = {"grpo": "seq_mean_token_mean", "bnpo": "token_mean", "dapo": "token_mean",
-                "dr_grpo": "seq_mean_token_sum_norm", "cispo": "token_mean"}
+#: TRL's loss_type -> our loss aggregation (the one table; bugfix_gym's conformance checker, which cannot import
+#: agents, keeps its own formulas, and tests/test_conformance_dump.py holds the two to the same aggregations)
+LOSS_TYPE_AGGREGATION = {"grpo": "seq_mean_token_mean", "bnpo": "token_mean", "dr_grpo": "seq_mean_token_sum_norm",
+                         "dapo": "token_mean", "cispo": "token_mean"}
+LOSS_TYPES = tuple(LOSS_TYPE_AGGREGATION)
 
 
 def from_trl(loss_type: Optional[str] = None, scale_rewards: Any = None,
@@ -63,7 +65,7 @@ def from_trl(loss_type: Optional[str] = None, scale_rewards: Any = None,
     out: dict[str, Any] = {_RENAMED[key]: value for key, value in given.items() if value is not None}
     if loss_type is not None:
         check_choice("loss_type", loss_type, LOSS_TYPES)
-        out["loss_mode"] = _AGGREGATION[loss_type]
+        out["loss_mode"] = LOSS_TYPE_AGGREGATION[loss_type]
         if loss_type in ("dapo", "cispo"):  # the whole batch's token count: the batch is one minibatch
             out["n_minibatches"] = 1
     if loss_type == "cispo":

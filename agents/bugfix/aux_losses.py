@@ -25,6 +25,7 @@ from bugfix_gym.contract.tokens import OWNER_POLICY
 from bugfix_gym.core.tools import CALLS
 
 from agents.algorithms.auxiliary import register_aux_loss
+from agents.algorithms.on_policy import register_saved_settings_upgrade
 from agents.algorithms.losses import masked_mean, tool_output_mask
 from agents.bugfix.practice import EditPractice, check_practice_tasks
 from agents.model.tinyagent import TinyAgent
@@ -203,3 +204,17 @@ def _word_ids(tokenizer: Tokenizer, what: str) -> dict[str, int]:
         raise ValueError(f"{what} finds calls by their words, which only bugfix_gym's own Tokenizer names; "
                          f"with {type(tokenizer).__name__} leave it off")
     return words
+
+
+#: the settings of TokenPPO files saved before auxiliary losses were plug-ins (4e10e0a and earlier)
+LEGACY_AUX_SETTINGS = ("tool_coef", "tool_calls", "practice", "practice_tasks")
+
+
+@register_saved_settings_upgrade("TokenPPO")
+def legacy_aux_settings(args: dict[str, Any]) -> dict[str, Any]:
+    """Files saved before auxiliary losses were plug-ins hold BugFix's tool-output loss and edit practice as
+    settings (:data:`LEGACY_AUX_SETTINGS`): they become one spec of :func:`aux_losses_from_settings`."""
+    old = {name: args.pop(name) for name in LEGACY_AUX_SETTINGS if name in args}
+    if old:
+        args["aux_losses"] = [{"entry_point": f"{__name__}:aux_losses_from_settings", "kwargs": old}]
+    return args

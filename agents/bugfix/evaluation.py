@@ -45,8 +45,8 @@ def playing_settings(agent: Agent,
     if isinstance(policy, TinyAgentPolicy):
         policy.set_training_mode(False)
         settings = policy.sampler_kwargs()
-        if hasattr(agent, "temperature"):
-            settings["temperature"] = agent.temperature
+        if hasattr(getattr(agent, "config", None), "temperature"):  # an algorithm's setting
+            settings["temperature"] = agent.config.temperature
         return policy.model, policy.tokenizer, settings
     if not isinstance(agent, TinyAgent):
         raise TypeError(f"play a TokenPPO / Reinforce model, a TinyAgentPolicy or a TinyAgent, not a "

@@ -1,10 +1,12 @@
 """The training recipes behind ``bugfix-gym train``: the book's (``--tasks book``) and the
 generalisation recipe (``--tasks generated``). docs/generalisation.md has the runs behind them.
 
-A recipe is TokenPPO's keyword arguments plus the settings around it: the training envs, the
-number of env steps, the tokenizer, the base agent and the validation set. Its ``ppo`` part
-names BugFix's auxiliary losses by their settings (``tool_coef``, ``tool_calls``, ``practice``,
-``practice_tasks``); :func:`ppo_kwargs` turns them into ``aux_losses``. Command-line flags
+A recipe is TokenPPO's settings plus the settings around it: the training envs, the number of env
+steps, the tokenizer, the base agent and the validation set. Its ``ppo`` part holds only what differs
+from the algorithm's defaults (:class:`agents.algorithms.config.PPOConfig`: a delta, so a default is
+written once); ``bugfix-gym train --print-config`` prints the settings a run gets. It names BugFix's
+auxiliary losses by their settings (``tool_coef``, ``tool_calls``, ``practice``, ``practice_tasks``);
+:func:`ppo_kwargs` turns them into ``aux_losses``. Command-line flags
 override single entries. Everything in a recipe is plain JSON (it is written to ``run.json``).
 """
 
@@ -24,8 +26,7 @@ RECIPES: dict[str, dict[str, Any]] = {
         n_envs=64,
         tokenizer="book",
         base_agent="auto",
-        ppo=dict(n_episodes=64, n_epochs=4, n_minibatches=4, learning_rate=1e-3, gae_lambda=1.0, target_kl=0.02,
-                 target_kl_mode="minibatch", ent_coef=0.0),
+        ppo=dict(),  # TokenPPO's defaults: 64 episodes x 4 epochs x 4 minibatches, lr 1e-3, target_kl 0.02
         grammar=True,
         call_mask=None,
         validation=None,
@@ -47,9 +48,7 @@ RECIPES: dict[str, dict[str, Any]] = {
         base_agent=dict(kinds=["careful"], teacher_kwargs={"careful": dict(p_read=1.0, p_test=0.0)},
                         n_tasks=2000, ambiguous_share=0.3, steps=600, batch_size=32, lr=3e-3,
                         tool_coef=1.0, tool_calls=["edit"], practice=4000, practice_steps=PRACTICE_STEPS),
-        ppo=dict(n_episodes=64, n_epochs=4, n_minibatches=4, learning_rate=1e-3, gae_lambda=1.0, target_kl=0.02,
-                 target_kl_mode="minibatch", ent_coef=0.005, kl_coef=0.05, critic_warmup_steps=50,
-                 tool_coef=1.0, tool_calls=["edit"], practice=4000),
+        ppo=dict(ent_coef=0.005, kl_coef=0.05, tool_coef=1.0, tool_calls=["edit"], practice=4000),
         grammar=True,
         call_mask="useful_calls",
         foresight=0.5,

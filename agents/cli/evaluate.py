@@ -55,6 +55,7 @@ def load_model(path: Path, command: str = "eval") -> TokenOnPolicyAlgorithm:
     :param command: the sub-command the error names (``eval``, ``serve``)
     """
     from agents.algorithms.presets import load_algorithm
+    from agents.bugfix import aux_losses  # noqa: F401 (registers the upgrade of older files' settings)
 
     try:
         return load_algorithm(path)

@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, NoReturn
 
+from agents.files.runs import MAX_N_ENVS  # noqa: F401 - train --n-envs's bound, run.json's too
+
 
 def program() -> str:
     """How to run this ``bugfix-gym`` again from the working directory, for the commands it prints:
@@ -104,7 +106,6 @@ class Number:
 
 POSITIVE_INT = Number(int, 1, what="a positive integer")
 # size flags checked before any env or task is built (the memory estimate needs the model first)
-MAX_N_ENVS = 1024  # train --n-envs
 MAX_EVAL_TASKS = 100_000  # eval --n (generated tasks)
 MAX_EVAL_EPISODES = 10_000  # eval --episodes (per task)
 NON_NEGATIVE_INT = Number(int, 0, what="an integer >= 0")
@@ -137,7 +138,7 @@ class Flag:
         (the training envs' options), ``"validation"``, ``"run"`` (the recipe's top level); None: the
         command reads it itself
     :param group: flags with the same group exclude each other
-    :param off_word: the choice that turns the setting off (stored as None)
+    :param off_word: the value that turns the setting off (stored as None): a choice, or a number (0)
     """
 
     name: str
@@ -149,7 +150,7 @@ class Flag:
     switch: bool = False
     part: str | None = None
     group: str | None = None
-    off_word: str | None = None
+    off_word: Any = None
 
     @property
     def option(self) -> str:

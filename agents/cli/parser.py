@@ -18,6 +18,16 @@ from agents.cli.flags import (NON_NEGATIVE_FLOAT, NON_NEGATIVE_INT, POSITIVE_FLO
 CALL_MASKS = ("none", "call_mask", "useful_calls")
 
 
+def call_mask_flag(help: str, **overrides: Any) -> Flag:
+    """``--call-mask``, defined once for train, eval and serve (each says what it does there)."""
+    return Flag("call_mask", choices=CALL_MASKS, help=help, **overrides)
+
+
+def foresight_flag(help: str) -> Flag:
+    """``--foresight P|none``, defined once for train, eval and serve (each says what it does there)."""
+    return Flag("foresight", type=foresight_threshold, metavar="P", default=UNSET, help=help)
+
+
 def _check_types() -> dict[Callable[[str, Any], None], Any]:
     """A setting's check (agents/algorithms/config.py) -> the flag type that reads the same values from text."""
     from agents.algorithms import config
@@ -52,7 +62,8 @@ def train_flags() -> tuple[Flag, ...]:
         ppo_flag("n_episodes"), ppo_flag("n_epochs"), ppo_flag("n_minibatches"), ppo_flag("learning_rate"),
     ) + _TRAIN_FLAGS_AFTER_PPO + (
         ppo_flag("gae_lambda"), ppo_flag("ent_coef"),
-        ppo_flag("target_kl", type=NON_NEGATIVE_FLOAT, help="KL (k3) target for early stopping; 0 turns it off"),
+        ppo_flag("target_kl", type=NON_NEGATIVE_FLOAT, off_word=0.0,
+                 help="KL (k3) target for early stopping; 0 turns it off"),
         ppo_flag("target_kl_mode"), ppo_flag("group_size"),
     ) + _trl_flags() + _TRAIN_FLAGS_LAST
 
@@ -103,10 +114,10 @@ _TRAIN_FLAGS_BEFORE_PPO: tuple[Flag, ...] = (
     Flag("rollout_foresight", type=SHARE, metavar="P",
          help="with --rl-only: roll out with the agent's own foresight at threshold P as a teacher and "
               "distil its op choices into the policy (the saved model still decodes without it)"),
-    Flag("call_mask", choices=CALL_MASKS, part="run", off_word="none",
-         help="which env call mask the grammar follows when it decodes a call: none, the legal calls "
-              "(call_mask), or the legal calls without those the episode has shown to be useless "
-              "(useful_calls)"),
+    call_mask_flag(part="run", off_word="none",
+                   help="which env call mask the grammar follows when it decodes a call: none, the legal calls "
+                        "(call_mask), or the legal calls without those the episode has shown to be useless "
+                        "(useful_calls)"),
     Flag("timesteps", type=POSITIVE_INT, part="run", group="budget",
          help="environment steps to train for (SB3's count: every vector-env step is n_envs steps)"),
     Flag("iterations", type=POSITIVE_INT, part="run", group="budget",
@@ -128,9 +139,8 @@ _TRAIN_FLAGS_AFTER_PPO: tuple[Flag, ...] = (
          help="weight of an auxiliary loss that predicts what each edit answered (`no change` or the "
               "line it changed), in behaviour cloning and in PPO; 0 turns it off, and with it "
               "--practice and --foresight"),
-    Flag("foresight", type=foresight_threshold, metavar="P", default=UNSET,
-         help="before the policy picks an edit's op, close the ops its own model gives a probability "
-              "above P (in (0, 1]) of answering `no change`; 'none': off"),
+    foresight_flag("before the policy picks an edit's op, close the ops its own model gives a probability above P "
+                   "(in (0, 1]) of answering `no change`; 'none': off"),
     Flag("practice", type=NON_NEGATIVE_INT, metavar="N",
          help="also learn what the edits answer on N edit-practice transcripts (recombined "
               "train-template code), in behaviour cloning and in PPO; 0: off"),
@@ -148,6 +158,8 @@ _TRAIN_FLAGS_LAST: tuple[Flag, ...] = (
     Flag("dump", type=Path, metavar="FILE", help="write the conformance dump of the first update's batch to FILE "
          "(check it with `bugfix-gym conformance FILE`; docs/conformance.md)"),
     Flag("no_progress", switch=True, help="no progress bar"),
+    Flag("print_config", switch=True, help="print the run's settings (the algorithm's: its defaults, then the "
+         "recipe's, the --algo preset's and the flags') as JSON and exit without training"),
 )
 
 #: the flags ``--resume`` takes beside it (the run keeps the rest of its own arguments)
@@ -225,10 +237,10 @@ def _add_eval_command(sub: Any) -> None:
     ev.add_argument("--seed", type=SEED, default=0, help="sampling seed (default: 0)")
     ev.add_argument("--hide-outputs", action="store_true",
                     help="blank the outputs of read and test (for models trained with --ablation blind-tools)")
-    ev.add_argument("--call-mask", choices=CALL_MASKS,
-                    help="decode under this env call mask instead of the model's own (a model with a call grammar)")
-    ev.add_argument("--foresight", type=foresight_threshold, metavar="P", default=UNSET,
-                    help="decode with this foresight threshold (in (0, 1]; 'none': off) instead of the model's own")
+    add_flags(ev, (call_mask_flag("decode under this env call mask instead of the model's own (a model with a call "
+                                  "grammar)"),
+                   foresight_flag("decode with this foresight threshold (in (0, 1]; 'none': off) instead of the "
+                                  "model's own")))
     ev.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
 
 
@@ -255,11 +267,9 @@ def _add_serve_command(sub: Any) -> None:
                             "the folder's name)")
     serve.add_argument("--max-model-len", type=Number(int, 2, 1 << 20, what="a whole number of tokens"),
                        metavar="N", help="the context served, chat and answer together (default: the model's)")
-    serve.add_argument("--call-mask", choices=CALL_MASKS,
-                       help="decode under this env call mask, which every request then sends as a field of that "
-                            "name (9 booleans over bugfix_gym.CALLS) (default: none)")
-    serve.add_argument("--foresight", type=foresight_threshold, metavar="P", default=UNSET,
-                       help="decode with this foresight threshold (in (0, 1]; default: none, off)")
+    add_flags(serve, (call_mask_flag("decode under this env call mask, which every request then sends as a field "
+                                     "of that name (9 booleans over bugfix_gym.CALLS) (default: none)"),
+                      foresight_flag("decode with this foresight threshold (in (0, 1]; default: none, off)")))
     from agents.cli.serve_guard import add_guard_flags
 
     add_guard_flags(serve)  # --api-key, --allow-remote, the connection and request limits (docs/serve.md "Security")

@@ -284,6 +284,7 @@ def serving(model: str | Path | TokenOnPolicyAlgorithm, model_name: str = "bugfi
     :param kwargs: more :class:`ChatServer` arguments (``call_mask_key``, ``log_requests``, ``guard``)
     """
     from agents.algorithms.presets import load_algorithm
+    from agents.bugfix import aux_losses  # noqa: F401 (registers the upgrade of older files' settings)
     from agents.bugfix.chat_agent import ChatAgent
     from agents.cli.serve_hf import load_served
 

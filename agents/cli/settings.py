@@ -15,15 +15,14 @@ if TYPE_CHECKING:
 
 
 def train_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """The recipe of ``--tasks`` with the flags given on the command line.
+    """The recipe of ``--tasks`` with the flags given on the command line. The algorithm's settings
+    (``ppo``) are built in one pass, each later source winning: the class's defaults < the recipe's
+    ``ppo`` part < the ``--algo`` preset < the flags (:func:`_set_algorithm`).
 
     :param args: ``bugfix-gym train``'s parsed command line
     :return: the settings of the run (what ``run.json`` holds)
     """
     recipe = _recipe(args.tasks, args.ablation, args.rl_only, args.rollout_foresight)
-    set_given(recipe["ppo"], args, train_flags(), "ppo")
-    if recipe["ppo"].get("target_kl") == 0:  # 0 turns the KL early stop off
-        recipe["ppo"]["target_kl"] = None
     set_given(recipe, args, train_flags(), "run")
     if args.timesteps is not None or args.iterations is not None:  # one budget: the one given
         recipe["iterations" if args.timesteps is not None else "timesteps"] = None
@@ -39,10 +38,10 @@ def train_settings(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _set_algorithm(recipe: dict[str, Any], args: argparse.Namespace) -> None:
-    """``--algo``: the recipe's ``ppo`` part becomes the named algorithm's settings: the recipe's, then the
-    preset's (agents/algorithms/presets.py), then the flags given (TRL's names translated). The settings
-    the algorithm's class lacks are dropped and listed in ``dropped_settings``; a flag given for one is a
-    one-line error. ``ppo`` keeps the recipe exactly.
+    """``--algo``: the recipe's ``ppo`` part becomes the named algorithm's settings, in one pass: the class's
+    defaults, then the recipe's (a delta), then the preset's (agents/algorithms/presets.py), then the flags
+    given (TRL's names translated). The recipe's settings the class lacks are dropped and listed in
+    ``dropped_settings``; a flag given for one is a one-line error.
 
     :param recipe: the recipe with the flags set, changed in place
     :param args: the parsed command line
@@ -57,15 +56,20 @@ def _set_algorithm(recipe: dict[str, Any], args: argparse.Namespace) -> None:
         if lacking:
             raise usage_error("train", f"{option} sets {lacking[0]}, which --algo {args.algo} "
                                        f"({preset.cls.__name__}) does not have; drop it or pick another --algo")
-    ppo = dict(recipe["ppo"], **preset.settings)
-    for option, settings in given.items():
-        if option not in TRL_FLAGS:  # TRL's options apply together (below): cispo reads epsilon_high as its cap
-            ppo.update(settings)
-    if ppo.get("target_kl") == 0:  # 0 turns the KL early stop off
-        ppo["target_kl"] = None
+    flags = {name: value for option, settings in given.items() if option not in TRL_FLAGS  # TRL's apply together
+             for name, value in settings.items()}  # (cispo reads epsilon_high as its cap)
+    ppo = {**_defaults(preset.cls), **recipe["ppo"], **preset.settings, **flags}
     recipe["dropped_settings"] = sorted(set(ppo) - names)
     recipe["ppo"] = {name: value for name, value in ppo.items() if name in names}
     recipe["algo"] = args.algo
+
+
+def _defaults(cls: type[TokenOnPolicyAlgorithm]) -> dict[str, Any]:
+    """The defaults of ``cls``'s settings that a run's ``ppo`` part holds (not ``aux_losses``: the recipe's
+    auxiliary-loss settings build it, agents/bugfix/recipes.py)."""
+    import dataclasses
+
+    return {field.name: field.default for field in dataclasses.fields(cls.config_class) if field.name != "aux_losses"}
 
 
 def _setting_names(cls: type[TokenOnPolicyAlgorithm]) -> set[str]:

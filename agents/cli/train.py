@@ -53,6 +53,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     :param args: ``bugfix-gym train``'s parsed command line
     """
+    if args.print_config:
+        print(json.dumps(train_settings(args), indent=1))
+        return 0
     import torch
 
     torch.set_num_threads(1)  # a ~150k-parameter model: one thread beats two on a small, shared CPU
@@ -163,6 +166,7 @@ def resume_run(out: Path) -> TrainingRun:
     :param out: the run's folder (``--resume``)
     """
     from agents.algorithms.presets import load_algorithm
+    from agents.bugfix import aux_losses  # noqa: F401 (registers the upgrade of older files' settings)
     from agents.files import runs
     from bugfix_gym.contract.text import printable
 
@@ -219,7 +223,7 @@ def train(run: TrainingRun, keep_best: KeepBest | None, progress: bool) -> int |
     callbacks += [keep_best] if keep_best is not None else []
     started = time.perf_counter()
     print(f"training {_name(model, settings)} for {remaining} {unit} ({settings['n_envs']} envs, at least "
-          f"{model.n_episodes} episodes per iteration) ...", flush=True)
+          f"{model.config.n_episodes} episodes per iteration) ...", flush=True)
     try:
         with stop_signals_interrupt():  # SIGTERM and SIGHUP save like Ctrl-C
             model.learn(total_timesteps, callback=callbacks, progress_bar=progress and unit == "env steps",

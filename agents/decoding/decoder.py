@@ -42,9 +42,14 @@ class WrittenCalls:
         self.states[row].append(state)
 
 
+#: the most tokens one call may have when nobody says otherwise: the default of the algorithms' setting
+#: ``max_call_tokens`` (agents/algorithms/config.py reads it from here, the lowest layer that uses it)
+DEFAULT_MAX_CALL_TOKENS = 8
+
+
 @torch.no_grad()
 def write_calls(model: TinyAgent, cache: KVCache, feed: list[list[int]], writing: Sequence[bool], eoc_id: int, *,
-                max_call_tokens: int = 8, grammar: CallGrammar | None = None, temperature: float = 1.0,
+                max_call_tokens: int, grammar: CallGrammar | None = None, temperature: float = 1.0,
                 deterministic: bool = False, generator: torch.Generator | None = None,
                 start_states: Sequence[int] | None = None, foresight: Foresight | None = None) -> WrittenCalls:
     """Write one call for each row with ``writing[b]``, token by token with the KV cache.

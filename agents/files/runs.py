@@ -60,7 +60,9 @@ def new_run_dir(root: str | pathlib.Path = "runs", prefix: str = "tokenppo") -> 
 
 # ---------------------------------------------------------------------- reading a run folder (data, never orders)
 MAX_RUN_FILE_BYTES = 256 * 2**20  # run.json / resume.json
-_SETTINGS = {"n_envs": (int, 1, 1024), "seed": (int, 0, 2**32 - 1), "eval_episodes": (int, 1, 10_000)}
+#: the most envs a run steps in lockstep (``train --n-envs``'s bound, checked again when run.json is read)
+MAX_N_ENVS = 1024
+_SETTINGS = {"n_envs": (int, 1, MAX_N_ENVS), "seed": (int, 0, 2**32 - 1), "eval_episodes": (int, 1, 10_000)}
 _PPO = {"n_episodes": (int, 1, 10**7), "n_minibatches": (int, 1, 10**7)}
 _OPTIONAL = ("n_minibatches",)  # Reinforce's runs have none
 

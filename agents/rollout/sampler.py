@@ -17,12 +17,16 @@ from stable_baselines3.common.vec_env import VecEnv
 from bugfix_gym.contract.tokenizer import split_words
 from bugfix_gym.contract.tokens import OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL, TokenizerLike, encode_segment
 
-from agents.decoding.decoder import write_calls
+from agents.decoding.decoder import DEFAULT_MAX_CALL_TOKENS, write_calls
 from agents.decoding.foresight import Foresight
 from agents.decoding.grammar import NO_STATE, CallGrammar
 from agents.decoding.legal_calls import LegalCallGrammar
 from agents.model.tinyagent import KVCache, TinyAgent
 from agents.rollout.trajectory import EpisodeRecord, Trajectory, same_return
+
+#: with dynamic sampling, the most extra plays of groups per batch when nobody says otherwise: the default of the
+#: algorithms' setting ``max_resample_rounds`` (agents/algorithms/config.py reads it from here)
+DEFAULT_MAX_RESAMPLE_ROUNDS = 4
 
 
 # ---------------------------------------------------------------------- the episode sampler
@@ -75,10 +79,10 @@ class EpisodeSampler:
     one-line ``ValueError`` naming the ``max_len`` it needs.
     """
 
-    def __init__(self, venv: VecEnv, tokenizer: TokenizerLike, max_call_tokens: int = 8,
+    def __init__(self, venv: VecEnv, tokenizer: TokenizerLike, max_call_tokens: int = DEFAULT_MAX_CALL_TOKENS,
                  grammar: CallGrammar | None = None, filler: str = "", asynchronous: bool = False,
                  call_mask_key: str | None = None, foresight: Foresight | None = None, group_size: int = 1,
-                 drop_zero_variance_groups: bool = False, max_resample_rounds: int = 4,
+                 drop_zero_variance_groups: bool = False, max_resample_rounds: int = DEFAULT_MAX_RESAMPLE_ROUNDS,
                  warn_unknown_words: bool = False):
         if asynchronous and not (hasattr(venv, "send") and hasattr(venv, "receive")):
             raise ValueError(f"asynchronous stepping needs a vector env with send() / receive() (e.g. "

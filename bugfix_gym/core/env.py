@@ -137,7 +137,10 @@ class BugFixEnv(gym.Env):
                 # the defaults of the agents trained on it, as entry points (names: bugfix_gym imports no agent)
                 "agent_defaults": {"tokenizer": "bugfix_gym.core.vocabulary:build_tokenizer",
                                    "base_agent": "agents.bugfix.recipes:default_base_agent",
-                                   "episode_summary": "bugfix_gym.core.evaluation:episode_stats"}}
+                                   "episode_summary": "bugfix_gym.core.episode_stats:episode_stats",
+                                   # the summary's keys an agent logs (as rollout/<key>), beside the return and turns
+                                   "logged_stats": ("pass_rate", "valid_calls", "submit_rate", "read_rate",
+                                                    "test_rate", "edits_per_episode")}}
 
     def __init__(self, split: str = "train", tasks: Sequence[Task] | None = None, max_turns: int = 6,
                  call_cost: float = 0.0, edit_penalty: float = 0.0, render_mode: str | None = None,
