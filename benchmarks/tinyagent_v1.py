@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from agents.algorithms.callbacks import StopAfterIterations  # noqa: E402
-from agents.bugfix.v1 import evaluate_v1, new_v1_ppo, split_tasks  # noqa: E402
+from agents.bugfix.v1 import V1_MAX_CALL_TOKENS, evaluate_v1, new_v1_ppo, split_tasks  # noqa: E402
 from agents.decoding.legal_calls import LegalCallGrammar  # noqa: E402
 from bugfix_gym.contract.byte_tokenizer import ByteTokenizer  # noqa: E402
 from bugfix_gym.core.env_v1 import BugFixEnvV1  # noqa: E402
@@ -38,7 +38,7 @@ SIZES = dict(max_len=1024, d_model=64, n_layer=2, n_head=4, d_ff=256)
 def grammar_cost(n_states: int, seed: int = 0) -> dict[str, float]:
     """Milliseconds per call of each part of writing a call under the legal-call grammar (means over states)."""
     env, tok, rng = BugFixEnvV1(split="train"), ByteTokenizer(), np.random.default_rng(seed)
-    grammar = LegalCallGrammar(tok)
+    grammar = LegalCallGrammar(tok, V1_MAX_CALL_TOKENS)
     parts: dict[str, list[float]] = {"legal_calls": [], "table": [], "write": [], "mask_logits": []}
     n_calls, tokens = [], []
     for k in range(n_states):

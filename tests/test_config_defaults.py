@@ -32,6 +32,9 @@ JUSTIFIED = {
     ("temperature", "bugfix_gym/integrations/trl_rollout.py", "play_episode"): "1: the model's own distribution",
     ("max_call_tokens", "bugfix_gym/views/wrappers.py", "__init__"): "the token view's action length, an env option",
     ("max_call_tokens", "bugfix_gym/views/wrappers.py", "make_token_observation"): "the same env option",
+    ("max_call_tokens", "bugfix_gym/views/heads_v1.py", "__init__"): "BugFixTokens-v1's action length in bytes, an "
+                                                                     "env option",
+    ("max_call_tokens", "bugfix_gym/views/heads_v1.py", "make_byte_token_calls"): "the same env option",
 }
 
 

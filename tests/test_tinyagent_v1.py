@@ -12,8 +12,8 @@ import pytest
 import torch
 
 import bugfix_gym
-from agents.bugfix.v1 import (UNLABELLED, evaluate_v1, make_v1_env, new_v1_ppo, one_task_per_problem, task_classes,
-                              v1_policy_kwargs)
+from agents.bugfix.v1 import (UNLABELLED, V1_MAX_CALL_TOKENS, evaluate_v1, make_v1_env, new_v1_ppo,
+                              one_task_per_problem, task_classes, v1_policy_kwargs)
 from agents.cli import main
 from agents.decoding.legal_calls import FALLBACK_CALLS, LegalCallGrammar
 from bugfix_gym.contract.byte_tokenizer import ByteTokenizer
@@ -52,7 +52,7 @@ def states_after(env, calls):
 
 
 def test_the_grammar_writes_every_legal_call_and_nothing_else():
-    grammar = LegalCallGrammar(ByteTokenizer())
+    grammar = LegalCallGrammar(ByteTokenizer(), V1_MAX_CALL_TOKENS)
     env = BugFixEnvV1(tasks=list(pack_tasks()))
     seen = 0
     for legal in states_after(env, ["read", "edit 3.0 op -=", "delete 2"]):
@@ -64,7 +64,7 @@ def test_the_grammar_writes_every_legal_call_and_nothing_else():
 
 def test_rows_step_and_forced_agree_and_a_wrong_token_is_refused():
     tok = ByteTokenizer()
-    grammar = LegalCallGrammar(tok)
+    grammar = LegalCallGrammar(tok, V1_MAX_CALL_TOKENS)
     env = BugFixEnvV1(tasks=list(pack_tasks()))
     env.reset(seed=0, options={"task": "running_max"})
     legal = env.legal_calls()

@@ -53,8 +53,7 @@ def v1_policy_kwargs(max_len: int = 1024, **sizes: Any) -> dict[str, Any]:
     """
     tok = ByteTokenizer()
     config = TinyAgentConfig(vocab_size=tok.vocab_size, max_len=max_len, **sizes)
-    return dict(tokenizer=tok, model_config=config, legal_calls=True, call_mask_key=LEGAL_CALLS_KEY,
-                max_call_tokens=V1_MAX_CALL_TOKENS)
+    return dict(tokenizer=tok, model_config=config, legal_calls=True, call_mask_key=LEGAL_CALLS_KEY)
 
 
 def new_v1_ppo(split: str = "train", n_envs: int = 4, seed: int = 0, env_kwargs: dict | None = None,

@@ -68,7 +68,7 @@ class LegalCallGrammar(CallGrammar):
         forgotten table is a ``ValueError`` (a batch of 64 twelve-turn episodes keeps about 100 MB)
     """
 
-    def __init__(self, tokenizer: TokenizerLike, max_call_tokens: int = 40, memory_bytes: int = 512 * 2**20):
+    def __init__(self, tokenizer: TokenizerLike, max_call_tokens: int, memory_bytes: int = 512 * 2**20):
         self.tokenizer = tokenizer
         self.eoc_id = tokenizer.eoc_id
         self.vocab_size = tokenizer.vocab_size
