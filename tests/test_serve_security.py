@@ -4,6 +4,8 @@ request, whatever its method, size or framing. Raw sockets against a server on 1
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import socket
 import time
@@ -17,7 +19,7 @@ import bugfix_gym
 from agents.algorithms.ppo import TokenPPO
 from agents.cli import main
 from agents.cli import serve as serve_module
-from agents.cli.serve import ChatServer, serving
+from agents.cli.serve import ChatServer, Turns, serving
 from agents.cli.serve_guard import API_KEY_ENV, ServeGuard, guard_from_args, host_header_ok, listen_address
 
 NAME = "tiny"
@@ -331,25 +333,42 @@ def test_past_the_connection_limit_the_accept_loop_answers_503(model_file):
         assert statuses[-1] == 200 and set(statuses[:-1]) <= {503}
 
 
+class _RecordingTurns(Turns):
+    """Turns that record, on the server's side, the order in which they came (tickets) and were served."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._tickets = itertools.count()
+        self.served: list[int] = []
+
+    @contextlib.contextmanager
+    def turn(self):
+        ticket = next(self._tickets)
+        with super().turn():
+            self.served.append(ticket)
+            yield
+
+
 def test_requests_take_the_model_in_the_order_they_came(model_file):
-    """A client behind a flood waits for the requests before it, never for ever (a Lock wakes in no order)."""
+    """A client behind a flood waits for the requests before it, never for ever (a Lock wakes in no order). The
+    order is read where the model is taken: the clients' own threads may see their answers in any order."""
     import threading
 
     with serving(model_file, NAME, log_requests=False) as server:
-        done: list[int] = []
-        with server.turns.turn():  # the model is busy: every request below waits for its turn
+        server.turns = turns = _RecordingTurns()
+        with turns.turn():  # the model is busy (ticket 0): every request below waits for its turn
             threads = []
             for k in range(6):
-                threads.append(threading.Thread(target=lambda k=k: (
-                    _exchange(server, _post(dict(model=NAME, messages=_prompt()))), done.append(k))))
+                threads.append(threading.Thread(target=lambda: _exchange(
+                    server, _post(dict(model=NAME, messages=_prompt())))))
                 threads[-1].start()
                 deadline = time.monotonic() + 10
-                while server.turns.waiting < k + 1 and time.monotonic() < deadline:
+                while turns.waiting < k + 1 and time.monotonic() < deadline:
                     time.sleep(0.01)
-            assert server.turns.waiting == 6
+            assert turns.waiting == 6
         for t in threads:
             t.join(timeout=60)
-        assert done == list(range(6))
+        assert turns.served == list(range(7))
 
 
 def test_a_slow_body_is_answered_408_at_the_deadline(model_file):
