@@ -42,6 +42,11 @@ from agents.rollout.sampler import EpisodeSampler
 from agents.decoding.foresight import Foresight
 from agents.rollout.trajectory import Trajectory, collate
 from agents.bugfix.evaluation import task_vec_env
+from bugfix_gym.core.env import BugFixEnv
+
+
+#: foresight's words, as BugFix-v0 advertises them to its agents
+WORDS = BugFixEnv.metadata["agent_defaults"]["foresight"]
 
 
 class PrefixCache:
@@ -146,7 +151,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     grammared = {"grammar": EpisodeSampler(task_vec_env(args.batch), tok, grammar=grammar)}
     if args.foresight is not None:
         grammared["grammar + foresight"] = EpisodeSampler(task_vec_env(args.batch), tok, grammar=grammar,
-                                                          foresight=Foresight(grammar, tok, args.foresight))
+                                                          foresight=Foresight(grammar, tok, args.foresight, **WORDS))
     rows, tokens = time_repeats(args, model, tasks, sampler, slow_sampler, grammared)
     return report(args, name, rows, tokens, "grammar + foresight" in grammared)
 

@@ -18,6 +18,11 @@ from agents.cli.settings import train_settings
 from agents.decoding.foresight import Foresight
 from agents.decoding.grammar import CallGrammar
 from bugfix_gym.contract.tokens import OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL
+from bugfix_gym.core.env import BugFixEnv
+
+
+#: foresight's words, as BugFix-v0 advertises them to its agents
+WORDS = BugFixEnv.metadata["agent_defaults"]["foresight"]
 
 
 def _settings(*flags: str) -> dict:
@@ -82,7 +87,7 @@ def test_teaching_foresight_closes_ops_for_sampling_but_records_the_grammars_sta
     torch.manual_seed(0)
     model = TinyAgent(tok.vocab_size).eval()
     grammar = CallGrammar(tok, bugfix_gym.CALLS)
-    teacher = Foresight(grammar, tok, 1e-12, teach=True)
+    teacher = Foresight(grammar, tok, 1e-12, teach=True, **WORDS)
     batch = collate(_sample(model, tok, bugfix_gym.make_tasks("train")[:8] * 2, seed=5, grammar=grammar,
                             foresight=teacher), tok.pad_id)
     at_op = edit_op_mask(batch["ids"], batch["owner"], tok.ids["edit"]).bool()

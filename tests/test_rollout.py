@@ -18,8 +18,12 @@ from agents.rollout.sampler import EpisodeSampler
 from agents.rollout.trajectory import Trajectory, collate, rollout_stats, scripted_rollout
 from agents.bugfix.evaluation import sample_episodes
 from agents.rollout.vec_env import FreshInfoDummyVecEnv
+from bugfix_gym.core.env import BugFixEnv
 
 TRAIN = [t.name for t in bugfix_gym.make_tasks("train")]
+
+#: foresight's words, as BugFix-v0 advertises them to its agents
+WORDS = BugFixEnv.metadata["agent_defaults"]["foresight"]
 
 
 def _sample(model, tok, tasks, seed=0, **kw) -> list[Trajectory]:
@@ -376,7 +380,7 @@ def test_foresight_at_threshold_one_closes_nothing(tok):
     model = TinyAgent(tok.vocab_size).eval()
     grammar = CallGrammar(tok, bugfix_gym.CALLS)
     plain = _sample(model, tok, TRAIN[:6], seed=4, grammar=grammar)
-    seeing = _sample(model, tok, TRAIN[:6], seed=4, grammar=grammar, foresight=Foresight(grammar, tok, 1.0))
+    seeing = _sample(model, tok, TRAIN[:6], seed=4, grammar=grammar, foresight=Foresight(grammar, tok, 1.0, **WORDS))
     for a, b in zip(plain, seeing):
         assert torch.equal(a.ids, b.ids) and torch.equal(a.grammar_state, b.grammar_state)
 
@@ -389,7 +393,7 @@ def test_foresight_closes_the_ops_expected_to_change_nothing_and_the_trainer_sco
     torch.manual_seed(0)
     model = TinyAgent(tok.vocab_size).eval()
     grammar = CallGrammar(tok, bugfix_gym.CALLS)
-    foresight = Foresight(grammar, tok, 1e-12)
+    foresight = Foresight(grammar, tok, 1e-12, **WORDS)
     trajs = _sample(model, tok, TRAIN[:8] * 2, seed=5, grammar=grammar, foresight=foresight)
     batch = collate(trajs, tok.pad_id)
     ops = set(foresight.ops.tolist())
@@ -421,14 +425,57 @@ def test_foresight_threshold_outside_0_1_is_an_error(tok, threshold):
     from agents.decoding.foresight import Foresight
 
     with pytest.raises(ValueError, match="threshold"):
-        Foresight(CallGrammar(tok, bugfix_gym.CALLS), tok, threshold)
+        Foresight(CallGrammar(tok, bugfix_gym.CALLS), tok, threshold, **WORDS)
 
 
 def test_foresight_needs_edit_calls(tok):
     from agents.decoding.foresight import Foresight
 
     with pytest.raises(ValueError, match="edit <op>"):
-        Foresight(CallGrammar(tok, ["read", "submit"]), tok, 0.5)
+        Foresight(CallGrammar(tok, ["read", "submit"]), tok, 0.5, **WORDS)
+
+
+def test_foresight_reads_the_words_it_is_given_and_sums_the_no_change_words(tok):
+    """Foresight knows no env's words: with ``no_change=("no", "nothing")`` an op closes on the two words'
+    summed probability, and another op prefix than BugFix's is refused by name when the grammar lacks it."""
+    from agents.decoding.foresight import Foresight
+
+    torch.manual_seed(0)
+    model = TinyAgent(tok.vocab_size).eval()
+    grammar = CallGrammar(tok, bugfix_gym.CALLS)
+    prompt = torch.tensor([bugfix_gym.encode_segment(tok, bugfix_gym.OWNER_PROMPT, "fix the function f : x .")
+                           + tok.encode("edit")])
+    with torch.no_grad():
+        probs = [torch.softmax(model(torch.cat([prompt, torch.tensor([[op, tok.eoc_id]])], 1))[0][0, -1], -1)
+                 for op in Foresight(grammar, tok, 0.5, **WORDS).ops.tolist()]
+    both = sorted(float(p[tok.ids["no"]] + p[tok.ids["nothing"]]) for p in probs)
+    threshold = (both[0] + both[1]) / 2  # all but the op least expected to say "no" or "nothing" close
+    foresight = Foresight(grammar, tok, threshold, op_prefix="edit", no_change=("no", "nothing"))
+    cache = model.new_cache(1)
+    model.extend(prompt, torch.tensor([prompt.shape[1]]), cache)
+    state = [grammar.step(grammar.start, tok.ids["edit"])]
+    foresight.refine(model, cache, [0], state)
+    open_ops = [k for k in foresight.calls if grammar.is_open(state[0], k)]
+    assert len(open_ops) == 1 and len(foresight.calls) > 2
+    with pytest.raises(ValueError, match="'test <op>'"):
+        Foresight(grammar, tok, 0.5, op_prefix="test", no_change=("no",))
+
+
+def test_the_policy_takes_foresight_words_from_the_env_and_saves_them(tmp_path):
+    """TokenPPO hands BugFix-v0's advertised words to its policy, and a saved model keeps them; an env that
+    advertises none gets a one-line error naming the policy keyword."""
+    from agents.algorithms.ppo import TokenPPO
+
+    model = TokenPPO("TinyAgentPolicy", gym.make("BugFix-v0"), base_agent=None, n_episodes=8,
+                     policy_kwargs=dict(call_grammar=bugfix_gym.CALLS, foresight=0.5))
+    assert model.policy.foresight_words == dict(WORDS) and model.policy.foresight.threshold == 0.5
+    model.save(tmp_path / "m.zip")
+    loaded = TokenPPO.load(tmp_path / "m.zip")
+    assert loaded.policy.foresight_words == {"op_prefix": "edit", "no_change": ["no"]}
+    assert torch.equal(loaded.policy.foresight.no_ids, model.policy.foresight.no_ids)
+    with pytest.raises(ValueError, match="foresight_words"):
+        loaded.policy.foresight_words = None
+        loaded.policy.make_foresight(0.5)
 
 
 # ---------------------------------------------------------------------- the one evaluator

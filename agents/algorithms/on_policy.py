@@ -268,6 +268,8 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         if "tokenizer" not in self.policy_kwargs:  # built without __init__'s preparation
             self._prepare_policy_kwargs(None)
         self.policy_kwargs = dict(self.policy_kwargs, max_call_tokens=self._max_call_tokens(self.policy_kwargs))
+        if "foresight_words" not in self.policy_kwargs and self._env_advertised("foresight", None) is not None:
+            self.policy_kwargs["foresight_words"] = dict(self._env_advertised("foresight", None))  # saved with it
         self.rollout_buffer_kwargs = dict(self.rollout_buffer_kwargs)
         self.rollout_buffer_kwargs.setdefault("pad_id", tokenizer_from_dict(self.policy_kwargs["tokenizer"]).pad_id)
         for name in ("scale_rewards", "turn_gamma", "step_advantage_weight", "mask_truncated_completions"):

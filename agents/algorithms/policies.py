@@ -60,6 +60,9 @@ class TinyAgentPolicy(BasePolicy):
     :param foresight: with ``call_grammar``, a threshold in (0, 1]: before the policy picks an edit's op,
         the ops its own model gives a probability above it of answering ``no change`` are closed
         (:class:`agents.decoding.foresight.Foresight`); None: off
+    :param foresight_words: the words foresight reads, as :class:`~agents.decoding.foresight.Foresight`'s
+        ``op_prefix`` and ``no_change`` (the algorithms pass the env's ``metadata["agent_defaults"]["foresight"]``);
+        needed with ``foresight``, kept in saved files so ``eval --foresight`` needs no env
     :param foresight_teach: with ``foresight``, it closes the ops for sampling only and the tokens are
         scored under the grammar (and call mask) alone (``Foresight(teach=True)``): training rolls out
         with foresight and a loss teaches the policy its choices, so the model can decode without it
@@ -89,6 +92,7 @@ class TinyAgentPolicy(BasePolicy):
         call_mask_key: str | None = None,
         legal_calls: bool = False,
         foresight: float | None = None,
+        foresight_words: dict[str, Any] | None = None,
         foresight_teach: bool = False,
         model: th.nn.Module | None = None,
         hf_config: dict[str, Any] | None = None,
@@ -128,8 +132,8 @@ class TinyAgentPolicy(BasePolicy):
         if foresight is not None and (self.grammar is None or self.legal_calls):
             raise ValueError("foresight needs a fixed call grammar (call_grammar=...): it closes edit ops of the "
                              "grammar")
-        self.foresight = None if foresight is None else Foresight(self.grammar, self.tokenizer, foresight,
-                                                                  teach=foresight_teach)
+        self.foresight_words = None if foresight_words is None else dict(foresight_words)
+        self.foresight = None if foresight is None else self.make_foresight(foresight, foresight_teach)
         self.model = TinyAgent(tiny_config) if tiny_config is not None else self._hf_agent(model, self.hf_config or {})
         context = int(self.model.config.max_len)
         if not 1 <= self.max_call_tokens <= context // 2:
@@ -137,6 +141,16 @@ class TinyAgentPolicy(BasePolicy):
                              f"{context} tokens (a call needs room for the prompt before it)")
         self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1),  # type: ignore[call-arg]
                                               **self.optimizer_kwargs)
+
+    def make_foresight(self, threshold: float, teach: bool = False) -> Foresight:
+        """Foresight at ``threshold`` on this policy's grammar, with its ``foresight_words``, or a ``ValueError``."""
+        if self.foresight_words is None:
+            raise ValueError("foresight reads words the env advertises (metadata['agent_defaults']['foresight']); "
+                             "this env advertises none: pass policy_kwargs=dict(foresight_words=dict(op_prefix=..., "
+                             "no_change=[...]))")
+        if not isinstance(self.grammar, CallGrammar) or self.legal_calls:
+            raise ValueError("foresight needs a fixed call grammar (call_grammar=...): it closes ops of the grammar")
+        return Foresight(self.grammar, self.tokenizer, threshold, teach=teach, **self.foresight_words)
 
     def _grammar(self, call_grammar: Sequence[str] | None,
                  call_mask_key: str | None) -> CallGrammar | LegalCallGrammar | None:
@@ -182,6 +196,7 @@ class TinyAgentPolicy(BasePolicy):
                     max_call_tokens=self.max_call_tokens, call_grammar=self.call_grammar,
                     call_mask_key=self.call_mask_key, legal_calls=self.legal_calls,
                     foresight=None if self.foresight is None else self.foresight.threshold,
+                    foresight_words=self.foresight_words,
                     foresight_teach=self.foresight is not None and self.foresight.teach,
                     optimizer_class=self.optimizer_class,
                     optimizer_kwargs=self.optimizer_kwargs, lr_schedule=self._dummy_schedule)

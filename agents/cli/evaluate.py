@@ -93,16 +93,17 @@ def override_decoding(model: TokenOnPolicyAlgorithm, args: argparse.Namespace, c
     :param args: the parsed command line
     :param command: the sub-command the errors name (``eval``, ``serve``)
     """
-    from agents.decoding.foresight import Foresight
+    from bugfix_gym.core.env import BugFixEnv
 
     if args.call_mask is not None:
         _grammar(model, "--call-mask", command)
         model.policy.call_mask_key = None if args.call_mask == "none" else args.call_mask
     if args.foresight is not UNSET:
-        grammar = _grammar(model, "--foresight", command)
+        _grammar(model, "--foresight", command)
+        if model.policy.foresight_words is None:  # a file saved before the env advertised foresight's words
+            model.policy.foresight_words = dict(BugFixEnv.metadata["agent_defaults"]["foresight"])
         try:
-            model.policy.foresight = None if args.foresight is None else \
-                Foresight(grammar, model.policy.tokenizer, args.foresight)
+            model.policy.foresight = None if args.foresight is None else model.policy.make_foresight(args.foresight)
         except ValueError as e:  # a tokenizer foresight cannot read (a Hugging Face one)
             raise usage_error(command, f"--foresight: {e} (drop --foresight)") from None
 

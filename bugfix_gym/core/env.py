@@ -140,7 +140,10 @@ class BugFixEnv(gym.Env):
                                    "episode_summary": "bugfix_gym.core.episode_stats:episode_stats",
                                    # the summary's keys an agent logs (as rollout/<key>), beside the return and turns
                                    "logged_stats": ("pass_rate", "valid_calls", "submit_rate", "read_rate",
-                                                    "test_rate", "edits_per_episode")}}
+                                                    "test_rate", "edits_per_episode"),
+                                   # foresight's words: the calls whose op it chooses, and the first words
+                                   # of a tool answer that mean the op changed nothing
+                                   "foresight": {"op_prefix": "edit", "no_change": ("no",)}}}
 
     def __init__(self, split: str = "train", tasks: Sequence[Task] | None = None, max_turns: int = 6,
                  call_cost: float = 0.0, edit_penalty: float = 0.0, render_mode: str | None = None,
