@@ -46,7 +46,7 @@ def test_rl_only_decodes_with_the_grammar_alone_and_can_distil_foresight_in_trai
     (["--rl-only", "--call-mask", "useful_calls"], "drop --foresight"),
     (["--rollout-foresight", "0.5"], "add --rl-only"),
     (["--rl-only", "--rollout-foresight", "0.5", "--tool-coef", "0"], "needs a --tool-coef above 0"),
-    (["--rl-only", "--rollout-foresight", "0"], "must be > 0.0"),
+    (["--rl-only", "--rollout-foresight", "0"], "the foresight threshold must be in (0, 1], got 0.0"),
 ])
 def test_rl_only_refuses_hand_rule_decoding_in_one_line(flags, says, capsys):
     assert main(["train", "--tasks", "generated", *flags, "--out", "unused"]) == 2

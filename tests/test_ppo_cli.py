@@ -536,3 +536,60 @@ def test_the_ppo_flags_come_from_the_settings_definitions():
             except ValueError:
                 allowed = False
             assert (value is not None) == allowed, (flag.name, text)
+
+
+def _reads(parse, text):
+    """What a flag type reads ``text`` as, or None when it refuses it."""
+    try:
+        return parse(text)
+    except argparse.ArgumentTypeError:
+        return None
+
+
+@pytest.mark.parametrize("name", ["epsilon", "epsilon_high", "beta", "num_iterations", "scale_rewards"])
+def test_each_trl_flag_reads_what_the_setting_it_becomes_allows(name):
+    """TRL's options take the bounds and choices of the TokenPPO setting they become, defined there once:
+    a value the flag reads is one PPOConfig takes, and a value the flag refuses PPOConfig refuses too."""
+    import dataclasses
+
+    from agents.algorithms.config import PPOConfig, choices_of
+    from agents.algorithms.trl_options import TRL_SETTINGS
+
+    flag = {f.name: f for f in train_flags()}[name]
+    setting = TRL_SETTINGS[name]
+    field = {f.name: f for f in dataclasses.fields(PPOConfig)}[setting]
+    assert flag.part is None and flag.default is None  # the command reads it; left out: the algorithm's own
+    if flag.choices is not None:
+        assert flag.choices == choices_of(field) and flag.type is None
+        return
+    for text in ("-1", "0", "1e-9", "0.5", "1", "2", "3.5", "4096"):
+        number = int(text) if flag.type.kind is int and text.lstrip("-").isdigit() else float(text)
+        try:
+            field.metadata["check"](setting, number)
+            allowed = True
+        except ValueError:
+            allowed = False
+        assert (_reads(flag.type, text) is not None) == allowed, (name, text)
+
+
+def test_every_foresight_flag_reads_the_threshold_foresight_takes():
+    """``--foresight`` (train, eval, serve) and ``--rollout-foresight`` take foresight's one bound: what
+    :func:`check_threshold` allows, and ``none`` (off) for ``--foresight``."""
+    from agents.decoding.foresight import check_threshold
+
+    parser = build_parser()
+    commands = {"train": [], "eval": ["m.zip"], "serve": ["m.zip"]}
+    for text in ("-1", "0", "1e-12", "0.5", "1", "1.0001", "nan"):
+        try:
+            check_threshold(float(text))
+            allowed = text != "nan"
+        except ValueError:
+            allowed = False
+        for command, rest in commands.items():
+            try:
+                read = parser.parse_args([command, *rest, "--foresight", text]).foresight
+            except UsageError:
+                read = None
+            assert (read == float(text)) == allowed, (command, text)
+        assert (_reads({f.name: f for f in train_flags()}["rollout_foresight"].type, text) is not None) == allowed
+    assert all(parser.parse_args([c, *rest, "--foresight", "none"]).foresight is None for c, rest in commands.items())

@@ -110,6 +110,7 @@ def or_none(check: Check) -> Check:
             check(name, value)
 
     check_or_none.__name__ = f"{check.__name__}_or_none"
+    check_or_none.unless_none = check  # type: ignore[attr-defined]  # the check of a value (the flags read it)
     return check_or_none
 
 

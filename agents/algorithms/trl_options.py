@@ -31,6 +31,8 @@ IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
 #: TRL's option -> the setting it becomes (besides the special cases of loss_type and epsilon_high)
 _RENAMED = {"epsilon": "clip_range", "num_iterations": "n_epochs", "scale_rewards": "scale_rewards",
             "mask_truncated_completions": "mask_truncated_completions"}
+#: TRL's option -> the setting whose values it takes (its bounds and choices: ``bugfix-gym train``'s flags read them)
+TRL_SETTINGS = dict(_RENAMED, epsilon_high="clip_range_high", beta="kl_coef")
 #: TRL's loss_type -> our loss aggregation (the one table; bugfix_gym's conformance checker, which cannot import
 #: agents, keeps its own formulas, and tests/test_conformance_dump.py holds the two to the same aggregations)
 LOSS_TYPE_AGGREGATION = {"grpo": "seq_mean_token_mean", "bnpo": "token_mean", "dr_grpo": "seq_mean_token_sum_norm",

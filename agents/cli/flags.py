@@ -119,8 +119,21 @@ UNSET = object()  # the default of a flag for which None is a value ('none'): th
 
 
 def foresight_threshold(text: str) -> float | None:
-    """``--foresight``: a probability in (0, 1], or ``none`` (off: None)."""
-    return None if text == "none" else SHARE(text)
+    """``--foresight``: a threshold foresight takes, or ``none`` (off: None)."""
+    return None if text == "none" else threshold(text)
+
+
+def threshold(text: str) -> float:
+    """``--rollout-foresight``, ``--foresight``: a threshold foresight takes (its bound is foresight's own,
+    :func:`agents.decoding.foresight.check_threshold`)."""
+    from agents.decoding.foresight import check_threshold
+
+    value = Number(float, what="a number")(text)
+    try:
+        check_threshold(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return value
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,7 +13,8 @@ from typing import Any, Callable
 
 from agents.cli.flags import MAX_EVAL_EPISODES, MAX_EVAL_TASKS, MAX_N_ENVS, Number  # the size flags' bounds
 from agents.cli.flags import (NON_NEGATIVE_FLOAT, NON_NEGATIVE_INT, POSITIVE_FLOAT, POSITIVE_INT, SEED, SHARE,
-                              UNIT_FLOAT, UNSET, Flag, OneLineParser, add_flags, foresight_threshold)
+                              UNIT_FLOAT, UNSET, Flag, OneLineParser, add_flags, foresight_threshold,
+                              threshold)
 
 CALL_MASKS = ("none", "call_mask", "useful_calls")
 
@@ -49,8 +50,23 @@ def ppo_flag(name: str, **overrides: Any) -> Flag:
 
     field = {f.name: f for f in dataclasses.fields(PPOConfig)}[name]
     check = field.metadata["check"]
+    check = getattr(check, "unless_none", check)  # an optional setting's flag is left out for None
     derived = dict(help=field.metadata["help"], type=_check_types().get(check), choices=choices_of(field), part="ppo")
     return Flag(name, **{**derived, **overrides})
+
+
+def trl_flag(name: str, help: str) -> Flag:
+    """The flag of TRL's option ``name`` (the command reads it: no part), whose values are those of the
+    TokenPPO setting it becomes (:data:`agents.algorithms.trl_options.TRL_SETTINGS`): that setting's flag type
+    (its check's, without its ``None``) or its choices.
+
+    :param name: a TRL ``GRPOConfig`` option
+    :param help: what it does, in TRL's words
+    """
+    from agents.algorithms.trl_options import TRL_SETTINGS
+
+    derived = ppo_flag(TRL_SETTINGS[name])
+    return Flag(name, help=help, type=derived.type, choices=derived.choices)
 
 
 @functools.cache
@@ -80,22 +96,20 @@ def _algo_flag() -> tuple[Flag, ...]:
 def _trl_flags() -> tuple[Flag, ...]:
     """TRL's ``GRPOConfig`` option names, read through :func:`agents.algorithms.trl_options.from_trl`
     (the command reads them: no part)."""
-    from agents.algorithms.group_advantages import SCALE_REWARDS
     from agents.algorithms.trl_options import IMPORTANCE_SAMPLING_LEVELS, LOSS_TYPES
 
     return (
-        Flag("scale_rewards", choices=SCALE_REWARDS, help="TRL's scale_rewards: divide group advantages by the "
-             "group's std, the batch's, or none"),
+        trl_flag("scale_rewards", "TRL's scale_rewards: divide group advantages by the group's std, the batch's, "
+                 "or none"),
         Flag("loss_type", choices=LOSS_TYPES, help="TRL's loss_type: the loss aggregation (grpo: per-sequence mean; "
              "bnpo, dapo: token mean; dr_grpo: B * L_max), cispo also its loss"),
         Flag("importance_sampling_level", choices=IMPORTANCE_SAMPLING_LEVELS,
              help="TRL's importance_sampling_level: token ratios (PPO's clip) or one per sequence (GSPO)"),
-        Flag("epsilon", type=POSITIVE_FLOAT, help="TRL's epsilon: the ratio clip (lower, and upper unless "
-             "--epsilon-high)"),
-        Flag("epsilon_high", type=POSITIVE_FLOAT, help="TRL's epsilon_high: the upper ratio clip; with "
-             "--loss-type cispo the ABSOLUTE cap on the IS weight (e.g. 5)"),
-        Flag("beta", type=NON_NEGATIVE_FLOAT, help="TRL's beta: coefficient of the k3 KL to the base agent"),
-        Flag("num_iterations", type=POSITIVE_INT, help="TRL's num_iterations: passes over each batch (n_epochs)"),
+        trl_flag("epsilon", "TRL's epsilon: the ratio clip (lower, and upper unless --epsilon-high)"),
+        trl_flag("epsilon_high", "TRL's epsilon_high: the upper ratio clip; with --loss-type cispo the ABSOLUTE cap "
+                 "on the IS weight (e.g. 5)"),
+        trl_flag("beta", "TRL's beta: coefficient of the k3 KL to the base agent"),
+        trl_flag("num_iterations", "TRL's num_iterations: passes over each batch (n_epochs)"),
         Flag("mask_truncated_completions", switch=True, help="TRL's mask_truncated_completions: no loss on "
              "episodes that ran out of turns"),
     )
@@ -111,7 +125,7 @@ _TRAIN_FLAGS_BEFORE_PPO: tuple[Flag, ...] = (
     Flag("rl_only", switch=True,
          help="with --tasks generated: the recipe whose model decodes under the legal-call grammar only "
               "(no foresight, no useful-call mask), in training, validation and the saved file"),
-    Flag("rollout_foresight", type=SHARE, metavar="P",
+    Flag("rollout_foresight", type=threshold, metavar="P",
          help="with --rl-only: roll out with the agent's own foresight at threshold P as a teacher and "
               "distil its op choices into the policy (the saved model still decodes without it)"),
     call_mask_flag(part="run", off_word="none",

@@ -16,6 +16,13 @@ from agents.model.tinyagent import KVCache, TinyAgent
 
 
 # ---------------------------------------------------------------------- the decoder
+def check_threshold(threshold: float) -> None:
+    """A foresight threshold's one bound (the policy's, and the command line's ``--foresight``): a
+    probability in (0, 1], else a one-line ``ValueError``."""
+    if not 0.0 < threshold <= 1.0:
+        raise ValueError(f"the foresight threshold must be in (0, 1], got {threshold}")
+
+
 class Foresight:
     """Before the policy picks an op, close the ops its own model expects to answer ``no change``.
 
@@ -40,8 +47,7 @@ class Foresight:
 
     def __init__(self, grammar: CallGrammar, tokenizer: TokenizerLike, threshold: float, *, op_prefix: str,
                  no_change: Sequence[str], teach: bool = False):
-        if not 0.0 < threshold <= 1.0:
-            raise ValueError(f"the foresight threshold must be in (0, 1], got {threshold}")
+        check_threshold(threshold)
         words = getattr(tokenizer, "ids", None)  # the tool's answer starts with its first word in ours only
         if not isinstance(words, dict):
             raise ValueError("foresight reads the tool's first answer word, which only bugfix_gym's own Tokenizer "
