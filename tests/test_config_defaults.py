@@ -16,8 +16,6 @@ JUSTIFIED = {
     ("batch_size", "agents/bugfix/base_agent.py", "make_base_agent"): "behaviour cloning's batch, not PPO's",
     ("batch_size", "agents/algorithms/buffers.py", "minibatch_layout"): "None: the whole batch, not the setting",
     ("batch_size", "agents/algorithms/buffers.py", "get"): "None: the whole batch, not the setting",
-    ("group_size", "agents/rollout/sampler.py", "__init__"): "1: no groups, the sampler's neutral value",
-    ("drop_zero_variance_groups", "agents/rollout/sampler.py", "__init__"): "False: off, the neutral value",
     ("dual_clip", "agents/algorithms/losses.py", "clipped_policy_loss"): "the book formula's, for standalone use",
     ("gamma", "agents/algorithms/group_advantages.py", "discounted_turn_returns"): "1: no discount (identity)",
     ("gamma", "agents/algorithms/advantages.py", "reward_to_go"): "1: no discount (identity)",

@@ -21,7 +21,7 @@ from agents.algorithms import buffers
 from agents.algorithms.ppo import TokenPPO
 from agents.algorithms.reinforce import Reinforce
 from agents.model.tinyagent import TinyAgent
-from agents.rollout.sampler import EpisodeSampler
+from agents.rollout.sampler import EpisodeSampler, GroupSampling
 from agents.rollout.trajectory import Trajectory, group_index, same_return
 from agents.rollout.vec_env import TextDummyVecEnv
 
@@ -53,7 +53,7 @@ def test_group_members_share_one_reset_and_groups_differ(untrained, tok, env_kwa
     the same seed, prompt and task, and each group has its own seed."""
     venv = DummyVecEnv([lambda: gym.make("BugFix-v0", **env_kwargs) for _ in range(n_envs)])
     venv.seed(3)
-    sampler = EpisodeSampler(venv, tok, group_size=2)
+    sampler = EpisodeSampler(venv, tok, groups=GroupSampling(group_size=2))
     batch = sampler.collect(untrained, 11, generator=torch.Generator().manual_seed(0))
     groups = _by_group(batch)
     assert sorted(groups) == list(range(6)) and all(len(g) == 2 for g in groups.values())  # ceil(11 / 2) groups
@@ -73,8 +73,8 @@ def test_groups_in_subprocess_envs_are_the_groups_of_dummy_envs(untrained, tok):
     def run(cls):
         venv = cls([lambda: bugfix_gym.BugFixEnv(generated="train") for _ in range(2)])
         try:
-            return EpisodeSampler(venv, tok, group_size=3).collect(untrained, 6,
-                                                                   generator=torch.Generator().manual_seed(2))
+            return EpisodeSampler(venv, tok, groups=GroupSampling(group_size=3)).collect(
+                untrained, 6, generator=torch.Generator().manual_seed(2))
         finally:
             venv.close()
 
@@ -101,7 +101,7 @@ def test_group_size_one_samples_what_the_sampler_always_did(untrained, tok):
     for n_envs, n, fresh in ((3, 7, True), (1, 3, True), (2, 5, False)):
         venv = DummyVecEnv([lambda: bugfix_gym.BugFixEnv(generated="train") for _ in range(n_envs)])
         venv.seed(5)
-        sampler = EpisodeSampler(venv, tok, group_size=1)
+        sampler = EpisodeSampler(venv, tok, groups=GroupSampling(group_size=1))
         gen = torch.Generator().manual_seed(1)
         for _ in range(2):
             for t in sampler.collect(untrained, n, fresh=fresh, generator=gen):
@@ -143,13 +143,13 @@ def _coins(n_envs: int, flat_share: float = 0.5) -> TextDummyVecEnv:
 @pytest.mark.parametrize("n_envs", [1, 2, 3])
 def test_dynamic_sampling_never_keeps_a_zero_variance_group(untrained, tok, n_envs):
     gen = torch.Generator().manual_seed(0)
-    plain = EpisodeSampler(_coins(n_envs), tok, group_size=2)
+    plain = EpisodeSampler(_coins(n_envs), tok, groups=GroupSampling(group_size=2))
     kept_all = _by_group(plain.collect(untrained, 16, generator=gen))
     assert any(same_return(g) for g in kept_all.values())  # without dropping, flat groups stay
     assert plain.group_stats is not None and 0 < plain.group_stats["zero_variance_groups"] < 1
 
-    sampler = EpisodeSampler(_coins(n_envs), tok, group_size=2, drop_zero_variance_groups=True,
-                             max_resample_rounds=20)
+    sampler = EpisodeSampler(_coins(n_envs), tok,
+                             groups=GroupSampling(group_size=2, drop_zero_variance_groups=True, max_resample_rounds=20))
     batch = sampler.collect(untrained, 16, generator=gen)
     groups = _by_group(batch)
     assert len(batch) == 16 and sorted(groups) == list(range(8)) and all(len(g) == 2 for g in groups.values())
@@ -163,7 +163,8 @@ def test_the_resampling_cap_holds_with_one_warning_and_an_empty_batch(untrained,
     """Every group is flat: 2 resamplings, then the batch is returned as it is (empty: nothing differs)."""
     venv = _coins(2, flat_share=1.0)
     steps = []
-    sampler = EpisodeSampler(venv, tok, group_size=2, drop_zero_variance_groups=True, max_resample_rounds=2)
+    sampler = EpisodeSampler(venv, tok,
+                             groups=GroupSampling(group_size=2, drop_zero_variance_groups=True, max_resample_rounds=2))
     with pytest.warns(UserWarning, match="dynamic sampling: after 2 resamplings only 0 of 3 groups") as caught:
         batch = sampler.collect(untrained, 6, generator=torch.Generator().manual_seed(0),
                                 on_step=lambda d, i, r, rec: steps.append(len(d)) or True)
@@ -174,7 +175,8 @@ def test_the_resampling_cap_holds_with_one_warning_and_an_empty_batch(untrained,
 
 
 def test_the_step_budget_ends_a_grouped_batch_without_a_warning(untrained, tok):
-    sampler = EpisodeSampler(_coins(2, flat_share=1.0), tok, group_size=2, drop_zero_variance_groups=True)
+    sampler = EpisodeSampler(_coins(2, flat_share=1.0), tok,
+                             groups=GroupSampling(group_size=2, drop_zero_variance_groups=True))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         batch = sampler.collect(untrained, 6, max_env_steps=4, generator=torch.Generator().manual_seed(0))
@@ -183,8 +185,8 @@ def test_the_step_budget_ends_a_grouped_batch_without_a_warning(untrained, tok):
 
 # ---------------------------------------------------------------------- groups reach the advantages
 def test_the_buffer_passes_each_trajectorys_group_to_the_estimator(untrained, tok, monkeypatch):
-    batch = EpisodeSampler(_coins(3), tok, group_size=3).collect(untrained, 6,
-                                                                 generator=torch.Generator().manual_seed(0))
+    batch = EpisodeSampler(_coins(3), tok, groups=GroupSampling(group_size=3)).collect(
+        untrained, 6, generator=torch.Generator().manual_seed(0))
     loose = EpisodeSampler(_coins(1), tok).collect(untrained, 2, generator=torch.Generator().manual_seed(0))
     seen = []
 
@@ -246,6 +248,6 @@ def test_group_settings_that_do_not_go_together_are_one_line_errors(tok, setting
 
 def test_the_sampler_says_what_groups_need(untrained, tok):
     with pytest.raises(ValueError, match="group_size=2 plays fresh batches only"):
-        EpisodeSampler(_coins(1), tok, group_size=2).collect(untrained, 2, fresh=False)
+        EpisodeSampler(_coins(1), tok, groups=GroupSampling(group_size=2)).collect(untrained, 2, fresh=False)
     with pytest.raises(ValueError, match="drop_zero_variance_groups needs group_size >= 2"):
-        EpisodeSampler(_coins(1), tok, drop_zero_variance_groups=True)
+        EpisodeSampler(_coins(1), tok, groups=GroupSampling(drop_zero_variance_groups=True))

@@ -22,7 +22,7 @@ from agents.algorithms.group_advantages import SCALE_REWARDS
 from agents.algorithms.losses import KL_KINDS, LOSS_AGGREGATIONS, POLICY_LOSSES, check_dual_clip
 from agents.algorithms.registry import Registry, check_choice
 from agents.decoding.decoder import DEFAULT_MAX_CALL_TOKENS
-from agents.rollout.sampler import DEFAULT_MAX_RESAMPLE_ROUNDS, check_groups
+from agents.rollout.sampler import GroupSampling, check_groups
 
 C = TypeVar("C", bound="Config")
 #: ``check(name, value)`` raises a one-line ``ValueError`` for a bad value
@@ -202,13 +202,13 @@ class OnPolicyConfig(Config):
     async_envs: bool = setting(False, "step each env as soon as its call is written (a vector env with send / "
                                "receive, e.g. agents.RayVecEnv); faster with slow tools, not reproducible",
                                saved=False)
-    group_size: int = setting(1, "G: episodes per group, each group's G episodes start from one reset (the same "
-                              "seed, so the same task); the batch holds ceil(n_episodes / G) groups; 1 = no groups",
-                              positive_int)
-    drop_zero_variance_groups: bool = setting(False, "dynamic sampling: drop the groups whose returns are all "
-                                              "equal and play more groups until the batch is full (needs "
-                                              "group_size >= 2)")
-    max_resample_rounds: int = setting(DEFAULT_MAX_RESAMPLE_ROUNDS, "with drop_zero_variance_groups, the most "
+    group_size: int = setting(GroupSampling.group_size, "G: episodes per group, each group's G episodes start from "
+                              "one reset (the same seed, so the same task); the batch holds ceil(n_episodes / G) "
+                              "groups; 1 = no groups", positive_int)
+    drop_zero_variance_groups: bool = setting(GroupSampling.drop_zero_variance_groups, "dynamic sampling: drop the "
+                                              "groups whose returns are all equal and play more groups until the "
+                                              "batch is full (needs group_size >= 2)")
+    max_resample_rounds: int = setting(GroupSampling.max_resample_rounds, "with drop_zero_variance_groups, the most "
                                        "extra plays of groups per batch; a batch still short then is trained as it "
                                        "is, with a warning",
                                        non_negative_int)

@@ -59,7 +59,7 @@ from agents.model.hf_adapter import config_dict
 from agents.model.threads import ThreadSetting, check_thread_setting, use_threads
 from agents.model.tinyagent import TinyAgent, TinyAgentConfig
 from agents.algorithms.policies import TinyAgentPolicy
-from agents.rollout.sampler import EpisodeSampler
+from agents.rollout.sampler import EpisodeSampler, GroupSampling
 from agents.rollout.trajectory import Trajectory, rollout_stats
 from agents.rollout.vec_env import TextDummyVecEnv, is_unshaped_text
 
@@ -294,9 +294,8 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         if env is None:
             return None
         cfg = self.config
-        return EpisodeSampler(env, self.policy.tokenizer, asynchronous=cfg.async_envs, group_size=cfg.group_size,
-                              drop_zero_variance_groups=cfg.drop_zero_variance_groups,
-                              max_resample_rounds=cfg.max_resample_rounds,
+        groups = GroupSampling(cfg.group_size, cfg.drop_zero_variance_groups, cfg.max_resample_rounds)
+        return EpisodeSampler(env, self.policy.tokenizer, asynchronous=cfg.async_envs, groups=groups,
                               warn_unknown_words=self._env_default("tokenizer", required=False) is None,
                               **self.policy.sampler_kwargs())
 

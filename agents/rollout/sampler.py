@@ -7,6 +7,7 @@ calls."""
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from typing import Any, Callable, Sequence
 
@@ -24,9 +25,25 @@ from agents.decoding.legal_calls import LegalCallGrammar
 from agents.model.tinyagent import KVCache, TinyAgent
 from agents.rollout.trajectory import EpisodeRecord, Trajectory, same_return
 
-#: with dynamic sampling, the most extra plays of groups per batch when nobody says otherwise: the default of the
-#: algorithms' setting ``max_resample_rounds`` (agents/algorithms/config.py reads it from here)
-DEFAULT_MAX_RESAMPLE_ROUNDS = 4
+
+@dataclasses.dataclass(frozen=True)
+class GroupSampling:
+    """How a sampler plays its episodes in groups: the piece of the algorithms' settings it needs (the
+    defaults of their ``group_size``, ``drop_zero_variance_groups`` and ``max_resample_rounds``, which
+    agents/algorithms/config.py reads from here). The default plays no groups.
+
+    :param group_size: G, the episodes of one group: a fresh batch is played in groups of G episodes
+        that start from one reset (the same seed, so the same task on any env that draws it from
+        ``reset(seed=...)``), in lockstep rounds (:meth:`EpisodeSampler._play_groups`); 1: no groups
+    :param drop_zero_variance_groups: dynamic sampling: drop the groups whose returns are all equal
+        and play more groups until the batch is full (:meth:`EpisodeSampler._collect_groups`)
+    :param max_resample_rounds: with dynamic sampling, the most extra plays of groups per batch; a
+        batch still short after them is returned as it is, with a warning
+    """
+
+    group_size: int = 1
+    drop_zero_variance_groups: bool = False
+    max_resample_rounds: int = 4
 
 
 # ---------------------------------------------------------------------- the episode sampler
@@ -63,13 +80,7 @@ class EpisodeSampler:
         so closed calls cannot be written; None: every legal call is open
     :param foresight: with a grammar, close the edit ops the model expects to answer ``no change``
         (:class:`Foresight`)
-    :param group_size: G, the episodes of one group: a fresh batch is played in groups of G episodes
-        that start from one reset (the same seed, so the same task on any env that draws it from
-        ``reset(seed=...)``), in lockstep rounds (:meth:`_play_groups`); 1: no groups
-    :param drop_zero_variance_groups: dynamic sampling: drop the groups whose returns are all equal
-        and play more groups until the batch is full (:meth:`_collect_groups`)
-    :param max_resample_rounds: with dynamic sampling, the most extra plays of groups per batch; a
-        batch still short after them is returned as it is, with a warning
+    :param groups: how episodes are played in groups (:class:`GroupSampling`; default: no groups)
     :param warn_unknown_words: warn (once) the first time an observation holds words outside the
         tokenizer's vocabulary, which become ``<unk>`` (the algorithms turn it on for an env that
         advertises no tokenizer of its own; BugFix-v0's ``fixed_tokenizer`` makes ``<unk>`` of
@@ -81,16 +92,15 @@ class EpisodeSampler:
 
     def __init__(self, venv: VecEnv, tokenizer: TokenizerLike, max_call_tokens: int = DEFAULT_MAX_CALL_TOKENS,
                  grammar: CallGrammar | None = None, filler: str = "", asynchronous: bool = False,
-                 call_mask_key: str | None = None, foresight: Foresight | None = None, group_size: int = 1,
-                 drop_zero_variance_groups: bool = False, max_resample_rounds: int = DEFAULT_MAX_RESAMPLE_ROUNDS,
-                 warn_unknown_words: bool = False):
+                 call_mask_key: str | None = None, foresight: Foresight | None = None,
+                 groups: GroupSampling = GroupSampling(), warn_unknown_words: bool = False):
         if asynchronous and not (hasattr(venv, "send") and hasattr(venv, "receive")):
             raise ValueError(f"asynchronous stepping needs a vector env with send() / receive() (e.g. "
                              f"agents.RayVecEnv); {type(venv).__name__} steps all envs in lockstep only")
-        check_groups(group_size, drop_zero_variance_groups, max_resample_rounds, asynchronous)
-        self.group_size = int(group_size)
-        self.drop_zero_variance_groups = bool(drop_zero_variance_groups)
-        self.max_resample_rounds = int(max_resample_rounds)
+        check_groups(groups.group_size, groups.drop_zero_variance_groups, groups.max_resample_rounds, asynchronous)
+        self.group_size = int(groups.group_size)
+        self.drop_zero_variance_groups = bool(groups.drop_zero_variance_groups)
+        self.max_resample_rounds = int(groups.max_resample_rounds)
         #: of the last grouped collection: groups played, the share of them with all-equal returns, and
         #: how many were played to replace dropped ones (None before any grouped collection)
         self.group_stats: dict[str, float] | None = None
