@@ -55,3 +55,35 @@ def test_an_env_without_a_tokenizer_trains_with_a_character_level_one_said_once(
     assert loaded.policy.tokenizer.to_dict() == model.policy.tokenizer.to_dict()
     obs, _ = SayTheWord().reset(seed=1)
     assert loaded.predict(obs, deterministic=True)[0] == model.predict(obs, deterministic=True)[0]
+
+
+def test_the_warning_says_a_free_text_policy_needs_the_env_s_calls():
+    """From random weights a character-level policy writing free text never spells a rewarded word
+    (benchmarks/from_scratch.py: 0.0 after 4,000 episodes whatever ent_coef), so the one warning says
+    to give the calls; with a call grammar it does not."""
+    def said(policy_kwargs):
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            TokenPPO("TinyAgentPolicy", SayTheWord(), base_agent=None, n_episodes=8, seed=0,
+                     policy_kwargs=policy_kwargs)
+        return " ".join(str(w.message) for w in seen if "character-level" in str(w.message))
+
+    assert "call_grammar=[...]" in said(None)
+    assert "character-level" in said(dict(call_grammar=list(SayTheWord.WORDS)))
+    assert "call_grammar" not in said(dict(call_grammar=list(SayTheWord.WORDS)))
+
+
+@pytest.mark.slow
+def test_from_scratch_with_the_defaults_and_a_call_grammar_learns_to_say_the_word():
+    """The defaults learn the one-step env from random weights, character by character, once the
+    calls are given as a grammar (seed 0; docs/ppo.md has three seeds of each setting)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = TokenPPO("TinyAgentPolicy", SayTheWord(), base_agent=None, seed=0, torch_threads=1,
+                         policy_kwargs=dict(call_grammar=list(SayTheWord.WORDS)))
+    model.learn(4000)
+    env, wins = SayTheWord(), 0
+    for k in range(100):
+        obs, _ = env.reset(seed=1000 + k)
+        wins += int(env.step(model.predict(obs)[0])[1])
+    assert wins >= 90

@@ -178,7 +178,7 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         kw = dict(self.policy_kwargs)
         tok = kw.get("tokenizer")
         if tok is None:
-            tok = self._default_tokenizer()
+            tok = self._default_tokenizer(free_text=not kw.get("call_grammar") and not kw.get("legal_calls"))
         elif isinstance(tok, dict):
             tok = tokenizer_from_dict(tok)
         if kw.get("model") is not None or kw.get("hf_config") is not None:
@@ -209,9 +209,10 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
             kw["call_grammar"] = list(kw["call_grammar"])
         self.policy_kwargs = kw
 
-    def _default_tokenizer(self) -> TokenizerLike:
+    def _default_tokenizer(self, free_text: bool = False) -> TokenizerLike:
         """The env's advertised tokenizer, else a character-level one of its ``Text`` spaces' charset (said once,
-        as a warning), else a one-line error."""
+        as a warning, which with ``free_text``, no call grammar, also says that random weights seldom spell a
+        rewarded call letter by letter), else a one-line error."""
         make = self._env_default("tokenizer", required=False)
         if make is not None:
             return make()
@@ -219,9 +220,12 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         if tok is None:
             raise ValueError("the env advertises no default tokenizer (metadata['agent_defaults']) and has no Text "
                              "space to build a character-level one from: pass policy_kwargs=dict(tokenizer=...)")
+        grammar = ("; from random weights (base_agent=None) free text seldom spells a rewarded call, so nothing is "
+                   "learnt: give the env's calls as policy_kwargs=dict(call_grammar=[...]) (docs/ppo.md)"
+                   ) if free_text else ""
         warnings.warn(f"the env advertises no tokenizer: using a character-level one of its Text spaces' "
                       f"{len(tok.words) - len(SPECIALS)} characters (pass policy_kwargs=dict(tokenizer=...) for "
-                      "another)", stacklevel=4)
+                      f"another){grammar}", stacklevel=4)
         return tok
 
     @staticmethod
