@@ -121,3 +121,14 @@ def test_locate_v1_runs():
 def test_reward_integrity_v1_runs(capsys):
     assert _load("reward_integrity_v1").main(["--plan", "1:1", "--sample", "5"]) == 0
     assert "rewards without every hidden case passing (independent run): 0" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("grammar, words", [(True, False), (False, True)])
+def test_from_scratch_runs_a_seed_with_each_tokenizer(grammar, words):
+    """A few episodes from scratch: the seed's pass rate is a share of the fresh episodes, and the policy
+    gets the words' call grammar only when asked."""
+    bench = _load("from_scratch")
+    out = bench.run({"n_episodes": 8}, 8, 0, grammar=grammar, words=words)
+    assert out["seed"] == 0 and 0.0 <= out["pass_rate"] <= 1.0
+    assert bench.policy_kwargs(grammar, words).get("call_grammar") == (list(bench.SayTheWord.WORDS) if grammar
+                                                                       else None)
