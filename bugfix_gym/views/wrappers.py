@@ -186,18 +186,31 @@ class TokenView:
 
 
 class _TokenViewWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
-    """Common part of the two views: keeps a :class:`TokenView` of the wrapped text env."""
+    """Common part of the two views: keeps a :class:`TokenView` of the wrapped text env (BugFix-v1's views,
+    :mod:`bugfix_gym.views.heads_v1`, are built on it too)."""
+
+    _WRAPS = "bugfix_gym wrappers wrap the text env (BugFix-v0)"
+    _ONE_OF = "TokenObservation / DiscreteCalls"
 
     def __init__(self, env: gym.Env, tokenizer: TokenizerLike | None, max_len: int):
         gym.Wrapper.__init__(self, env)
         if not isinstance(env.observation_space, spaces.Text):
-            raise TypeError("bugfix_gym wrappers wrap the text env (BugFix-v0), got observation space "
-                            f"{env.observation_space}; apply only one of TokenObservation / DiscreteCalls")
-        self.tokenizer = tokenizer if tokenizer is not None else default_tokenizer(env)
+            raise TypeError(f"{self._WRAPS}, got observation space {env.observation_space}; apply only one of "
+                            f"{self._ONE_OF}")
+        self.tokenizer = tokenizer if tokenizer is not None else self._default_tokenizer(env)
         self.view = TokenView(self.tokenizer, max_len)
-        self._task_index: dict[str, int] = {}
-        for k, task in enumerate(getattr(env.unwrapped, "tasks", ())):
-            self._task_index.setdefault(task.uid, k)
+        self._task_index: dict[Any, int] = {}
+        for k, task in enumerate(getattr(env.unwrapped, "tasks", None) or ()):
+            self._task_index.setdefault(self._task_key(task), k)
+
+    @staticmethod
+    def _default_tokenizer(env: gym.Env) -> TokenizerLike:
+        return default_tokenizer(env)
+
+    @staticmethod
+    def _task_key(task: Any) -> Any:
+        """What identifies a task of ``env.tasks`` (``info["task_index"]`` is its index)."""
+        return task.uid
 
     def _observe(self, info: dict[str, Any]) -> dict[str, np.ndarray]:
         """Fresh observation arrays; subclasses add keys from the env's ``info``."""
@@ -208,7 +221,7 @@ class _TokenViewWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         actions = info["actions"]
         last = " ".join(actions[-1].split()) if actions and info["valid"] else ""
         return {
-            "task_index": self._task_index.get(self.env.unwrapped.task.uid, -1),  # type: ignore[attr-defined]
+            "task_index": self._task_index.get(self._task_key(self.env.unwrapped.task), -1),  # type: ignore
             "turn": info["turn"],
             "n_turns": info["n_turns"],
             "n_edits": len(info["ops"]),
