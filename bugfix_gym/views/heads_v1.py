@@ -58,7 +58,7 @@ import numpy as np
 from gymnasium import spaces
 
 from ..contract.byte_tokenizer import ByteTokenizer
-from ..contract.tokens import OWNER_POLICY, OWNER_TOOL, TokenizerLike, encode_segment
+from ..contract.tokens import OWNER_POLICY, TokenizerLike, encode_segment
 from ..core.calls_v1 import CALL_KINDS
 from ..edits.patches import deletable_lines
 from ..edits.sites import ARG_INDEX, ARGS, MAX_EXPRS, MAX_LINES, MUTATION_INDEX, MUTATIONS, EditError, legal_edits
@@ -270,16 +270,7 @@ class FactorisedCalls(_V1TokenWrapper):
         self.layout = layout
         self.action_space = spaces.MultiDiscrete(list(HEAD_SIZES))
         flat = spaces.Box(0, 1, shape=(sum(HEAD_SIZES),), dtype=np.bool_)  # type: ignore[arg-type]
-        if layout == "dict":
-            space = self.view.space()
-            space.spaces["action_mask"] = flat
-        else:
-            n, vocab = self.view.max_len, self.tokenizer.vocab_size
-            high = np.concatenate([np.full(n, vocab - 1), np.full(n, OWNER_TOOL)]).astype(np.float32)
-            tokens = spaces.Box(np.zeros(2 * n, dtype=np.float32), high, dtype=np.float32)
-            obs_key, mask_key = ("obs", "mask") if layout == "tianshou" else ("observations", "action_mask")
-            space = spaces.Dict({obs_key: tokens, mask_key: flat})
-        self.observation_space = space
+        self.observation_space = self._masked_space(layout, flat)
         self.legal = LegalHeads("", np.zeros(len(CALL_KINDS), dtype=bool))
         self._legal_cache: dict[tuple[str, bytes], LegalHeads] = {}  # a state's masks, by source and call mask
         self._legal_action = True

@@ -203,6 +203,20 @@ class _TokenViewWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         for k, task in enumerate(getattr(env.unwrapped, "tasks", None) or ()):
             self._task_index.setdefault(self._task_key(task), k)
 
+    def _masked_space(self, layout: str, mask_space: spaces.Box) -> spaces.Dict:
+        """The observation space of an array view with an action mask, in ``layout``: the view's arrays and
+        ``action_mask`` (``"dict"``), or the tokens and owners as one float vector beside the mask under
+        Tianshou's (``obs``, ``mask``) or RLlib's (``observations``, ``action_mask``) keys."""
+        if layout == "dict":
+            space = self.view.space()
+            space.spaces["action_mask"] = mask_space
+            return space
+        n, vocab = self.view.max_len, self.tokenizer.vocab_size
+        high = np.concatenate([np.full(n, vocab - 1), np.full(n, OWNER_TOOL)]).astype(np.float32)
+        tokens = spaces.Box(np.zeros(2 * n, dtype=np.float32), high, dtype=np.float32)
+        obs_key, mask_key = ("obs", "mask") if layout == "tianshou" else ("observations", "action_mask")
+        return spaces.Dict({obs_key: tokens, mask_key: mask_space})
+
     @staticmethod
     def _default_tokenizer(env: gym.Env) -> TokenizerLike:
         return default_tokenizer(env)
@@ -346,16 +360,7 @@ class DiscreteCalls(_TokenViewWrapper):
         self.layout = layout
         self.action_space = spaces.Discrete(len(CALLS))
         mask_space = spaces.Box(0, 1, shape=(len(CALLS),), dtype=np.bool_)  # type: ignore[arg-type]
-        if layout == "dict":
-            space = self.view.space()
-            space.spaces["action_mask"] = mask_space
-        else:
-            n, vocab = self.view.max_len, self.tokenizer.vocab_size
-            high = np.concatenate([np.full(n, vocab - 1), np.full(n, OWNER_TOOL)]).astype(np.float32)
-            tokens = spaces.Box(np.zeros(2 * n, dtype=np.float32), high, dtype=np.float32)
-            obs_key, mask_key = ("obs", "mask") if layout == "tianshou" else ("observations", "action_mask")
-            space = spaces.Dict({obs_key: tokens, mask_key: mask_space})
-        self.observation_space = space
+        self.observation_space = self._masked_space(layout, mask_space)
         self._mask = np.zeros(len(CALLS), dtype=bool)
 
     def _observe(self, info: dict[str, Any]) -> dict[str, np.ndarray]:
