@@ -62,7 +62,7 @@ from ..contract.tokens import OWNER_POLICY, TokenizerLike, encode_segment
 from ..core.calls_v1 import CALL_KINDS
 from ..edits.patches import deletable_lines
 from ..edits.sites import ARG_INDEX, ARGS, MAX_EXPRS, MAX_LINES, MUTATION_INDEX, MUTATIONS, EditError, legal_edits
-from .wrappers import _TokenViewWrapper
+from .wrappers import _TokenViewWrapper, call_ids
 
 HEADS: tuple[str, ...] = ("kind", "line", "expr", "mutation", "arg")
 """The heads of :class:`FactorisedCalls`, in the order an autoregressive policy picks them."""
@@ -381,17 +381,7 @@ class ByteTokenCalls(_V1TokenWrapper):
 
     def policy_ids(self, action: Any) -> list[int]:
         """The ids of ``action`` the view records: up to and including the first ``<eoc>`` / ``<pad>``."""
-        arr = np.asarray(action)
-        if not np.issubdtype(arr.dtype, np.integer) or arr.ndim != 1 or arr.size == 0:
-            raise TypeError(f"ByteTokenCalls actions are 1-d integer arrays of up to {self.max_call_tokens} ids, "
-                            f"got {action!r:.80}")
-        if arr.min() < 0 or arr.max() >= self.tokenizer.vocab_size:
-            raise ValueError(f"token ids must be in 0..{self.tokenizer.vocab_size - 1}, got {arr.tolist()!r:.80}")
-        ids = arr[: self.max_call_tokens].tolist()
-        for k, i in enumerate(ids):
-            if i in (self.tokenizer.eoc_id, self.tokenizer.pad_id):
-                return ids[: k + 1]
-        return ids
+        return call_ids(action, self.tokenizer, self.max_call_tokens, "ByteTokenCalls")
 
     def encode_call(self, call: str) -> np.ndarray:
         """A call's text as one action (its ids, ``<eoc>``, padding); ValueError if it is longer than the action."""

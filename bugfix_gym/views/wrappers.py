@@ -185,6 +185,26 @@ class TokenView:
         return {"ids": out_ids, "owner": out_owner, "attention_mask": (out_owner != 0).astype(np.int8)}
 
 
+def call_ids(action: Any, tokenizer: TokenizerLike, max_call_tokens: int, view: str) -> list[int]:
+    """The ids of a token-id action that a view records: up to and including the first ``<eoc>`` / ``<pad>``.
+
+    :raises TypeError: the action is not a 1-d integer array (``view`` names the view in the message)
+    :raises ValueError: an id outside the vocabulary
+    """
+    arr = np.asarray(action)
+    if not np.issubdtype(arr.dtype, np.integer) or arr.ndim != 1 or arr.size == 0:
+        raise TypeError(f"{view} actions are 1-d integer arrays of up to {max_call_tokens} token ids, "
+                        f"got {action!r:.80}")
+    if arr.min() < 0 or arr.max() >= tokenizer.vocab_size:
+        raise ValueError(f"token ids must be in 0..{tokenizer.vocab_size - 1}, got {arr.tolist()!r:.80}")
+    ids = arr[:max_call_tokens].tolist()
+    stops = (tokenizer.eoc_id, tokenizer.pad_id)
+    for k, i in enumerate(ids):
+        if i in stops:
+            return ids[: k + 1]
+    return ids
+
+
 class _TokenViewWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """Common part of the two views: keeps a :class:`TokenView` of the wrapped text env (BugFix-v1's views,
     :mod:`bugfix_gym.views.heads_v1`, are built on it too)."""
@@ -296,18 +316,7 @@ class TokenObservation(_TokenViewWrapper):
 
     def policy_ids(self, action: Sequence[int]) -> list[int]:
         """The ids of ``action`` the view records: up to and including the first ``<eoc>`` / ``<pad>``."""
-        arr = np.asarray(action)
-        if not np.issubdtype(arr.dtype, np.integer) or arr.ndim != 1 or arr.size == 0:
-            raise TypeError(f"TokenObservation actions are 1-d integer arrays of up to {self.max_call_tokens} token "
-                            f"ids, got {action!r:.80}")
-        if arr.min() < 0 or arr.max() >= self.tokenizer.vocab_size:
-            raise ValueError(f"token ids must be in 0..{self.tokenizer.vocab_size - 1}, got {arr.tolist()!r:.80}")
-        ids = arr[: self.max_call_tokens].tolist()
-        stops = (self.tokenizer.eoc_id, self.tokenizer.pad_id)
-        for k, i in enumerate(ids):
-            if i in stops:
-                return ids[: k + 1]
-        return ids
+        return call_ids(action, self.tokenizer, self.max_call_tokens, "TokenObservation")
 
     def step(self, action):
         ids = self.policy_ids(action)
