@@ -184,3 +184,12 @@ def load_algorithm(path: str | Path, env: Any = None, **kwargs: Any) -> TokenOnP
 def describe(name: str) -> str:
     """``name``'s settings as ``key=value`` text (empty for a preset of the class's defaults)."""
     return ", ".join(f"{key}={value!r}" for key, value in get_preset(name).settings.items())
+
+
+def trained_by(model: TokenOnPolicyAlgorithm) -> dict[str, Any]:
+    """Which algorithm trained ``model``: its ``--algo`` name (a model without one: its class's own preset,
+    ``ppo`` or ``reinforce``), its class, and the model's values of the settings that make the preset that
+    algorithm (for ``bugfix-gym eval --json`` and a run's ``results.json``)."""
+    name = model.config.preset or ("reinforce" if isinstance(model, Reinforce) else "ppo")
+    settings = {key: getattr(model.config, key) for key in get_preset(name).settings}
+    return dict(algo=name, cls=type(model).__name__, preset_settings=settings)
