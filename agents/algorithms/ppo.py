@@ -297,6 +297,8 @@ class TokenPPO(TokenOnPolicyAlgorithm):
         assert buffer.advantages is not None and self.first_update_dump is not None
         cfg = self.config
         common = dump.loss_fields(cfg.loss_mode, cfg.loss_norm_const, cfg.mask_truncated_completions, cfg.adv_estimator)
+        if cfg.kl_reward_coef:  # the advantages read rewards less the KL: say so (the zero-variance check skips)
+            common["kl_in_reward"] = cfg.kl_reward_coef
         dump.write_dump(self.first_update_dump, dump.episodes(buffer, new_logp, weights, buffer.advantages.cpu(),
                                                               common, per_episode, groups=self.config.group_size > 1),
                         tokenizer=self.policy.tokenizer)
