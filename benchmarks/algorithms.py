@@ -5,6 +5,11 @@ same base agent, on two protocols, each run a ``bugfix-gym train`` of its own.
     python benchmarks/algorithms.py --protocol book --seeds 5 --algos ppo,grpo,rloo
     python benchmarks/algorithms.py --report                 # only re-read runs/algorithms/ and write the table
 
+Every run is ``--preset-only``: the recipe of ``--tasks`` gives the tasks, the env, the base agent and the
+budget; the ``--algo`` preset (on its class's defaults) gives every algorithm setting, and the recipe's
+additions to the loss (the generated recipe's KL, entropy bonus, tool-output loss and edit practice) are off
+for every row, so each row is the algorithm it names. A run's ``run.json`` is checked against those settings.
+
 Protocols:
 
 * **book**: ``--tasks book`` (the book's 20 train tasks, the book's base agent); reported: train and
@@ -13,9 +18,11 @@ Protocols:
   templates, decoding under the legal-call grammar only (no foresight, no useful-call mask);
   reported: the unseen test templates (200 tasks, generator seed 0, one episode each, the run's own
   table) and the example task pack (``bugfix-gym eval --pack``).
+* **generalisation-100k**: the same at the recipe's own budget, 100,000 env steps (not run by default).
 
-Each run's folder is ``runs/algorithms/<protocol>/<algo>/seed-<S>``; a run whose ``results.json``
-exists is not run again, so an interrupted table resumes where it stopped. The table
+Each run's folder is ``runs/algorithms/<protocol>/<algo>/<digest>/seed-<S>``, the digest that of the
+run's flags and algorithm settings; a run whose ``results.json`` exists is not run again, so an interrupted
+table resumes where it stopped, and a changed preset or protocol starts new folders. The table
 (``runs/algorithms/table.md``, also printed) gives per cell the mean over seeds and a 95% Student-t
 interval, the wall time per run, and the env steps at which the rollouts' train pass rate first
 reached 0.8 (mean over the seeds that reached it, and how many did); ``learning_curves.png``
@@ -27,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import hashlib
 import json
 import math
 import os
@@ -40,12 +48,19 @@ from typing import Any, Sequence
 ROOT = Path(__file__).resolve().parents[1]
 OUT = Path("runs") / "algorithms"
 PACK = ROOT / "examples" / "task_pack_example.json"
+#: every protocol trains each name with ``--preset-only``: the recipe gives the tasks, env, base agent and budget,
+#: the preset (and its class's defaults) every algorithm setting; the recipe's additions to the loss (the
+#: generated recipe's KL 0.05, entropy 0.005, tool-output loss and edit practice) are off for every row, so a row
+#: is the algorithm it names and rows differ only in what their presets say
 PROTOCOLS: dict[str, dict[str, Any]] = {
-    "book": dict(flags=["--tasks", "book"], timesteps=12_000, seeds=5,
+    "book": dict(flags=["--tasks", "book", "--preset-only"], timesteps=12_000, seeds=5,
                  cells=(("train", "train"), ("held-out", "held-out"))),
-    "generalisation": dict(flags=["--tasks", "generated", "--foresight", "none", "--call-mask", "call_mask"],
+    "generalisation": dict(flags=["--tasks", "generated", "--foresight", "none", "--call-mask", "call_mask",
+                                  "--preset-only"],
                            timesteps=20_000, seeds=3, cells=(("unseen", "unseen test tmpl"), ("pack", "pack"))),
 }
+#: the generalisation protocol at the recipe's own budget (run for the names the 20,000-step table picks)
+PROTOCOLS["generalisation-100k"] = dict(PROTOCOLS["generalisation"], timesteps=100_000)
 #: two-sided 95% Student-t quantiles by degrees of freedom (1..10), then the normal's
 T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
 TARGET_PASS = 0.8
@@ -85,8 +100,25 @@ def steps_to(curve: list[dict[str, Any]], target: float = TARGET_PASS) -> int | 
 
 
 # ---------------------------------------------------------------------- running
+def expected_settings(protocol: str, algo: str, seed: int = 0) -> dict[str, Any]:
+    """The settings (``run.json``, as JSON reads back) a run of ``algo`` under ``protocol`` trains with: what
+    ``bugfix-gym train`` builds of the protocol's flags."""
+    from agents.cli.parser import build_parser
+    from agents.cli.settings import train_settings
+
+    args = build_parser().parse_args(["train", "--algo", algo, *PROTOCOLS[protocol]["flags"], "--seed", str(seed)])
+    return json.loads(json.dumps(train_settings(args)))
+
+
+def settings_digest(protocol: str, algo: str) -> str:
+    """8 hex digits of the algorithm settings and flags a run of ``algo`` under ``protocol`` has now: a run made
+    under other settings (an older preset or protocol) sits in another folder and is not read into the table."""
+    text = json.dumps([PROTOCOLS[protocol]["flags"], expected_settings(protocol, algo)["ppo"]], sort_keys=True)
+    return hashlib.sha1(text.encode()).hexdigest()[:8]
+
+
 def run_dir(protocol: str, algo: str, seed: int) -> Path:
-    return OUT / protocol / algo / f"seed-{seed}"
+    return OUT / protocol / algo / settings_digest(protocol, algo) / f"seed-{seed}"
 
 
 def _cli(*args: str) -> list[str]:
@@ -108,14 +140,18 @@ def run_one(protocol: str, algo: str, seed: int, timesteps: int) -> dict[str, An
         _run(_cli("train", "--algo", algo, *PROTOCOLS[protocol]["flags"], "--timesteps", str(timesteps),
                   "--seed", str(seed), "--out", str(out), "--no-progress"), out.with_suffix(".log"))
     results = json.loads((out / "results.json").read_text())
+    trained = json.loads((out / "run.json").read_text())["ppo"]
+    if trained != expected_settings(protocol, algo, seed)["ppo"]:
+        raise RuntimeError(f"{out} trained with other settings than {protocol} gives {algo} now: move it aside")
     wall = time.perf_counter() - started
     cells = {name: results["after"][name]["pass_rate"] for name in results["after"]}
-    if protocol == "generalisation":
+    if protocol.startswith("generalisation"):
         pack = _run(_cli("eval", str(out / "tokenppo.zip"), "--pack", str(PACK), "--episodes", "8", "--json",
                          "--seed", str(seed)), out.with_suffix(".eval.log"))
         cells["pack"] = json.loads(pack.strip().splitlines()[-1])["pass_rate"]
     base = {name: values["pass_rate"] for name, values in (results.get("before") or {}).items()}
     record = dict(protocol=protocol, algo=algo, seed=seed, timesteps=timesteps, cells=cells, base=base,
+                  settings_digest=settings_digest(protocol, algo), ppo=trained,
                   wall_s=wall, train_s=results["train_s"], curve=results.get("curve", []),
                   steps_to_target=steps_to(results.get("curve", [])))
     record_file.write_text(json.dumps(record, indent=1))
@@ -154,8 +190,14 @@ def run_table(jobs: list[tuple[str, str, int, int]], workers: int) -> list[dict[
 
 # ---------------------------------------------------------------------- the report
 def read_records() -> list[dict[str, Any]]:
-    """Every finished run's record under ``runs/algorithms/``."""
-    return [json.loads(path.read_text()) for path in sorted(OUT.glob("*/*/seed-*/record.json"))]
+    """Every finished run's record under ``runs/algorithms/`` made with the settings its protocol and preset
+    give now (:func:`settings_digest`; older runs stay on disk, out of the table)."""
+    records = [json.loads(path.read_text()) for path in sorted(OUT.glob("*/*/*/seed-*/record.json"))]
+    digests: dict[tuple[str, str], str] = {}
+    for r in records:
+        if r["protocol"] in PROTOCOLS and (r["protocol"], r["algo"]) not in digests:
+            digests[r["protocol"], r["algo"]] = settings_digest(r["protocol"], r["algo"])
+    return [r for r in records if r.get("settings_digest") == digests.get((r["protocol"], r["algo"]))]
 
 
 def table_markdown(records: list[dict[str, Any]], protocol: str) -> str:
@@ -260,7 +302,8 @@ def _names(text: str, allowed: Sequence[str], what: str) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--protocol", default="book,generalisation", help="comma-separated: book, generalisation")
+    p.add_argument("--protocol", default="book,generalisation",
+                   help="comma-separated: book, generalisation, generalisation-100k (default: the first two)")
     p.add_argument("--algos", default=None, help="comma-separated --algo names (default: all)")
     p.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 per cell (default: 5 book, 3 generalisation)")
     p.add_argument("--timesteps", type=int, default=None,

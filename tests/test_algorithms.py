@@ -74,7 +74,7 @@ def test_gigpo_through_the_buffer_differs_from_grpo_as_the_formula_says():
     """Every episode of a group starts from one reset, so its first call's state (the prompt) recurs in
     the group; with turn_gamma 1 that turn's return is the episode's, so its step-level advantage is the
     episode's GRPO advantage and GiGPO gives (1 + omega) x GRPO on the first call's tokens."""
-    model = _look("gigpo", step_advantage_weight=0.5)
+    model = _look("gigpo", step_advantage_weight=0.5, turn_gamma=1.0)
     trajs = _episodes(model)
     gigpo = _buffer(model, trajs)
     grpo = _buffer(model, trajs, adv_estimator="grpo")
@@ -204,6 +204,8 @@ def test_every_preset_s_first_ratio_is_exactly_one(name):
     policy token (pi_old frozen in the first minibatch's own layout; Reinforce's pi_old is pi itself)."""
     model = _look(name)
     trajs = _episodes(model)
+    for traj in trajs:  # every episode ended in time: DAPO's overlong filter would mask this untrained model's all
+        traj.info = dict(traj.info, **{"TimeLimit.truncated": False})
     loss_name = model.config.policy_loss
     real = losses.POLICY_LOSSES.get(loss_name)
     ratios = []
@@ -269,7 +271,7 @@ def test_dr_grpo_s_constant_is_the_most_policy_tokens_of_an_episode():
 def test_rloo_through_its_preset_is_centred_advantages_times_g_over_g_minus_one():
     model = _look("rloo")
     trajs = _episodes(model)
-    buffer = _buffer(model, trajs)
+    buffer = _buffer(model, trajs, kl_reward_coef=0.0)  # the estimator alone (its KL in the reward: test_kl_in_reward)
     g = 4
     centred = group_normalised(torch.tensor(REWARDS), buffer.groups, "none")
     torch.testing.assert_close(buffer.advantages, (centred * g / (g - 1))[:, None] * buffer.policy_mask)

@@ -39,12 +39,17 @@ def _check_run(out, name, capsys) -> None:
     assert type(model) is get_preset(name).cls and model.config.preset == name
     results = json.loads((out / "results.json").read_text())
     assert results["algo"] == name and len(results["curve"]) == model.iteration >= 1
+    assert results["trained_by"] == json.loads(json.dumps(dict(algo=name, cls=type(model).__name__,
+                                                               preset_settings=get_preset(name).settings)))
     entry = results["curve"][-1]
     assert set(entry) == {"iteration", "num_timesteps", "pass_rate", "valid_calls"}
     assert entry["iteration"] == model.iteration and 0.0 <= entry["pass_rate"] <= 1.0
     capsys.readouterr()
     assert main(["eval", str(out / "tokenppo.zip"), "--split", "train", "--episodes", "1", "--json"]) == 0
-    assert 0.0 <= json.loads(capsys.readouterr().out)["pass_rate"] <= 1.0
+    printed = json.loads(capsys.readouterr().out)
+    assert 0.0 <= printed["pass_rate"] <= 1.0
+    assert (printed["algo"], printed["cls"], printed["preset_settings"]) == (
+        name, type(model).__name__, results["trained_by"]["preset_settings"])
 
 
 @pytest.mark.parametrize("name", ALGORITHM_NAMES)
@@ -196,3 +201,18 @@ def test_a_stopped_run_of_a_named_algorithm_resumes_as_that_algorithm(name, tmp_
     assert type(resumed) is cls and resumed.config.preset == name and resumed.num_timesteps == whole.num_timesteps
     for (k, v), (_, w) in zip(whole.policy.state_dict().items(), resumed.policy.state_dict().items()):
         assert torch.equal(v, w), k
+
+
+def test_preset_only_leaves_the_recipe_s_loss_additions_out_and_refuses_foresight(capsys):
+    """--preset-only: the generated recipe's KL, entropy and auxiliary losses are not in the run's settings
+    (the preset's own KL stays), its tasks and base agent are; with the recipe's foresight on it is a one-line
+    error, since foresight reads the tool-output loss it leaves out."""
+    protocol = ("--tasks", "generated", "--foresight", "none", "--call-mask", "call_mask")
+    full = _settings(*protocol, "--algo", "rloo")
+    bare = _settings(*protocol, "--algo", "rloo", "--preset-only")
+    assert (full["ppo"]["kl_coef"], full["ppo"]["ent_coef"], full["ppo"]["tool_coef"]) == (0.05, 0.005, 1.0)
+    assert (bare["ppo"]["kl_coef"], bare["ppo"]["ent_coef"], bare["ppo"]["kl_reward_coef"]) == (0.0, 0.0, 0.05)
+    assert "tool_coef" not in bare["ppo"] and bare["base_agent"] == full["base_agent"] and bare["preset_only"]
+    assert main(["train", "--tasks", "generated", "--preset-only", "--print-config"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--foresight none" in err

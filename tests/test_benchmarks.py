@@ -77,6 +77,37 @@ def test_algorithm_table_statistics_by_hand():
     assert "| `ppo` | 2 | 0.900 ± 1.271 | 0.700 ± 1.271 | 15 | 200 (1/2) |" in text
 
 
+def _table_rows() -> list[tuple[str, str]]:
+    from agents.algorithms.presets import ALGORITHM_NAMES
+
+    return [(protocol, algo) for protocol in ("book", "generalisation", "generalisation-100k")
+            for algo in ALGORITHM_NAMES]
+
+
+@pytest.mark.parametrize("protocol,algo", _table_rows())
+def test_each_row_of_the_algorithm_table_trains_the_preset_it_names(protocol, algo):
+    """What run.json holds for the row (the settings ``bugfix-gym train`` builds of the protocol's flags): the
+    preset's settings on its class's defaults, nothing of the recipe's loss additions; the recipe's tasks,
+    decoding and base agent stay."""
+    import dataclasses
+    import json
+
+    from agents.algorithms.presets import get_preset
+    from agents.bugfix.aux_losses import AUX_SETTINGS
+
+    table = _load("algorithms")
+    settings = table.expected_settings(protocol, algo)
+    preset = get_preset(algo)
+    defaults = {f.name: f.default for f in dataclasses.fields(preset.cls.config_class) if f.name != "aux_losses"}
+    assert settings["ppo"] == json.loads(json.dumps(dict(defaults, **preset.settings)))
+    assert settings["algo"] == algo and settings["preset_only"] is True and settings["dropped_settings"] == []
+    assert not set(AUX_SETTINGS) & set(settings["ppo"])
+    if protocol.startswith("generalisation"):
+        assert settings["tasks"] == "generated" and settings["foresight"] is None
+        assert settings["call_mask"] == "call_mask" and settings["base_agent"]["practice"] > 0  # env protocol kept
+    assert table.run_dir(protocol, algo, 1).name == "seed-1"
+
+
 def test_snippet_threads_times_the_documents_first_block():
     bench = _load("snippet_threads")
     readme = bench.first_python_block(bench.ROOT / "README.md")
@@ -99,7 +130,7 @@ def test_algorithm_table_runs_a_cell_and_resumes_it(tmp_path, monkeypatch):
     assert [(r["algo"], r["seed"]) for r in records] == [("grpo", 0)]
     assert 0.0 <= records[0]["cells"]["train"] <= 1.0 and records[0]["curve"]
     assert "| `grpo` | 1 |" in (tmp_path / "runs" / "algorithms" / "table.md").read_text()
-    (tmp_path / "runs" / "algorithms" / "book" / "grpo" / "seed-0" / "tokenppo.zip").unlink()
+    (table.run_dir("book", "grpo", 0) / "tokenppo.zip").unlink()
     assert table.main(["--protocol", "book", "--algos", "grpo", "--seeds", "1", "--timesteps", "40"]) == records
 
 

@@ -250,7 +250,10 @@ def test_model_files_saved_by_main_34a6ebf_load_into_the_config_object(name, tmp
     obs, _ = gym.make("LookThenAnswer-v0").reset(seed=3)
     assert str(model.predict(obs, deterministic=True)[0]) == expected["action"]
     assert model.training_progress() == expected["progress"]
-    assert model.saved_arguments() == expected["settings"]
+    added = dict(episode_baseline="episode")  # the settings added since, saved at their defaults
+    if name == "grpo":
+        added.update(kl_reward_coef=0.0, kl_reward_estimator="k1")
+    assert model.saved_arguments() == dict(expected["settings"], **added)
 
 
 def test_max_call_tokens_is_given_once_a_second_value_in_policy_kwargs_is_an_error():
@@ -280,9 +283,10 @@ def test_a_loaded_model_writes_the_same_data_as_the_file_it_came_from(cls, tmp_p
     added = {"policy_loss": "ppo_clip", "adv_estimator": "gae"} if cls is TokenPPO else \
         {"policy_loss": "reinforce", "adv_estimator": "return_minus_baseline"}
     added.update(group_size=1, drop_zero_variance_groups=False, max_resample_rounds=4, scale_rewards="group",
-                 turn_gamma=1.0, step_advantage_weight=1.0, mask_truncated_completions=False, preset=None)
+                 turn_gamma=1.0, step_advantage_weight=1.0, mask_truncated_completions=False, preset=None,
+                 episode_baseline="episode")
     if cls is TokenPPO:
-        added["max_is_weight"] = 5.0
+        added.update(max_is_weight=5.0, kl_reward_coef=0.0, kl_reward_estimator="k1")
     assert {k: v for k, v in new_args.items() if k not in added and k != "aux_losses"} == \
         {k: v for k, v in old_args.items() if k not in legacy}
     assert {k: new_args[k] for k in added} == added

@@ -418,3 +418,15 @@ def test_a_dump_or_tokenizer_that_is_no_regular_file_is_refused_before_it_is_rea
     folder = "Is a directory" if flag == "dump" else "holds no tokenizer.json"  # --tokenizer reads save_pretrained
     expected = {"too big": "more than the 100 read", "folder": folder}.get(where, "is not a regular file")
     assert expected in err and len(err.splitlines()) == 1, err
+
+
+def test_a_kl_in_the_reward_batch_skips_the_zero_variance_check_only():
+    """Equal rewards less a KL in the reward are unequal returns: the trainer that says ``kl_in_reward`` is not
+    failed for giving that group advantages; the other checks still run (and pass)."""
+    batch = good_batch()
+    _zero_variance_group_trained(batch)
+    for episode in batch:
+        episode["kl_in_reward"] = 0.05
+    results = {r.name: r for r in run_checks(batch, end_ids=[END], tokenizer=CharTokenizer())}
+    assert not any(r.failed for r in results.values()), format_report(list(results.values()))
+    assert "kl_in_reward" in results["zero_variance_groups"].detail

@@ -18,15 +18,15 @@ that earned it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Optional, Sequence
 
 import torch
 
 from agents.algorithms.group_advantages import (discounted_turn_returns, group_normalised, leave_one_out,
                                                 spread_over_turns, step_group_advantage, turn_rewards)
-from agents.algorithms.losses import masked_mean
-from agents.algorithms.registry import Registry
+from agents.algorithms.losses import kl_estimate, masked_mean
+from agents.algorithms.registry import Registry, check_choice
 
 
 def _check_rewards_on_policy(token_rewards: torch.Tensor, mask: torch.Tensor) -> None:
@@ -212,6 +212,11 @@ class AdvantageBatch:
     state_keys: Optional[torch.Tensor] = None
 
 
+#: GiGPO's episode-level mean and std over the episodes of a group: ``episode`` counts each episode once (the
+#: paper's), ``step_rows`` once per turn (verl-agent's, whose batch holds one row per step)
+EPISODE_BASELINES = ("episode", "step_rows")
+
+
 @dataclass(frozen=True)
 class AdvantageConfig:
     """The settings an advantage estimator may read.
@@ -223,6 +228,7 @@ class AdvantageConfig:
     :param std_eps: added to a std before dividing by it (verl's 1e-6; TRL's is 1e-4)
     :param turn_gamma: discount per turn (one model call) of ``rebn`` and ``gigpo``'s step returns
     :param step_advantage_weight: GiGPO's omega, the weight of the step-level advantage
+    :param episode_baseline: GiGPO's episode-level group statistics, one of :data:`EPISODE_BASELINES`
     """
 
     gamma: float = 1.0
@@ -232,6 +238,7 @@ class AdvantageConfig:
     std_eps: float = 1e-6
     turn_gamma: float = 1.0
     step_advantage_weight: float = 1.0
+    episode_baseline: str = "episode"
 
 
 #: ``fn(batch, config) -> (advantages, returns)``: advantages ``[B]`` (one per episode) or ``[B, T]``
@@ -306,7 +313,8 @@ def reinforce_pp_advantage(batch: AdvantageBatch, config: AdvantageConfig
                            ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """REINFORCE++ (Hu 2025, arXiv 2501.03262; verl's ``reinforce_plus_plus``): the per-token return
     ``G_t`` (:func:`reward_to_go`, ``config.gamma`` per policy token) whitened over every policy token
-    of the batch (:func:`whiten`: mean 0, std 1). The paper's KL-in-the-reward is left to the caller."""
+    of the batch (:func:`whiten`: mean 0, std 1). The paper's KL in the reward is the setting
+    ``kl_reward_coef`` (:func:`kl_in_reward`, applied to the batch before any estimator)."""
     return whiten(reward_to_go(batch.token_rewards, batch.mask, config.gamma), batch.mask), None
 
 
@@ -345,11 +353,13 @@ def gigpo_advantage(batch: AdvantageBatch, config: AdvantageConfig) -> tuple[tor
     """GiGPO (Feng et al. 2025, arXiv 2505.10978): ``A = A^E + omega * A^S`` per turn, with ``A^E`` the
     episode's GRPO advantage in its group and ``A^S`` the step-level one among the turns of the group
     that start from an equal anchor state (:func:`~agents.algorithms.group_advantages.step_group_advantage`;
-    returns discounted by ``config.turn_gamma`` per turn, the paper's 0.95). Without ``state_keys`` no
-    two states are known to be equal and ``A = A^E`` (``grpo``)."""
+    returns discounted by ``config.turn_gamma`` per turn, the paper's 0.95). ``A^E``'s group mean and std
+    count each episode once or once per turn, as ``config.episode_baseline`` says
+    (:func:`_gigpo_episode_advantage`). Without ``state_keys`` no two states are known to be equal and
+    ``A = A^E``."""
     _check_rewards_on_policy(batch.token_rewards, batch.mask.to(batch.token_rewards.dtype))
     groups = _groups_of(batch)
-    episode, _ = _outcome(group_normalised(batch.rewards, groups, config.scale_rewards, config.std_eps), batch)
+    episode, _ = _outcome(_gigpo_episode_advantage(batch, groups, config), batch)
     if batch.state_keys is None:
         return episode, None
     returns, turn_mask = _turn_returns(batch, config)
@@ -358,6 +368,52 @@ def gigpo_advantage(batch: AdvantageBatch, config: AdvantageConfig) -> tuple[tor
                          f"got {tuple(batch.state_keys.shape)}: build them with anchor_state_keys(ids, mask)")
     step = step_group_advantage(returns, turn_mask, groups, batch.state_keys, config.scale_rewards, config.std_eps)
     return episode + config.step_advantage_weight * spread_over_turns(step, batch.mask), None
+
+
+def _gigpo_episode_advantage(batch: AdvantageBatch, groups: torch.Tensor, config: AdvantageConfig) -> torch.Tensor:
+    """GiGPO's ``A^E`` per episode ``[B]``: the return normalised in its group, the group's mean and std over
+    its episodes (``episode_baseline="episode"``) or over its step rows, one row per turn holding the
+    episode's return (``"step_rows"``: an episode of more turns weighs more in the baseline)."""
+    check_choice("episode_baseline", config.episode_baseline, EPISODE_BASELINES)
+    if config.episode_baseline == "episode":
+        return group_normalised(batch.rewards, groups, config.scale_rewards, config.std_eps)
+    _, turn_mask = turn_rewards(batch.token_rewards, batch.mask)  # [B, K]
+    on = turn_mask > 0
+    rows = batch.rewards.float()[:, None].expand(on.shape)[on]  # one row per turn
+    row_groups = groups[:, None].expand(on.shape)[on]
+    per_turn = torch.zeros(on.shape, dtype=torch.float32, device=on.device)
+    per_turn[on] = group_normalised(rows, row_groups, config.scale_rewards, config.std_eps)
+    return per_turn[:, 0]  # equal on every turn of an episode; 0 for an episode without a turn
+
+
+# ---------------------------------------------------------------- KL in the reward
+
+def kl_in_reward(batch: AdvantageBatch, logp: torch.Tensor, ref_logp: torch.Tensor, coef: float,
+                 kind: str = "k1") -> AdvantageBatch:
+    """``batch`` with the KL to the reference policy subtracted from its rewards, before an estimator reads
+    them (verl's ``use_kl_in_reward``, TRL RLOO's ``beta``; REINFORCE++'s placement)::
+
+        r'_t = r_t - coef * KL_t        on every policy token t (KL_t: ``kind`` of pi_old against pi_ref)
+        R'   = R   - coef * sum_t KL_t  the episode return, still the sum of its token rewards
+
+    An estimator of per-token returns (``reinforce_pp``, ``gae``, the per-turn ones) reads ``r'``: a
+    token's penalty counts for it and every earlier token (verl's per-token placement); an estimator of
+    episode returns (``grpo``, ``rloo``, ...) reads ``R'``: the sequence's summed KL (TRL RLOO's). The
+    penalty is a reward, so it is fixed before the update: no gradient flows through it.
+
+    :param batch: the batch as sampled
+    :param logp: ``[B, T]`` log pi_old of each target token (the policy that sampled it)
+    :param ref_logp: ``[B, T]`` log pi_ref of each target token
+    :param coef: the KL coefficient beta (0: the batch unchanged)
+    :param kind: the KL estimator, ``k1`` (the references'), ``k2`` or ``k3``
+        (:func:`~agents.algorithms.losses.kl_estimate`)
+    """
+    if not coef:
+        return batch
+    mask = batch.mask.to(batch.token_rewards.dtype)
+    penalty = coef * kl_estimate(logp.detach().to(mask.dtype), ref_logp.detach().to(mask.dtype), kind) * mask
+    return replace(batch, token_rewards=batch.token_rewards - penalty,
+                   rewards=batch.rewards - penalty.sum(dim=1).to(batch.rewards.dtype))
 
 
 # ---------------------------------------------------------------- batch statistics

@@ -27,7 +27,8 @@ from stable_baselines3.common.utils import get_device
 from stable_baselines3.common.vec_env import VecNormalize
 
 from agents.algorithms.advantages import (ADVANTAGE_ESTIMATORS, NEEDS_STATE_KEYS, AdvantageBatch, AdvantageConfig,
-                                          explained_variance, get_adv_estimator_fn, reward_to_go, whiten)
+                                          explained_variance, get_adv_estimator_fn, kl_in_reward, reward_to_go,
+                                          whiten)
 from agents.algorithms.config import PPOConfig
 from agents.algorithms.group_advantages import anchor_state_keys
 from agents.rollout.trajectory import Trajectory, collate, group_index
@@ -70,6 +71,10 @@ class TokenRolloutBuffer(BaseBuffer):
     :param step_advantage_weight: GiGPO's omega
     :param mask_truncated_completions: episodes that ended truncated (``info["TimeLimit.truncated"]``)
         leave the loss mask (:meth:`loss_mask`)
+    :param episode_baseline: GiGPO's episode-level statistics, ``episode`` or ``step_rows``
+    :param kl_reward_coef: the KL to pi_ref subtracted from the rewards before the estimator
+        (:func:`~agents.algorithms.advantages.kl_in_reward`; needs ``ref_logp`` in :meth:`set_old_policy`); 0 = off
+    :param kl_reward_estimator: its estimator, ``k1``, ``k2`` or ``k3``
     """
 
     def __init__(
@@ -88,6 +93,9 @@ class TokenRolloutBuffer(BaseBuffer):
         turn_gamma: float = PPOConfig.turn_gamma,
         step_advantage_weight: float = PPOConfig.step_advantage_weight,
         mask_truncated_completions: bool = PPOConfig.mask_truncated_completions,
+        episode_baseline: str = PPOConfig.episode_baseline,
+        kl_reward_coef: float = PPOConfig.kl_reward_coef,
+        kl_reward_estimator: str = PPOConfig.kl_reward_estimator,
     ):
         ADVANTAGE_ESTIMATORS.check(adv_estimator, "adv_estimator")
         # BaseBuffer.__init__ derives fixed array shapes from the spaces; a token trajectory has
@@ -106,6 +114,9 @@ class TokenRolloutBuffer(BaseBuffer):
         self.turn_gamma = turn_gamma
         self.step_advantage_weight = step_advantage_weight
         self.mask_truncated_completions = mask_truncated_completions
+        self.episode_baseline = episode_baseline
+        self.kl_reward_coef = kl_reward_coef
+        self.kl_reward_estimator = kl_reward_estimator
         self.reset()
 
     # ------------------------------------------------------------------ SB3 interface
@@ -146,7 +157,8 @@ class TokenRolloutBuffer(BaseBuffer):
     def advantage_config(self) -> AdvantageConfig:
         """The settings the advantage estimator reads."""
         return AdvantageConfig(gamma=self.gamma, gae_lambda=self.gae_lambda, scale_rewards=self.scale_rewards,
-                               turn_gamma=self.turn_gamma, step_advantage_weight=self.step_advantage_weight)
+                               turn_gamma=self.turn_gamma, step_advantage_weight=self.step_advantage_weight,
+                               episode_baseline=self.episode_baseline)
 
     @property
     def policy_mask(self) -> th.Tensor:
@@ -197,6 +209,11 @@ class TokenRolloutBuffer(BaseBuffer):
         keys = anchor_state_keys(self.data["ids"], mask) if self.adv_estimator in NEEDS_STATE_KEYS else None
         batch = AdvantageBatch(self.data["token_rewards"], self.data["rewards"], mask, values, groups=self.groups,
                                state_keys=keys)
+        if self.kl_reward_coef:
+            if self.ref_logp is None or self.old_logp is None:
+                raise RuntimeError("kl_reward_coef > 0 needs pi_old's and pi_ref's log-probs: call "
+                                   "set_old_policy(old_logp, old_values, ref_logp) first")
+            batch = kl_in_reward(batch, self.old_logp, self.ref_logp, self.kl_reward_coef, self.kl_reward_estimator)
         adv, returns = get_adv_estimator_fn(self.adv_estimator)(batch, self.advantage_config)
         if adv.dim() == 1:  # one advantage per episode -> [N, T-1]
             adv = adv[:, None] * mask
@@ -205,7 +222,7 @@ class TokenRolloutBuffer(BaseBuffer):
         self.raw_advantages = adv  # [N, T-1]
         self.returns = returns  # [N, T-1]
         if self.normalize_advantage and mask.sum() > 1:
-            rewards = self.data["rewards"]
+            rewards = batch.rewards  # the KL-penalised returns with kl_reward_coef
             if float(rewards.max()) == float(rewards.min()):
                 # every episode has the same return: the advantages are pure critic error
                 # (zero in expectation), and whitening would blow that noise up to unit scale, so the

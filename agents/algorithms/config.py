@@ -16,7 +16,7 @@ from typing import Any, Callable, ClassVar, Optional, Sequence, TypeVar
 
 import numpy as np
 
-from agents.algorithms.advantages import ADVANTAGE_ESTIMATORS
+from agents.algorithms.advantages import ADVANTAGE_ESTIMATORS, EPISODE_BASELINES
 from agents.algorithms.auxiliary import check_aux_losses
 from agents.algorithms.group_advantages import SCALE_REWARDS
 from agents.algorithms.losses import KL_KINDS, LOSS_AGGREGATIONS, POLICY_LOSSES, check_dual_clip
@@ -217,6 +217,9 @@ class OnPolicyConfig(Config):
     turn_gamma: float = setting(1.0, "discount per turn (one model call) of the per-turn estimators (rebn, gigpo)",
                                 unit_interval)
     step_advantage_weight: float = setting(1.0, "GiGPO's omega: the weight of its step-level advantage", non_negative)
+    episode_baseline: str = setting("episode", "GiGPO's episode-level group statistics: 'episode' (each episode "
+                                    "counted once, the paper's) or 'step_rows' (each episode counted once per turn, "
+                                    "verl-agent's step rows)", choices=EPISODE_BASELINES)
     mask_truncated_completions: bool = setting(False, "TRL's name: an episode that ended truncated (out of turns, "
                                                "not terminated) gets no policy loss (its tokens leave the loss "
                                                "mask; its return still counts in the advantages)")
@@ -266,6 +269,12 @@ class PPOConfig(OnPolicyConfig):
     kl_coef: float = setting(0.0, "coefficient of the KL penalty to the frozen reference (initial) policy; 0 = off",
                              non_negative)
     kl_estimator: str = setting("k3", "'k1', 'k2' or 'k3' for that penalty", choices=KL_KINDS)
+    kl_reward_coef: float = setting(0.0, "KL in the reward (verl's use_kl_in_reward, TRL RLOO's beta): coef * the "
+                                    "KL of each policy token to the frozen reference policy is subtracted from its "
+                                    "reward (so the episode return loses coef * the sum) before the advantage "
+                                    "estimator; 0 = off", non_negative)
+    kl_reward_estimator: str = setting("k1", "'k1' (the references'), 'k2' or 'k3' for the KL in the reward",
+                                       choices=KL_KINDS)
     recompute_old_logp: bool = setting(True, "recompute pi_old's log-probs with one trainer pass before the update "
                                        "(True) or use the sampler's sample_logp (False)")
     critic_warmup_steps: int = setting(50, "Adam steps regressing the value head on Monte-Carlo returns of the first "

@@ -276,7 +276,8 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
             self.policy_kwargs["foresight_words"] = dict(self._env_advertised("foresight", None))  # saved with it
         self.rollout_buffer_kwargs = dict(self.rollout_buffer_kwargs)
         self.rollout_buffer_kwargs.setdefault("pad_id", tokenizer_from_dict(self.policy_kwargs["tokenizer"]).pad_id)
-        for name in ("scale_rewards", "turn_gamma", "step_advantage_weight", "mask_truncated_completions"):
+        for name in ("scale_rewards", "turn_gamma", "step_advantage_weight", "mask_truncated_completions",
+                     "episode_baseline"):
             self.rollout_buffer_kwargs.setdefault(name, getattr(self.config, name))
         super()._setup_model()
         self.policy.torch_threads = getattr(self, "torch_threads", "auto")  # predict() runs under it too

@@ -61,7 +61,7 @@ class TokenPPO(TokenOnPolicyAlgorithm):
     auxiliary_losses: list[AuxLoss]  # the setting aux_losses (objects or specs) built (by _setup_model)
 
     def __init__(self, policy: str | type[TinyAgentPolicy], env: GymEnv | str | None, **kwargs: Any):
-        self.ref_model: TinyAgent | None = None  # pi_ref, with kl_coef
+        self.ref_model: TinyAgent | None = None  # pi_ref, with kl_coef or kl_reward_coef
         super().__init__(policy, env, **kwargs)
         self.critic_warmed_up = self.config.critic_warmup_steps <= 0
 
@@ -69,14 +69,20 @@ class TokenPPO(TokenOnPolicyAlgorithm):
         self.rollout_buffer_kwargs = dict(self.rollout_buffer_kwargs or {})
         self.rollout_buffer_kwargs.setdefault("normalize_advantage", self.config.normalize_advantage)
         self.rollout_buffer_kwargs.setdefault("adv_estimator", self.config.adv_estimator)
+        self.rollout_buffer_kwargs.setdefault("kl_reward_coef", self.config.kl_reward_coef)
+        self.rollout_buffer_kwargs.setdefault("kl_reward_estimator", self.config.kl_reward_estimator)
         super()._setup_model()
         self.auxiliary_losses = build_aux_losses(self.config.aux_losses)
         for aux in self.auxiliary_losses:
             aux.setup(self.policy.tokenizer, self.seed or 0)
         self.clip_schedule = FloatSchedule(self.config.clip_range)
-        if self.config.kl_coef:
+        if self._wants_reference():
             self.ref_model = copy.deepcopy(self.policy.model).requires_grad_(False).eval()
         self._shuffle_rng = np.random.default_rng(None if self.seed is None else [self.seed, 1])  # minibatches
+
+    def _wants_reference(self) -> bool:
+        """A KL to pi_ref is used: in the loss (``kl_coef``) or in the reward (``kl_reward_coef``)."""
+        return bool(self.config.kl_coef or self.config.kl_reward_coef)
 
     def saved_settings(self) -> dict[str, Any]:
         """The saved settings, each auxiliary loss as its JSON spec."""
@@ -291,6 +297,8 @@ class TokenPPO(TokenOnPolicyAlgorithm):
         assert buffer.advantages is not None and self.first_update_dump is not None
         cfg = self.config
         common = dump.loss_fields(cfg.loss_mode, cfg.loss_norm_const, cfg.mask_truncated_completions, cfg.adv_estimator)
+        if cfg.kl_reward_coef:  # the advantages read rewards less the KL: say so (the zero-variance check skips)
+            common["kl_in_reward"] = cfg.kl_reward_coef
         dump.write_dump(self.first_update_dump, dump.episodes(buffer, new_logp, weights, buffer.advantages.cpu(),
                                                               common, per_episode, groups=self.config.group_size > 1),
                         tokenizer=self.policy.tokenizer)
@@ -306,7 +314,7 @@ class TokenPPO(TokenOnPolicyAlgorithm):
         """
         N, T = buffer.data["ids"].shape
         old_logp, old_values, ref_logp = th.zeros(N, T - 1), th.zeros(N, T - 1), th.zeros(N, T - 1)
-        want_ref = self.ref_model is not None and bool(self.config.kl_coef)
+        want_ref = self.ref_model is not None and self._wants_reference()
         for rows in layout if layout is not None else [np.arange(N)]:
             sample = buffer._get_samples(rows)  # the trimmed [b, T_mb] tensors a minibatch sees
             # GAE, explained variance, the value clip and the KL penalty read pi_old / V_old / pi_ref only

@@ -62,13 +62,16 @@ ALGORITHMS: dict[str, Preset] = {p.name: p for p in (
     _critic_free("dr_grpo", "R - mean, no std; constant normaliser G * L_max (B * L_max per minibatch)",
                  adv_estimator="dr_grpo", loss_mode="seq_mean_token_sum_norm"),
     _critic_free("dapo", "clip-higher 0.2 / 0.28, token mean over the whole batch (one minibatch), dynamic "
-                 "sampling (drop zero-variance groups and play more)",
+                 "sampling (drop zero-variance groups and play more), overlong filtering (no loss on truncated "
+                 "episodes)",
                  adv_estimator="grpo", clip_range=0.2, clip_range_high=0.28, loss_mode="token_mean", n_minibatches=1,
-                 drop_zero_variance_groups=True),
-    _critic_free("rloo", "leave-one-out baseline R_i - mean of the other G - 1", adv_estimator="rloo",
-                 loss_mode="token_mean"),
-    _critic_free("reinforce_pp", "REINFORCE++: reward-to-go whitened over the whole batch",
-                 adv_estimator="reinforce_pp", group_size=1, loss_mode="token_mean"),
+                 drop_zero_variance_groups=True, mask_truncated_completions=True),
+    _critic_free("rloo", "leave-one-out baseline R_i - mean of the other G - 1; k1 KL summed into the episode "
+                 "reward (TRL's beta 0.05)", adv_estimator="rloo", loss_mode="token_mean", kl_reward_coef=0.05,
+                 kl_reward_estimator="k1"),
+    _critic_free("reinforce_pp", "REINFORCE++: k1 KL in each token's reward (0.01), reward-to-go whitened over the "
+                 "whole batch", adv_estimator="reinforce_pp", group_size=1, loss_mode="token_mean",
+                 kl_reward_coef=0.01, kl_reward_estimator="k1"),
     _critic_free("reinforce_pp_baseline", "REINFORCE++-baseline: R - group mean, then whitened over the batch",
                  adv_estimator="reinforce_pp_baseline", loss_mode="token_mean"),
     _critic_free("gspo", "GSPO: one geometric-mean ratio per sequence, clipped at 3e-4 / 4e-4",
@@ -82,8 +85,9 @@ ALGORITHMS: dict[str, Preset] = {p.name: p for p in (
     Preset("rebn", Reinforce, dict(adv_estimator="rebn", baseline="none"),
            "GEM's per-turn REINFORCE with return batch normalisation"),
     _critic_free("gigpo", "GiGPO: episode groups plus step groups of turns that start from an equal state "
-                 "(the code version plus what the tools said)", adv_estimator="gigpo",
-                 loss_mode="seq_mean_token_mean"),
+                 "(the code version plus what the tools said), step returns discounted 0.95 per turn, token mean "
+                 "(verl-agent's)", adv_estimator="gigpo", turn_gamma=0.95, loss_mode="token_mean",
+                 episode_baseline="episode"),
 )}
 
 #: the ``--algo`` names, in the order of the docs' table
@@ -180,3 +184,12 @@ def load_algorithm(path: str | Path, env: Any = None, **kwargs: Any) -> TokenOnP
 def describe(name: str) -> str:
     """``name``'s settings as ``key=value`` text (empty for a preset of the class's defaults)."""
     return ", ".join(f"{key}={value!r}" for key, value in get_preset(name).settings.items())
+
+
+def trained_by(model: TokenOnPolicyAlgorithm) -> dict[str, Any]:
+    """Which algorithm trained ``model``: its ``--algo`` name (a model without one: its class's own preset,
+    ``ppo`` or ``reinforce``), its class, and the model's values of the settings that make the preset that
+    algorithm (for ``bugfix-gym eval --json`` and a run's ``results.json``)."""
+    name = model.config.preset or ("reinforce" if isinstance(model, Reinforce) else "ppo")
+    settings = {key: getattr(model.config, key) for key in get_preset(name).settings}
+    return dict(algo=name, cls=type(model).__name__, preset_settings=settings)

@@ -112,7 +112,8 @@ class Reinforce(TokenOnPolicyAlgorithm):
         keys = anchor_state_keys(batch["ids"], mask) if self.config.adv_estimator in NEEDS_STATE_KEYS else None
         cfg = self.config
         config = AdvantageConfig(gamma=cfg.gamma, reward_to_go=cfg.use_reward_to_go, scale_rewards=cfg.scale_rewards,
-                                 turn_gamma=cfg.turn_gamma, step_advantage_weight=cfg.step_advantage_weight)
+                                 turn_gamma=cfg.turn_gamma, step_advantage_weight=cfg.step_advantage_weight,
+                                 episode_baseline=cfg.episode_baseline)
         advantages, _ = get_adv_estimator_fn(self.config.adv_estimator)(
             AdvantageBatch(batch["token_rewards"], batch["rewards"], mask, baseline=baseline,
                            groups=buffer.groups.to(self.device), state_keys=keys), config)

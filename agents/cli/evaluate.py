@@ -25,6 +25,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     from bugfix_gym.core.env import HIDEABLE
 
+    from agents.algorithms.presets import trained_by
     from agents.bugfix.evaluation import evaluate
 
     torch.set_num_threads(1)
@@ -36,7 +37,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     env_kwargs = dict(hide_outputs=list(HIDEABLE)) if args.hide_outputs else None
     stats = evaluate(model, tasks, episodes, seed=args.seed, env_kwargs=env_kwargs, per_task=args.pack is not None)
     if args.json:
-        print(json.dumps(jsonable(dict(stats, model=str(args.model), tasks=what, episodes_per_task=episodes,
+        print(json.dumps(jsonable(dict(stats, model=str(args.model), **trained_by(model), tasks=what,
+                                       episodes_per_task=episodes,
                                        call_mask=model.policy.call_mask_key,
                                        foresight=None if model.policy.foresight is None
                                        else model.policy.foresight.threshold))))

@@ -47,14 +47,16 @@ def cmd_eval_v1(args: argparse.Namespace, model: TokenOnPolicyAlgorithm) -> int:
     :param args: ``bugfix-gym eval``'s parsed command line
     :param model: the loaded model (:func:`eval_env` said it plays BugFix-v1)
     """
+    from agents.algorithms.presets import trained_by
     from agents.bugfix.v1 import evaluate_v1
 
     tasks, what = _v1_tasks(args)
     episodes = args.episodes or 8
     stats = evaluate_v1(model, tasks, episodes, seed=args.seed, per_task=args.pack is not None)
     if args.json:
-        print(json.dumps(jsonable(dict(stats, model=str(args.model), env="BugFix-v1", tasks=what,
-                                       n_tasks=len(tasks), episodes_per_task=episodes, call_mask="legal_calls",
+        print(json.dumps(jsonable(dict(stats, model=str(args.model), **trained_by(model), env="BugFix-v1",
+                                       tasks=what, n_tasks=len(tasks), episodes_per_task=episodes,
+                                       call_mask="legal_calls",
                                        decoding="legal-call grammar", foresight=None))))
         return 0
     print(v1_table(f"{args.model.name} on {what}", stats))

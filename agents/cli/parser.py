@@ -160,6 +160,10 @@ _TRAIN_FLAGS_AFTER_PPO: tuple[Flag, ...] = (
               "train-template code), in behaviour cloning and in PPO; 0: off"),
     Flag("no_change_cost", type=NON_NEGATIVE_FLOAT, metavar="COST", part="env",
          help="env option of the training envs: the price of an edit that answered `no change`"),
+    Flag("preset_only", switch=True,
+         help="train the --algo preset as published: its class's defaults, the preset's settings and the flags "
+              "given, without the recipe's additions to the loss (its KL, entropy bonus, tool-output loss, edit "
+              "practice); the recipe's tasks, env, base agent and budget stay (the algorithm table's rule)"),
 )
 _TRAIN_FLAGS_LAST: tuple[Flag, ...] = (
     Flag("seed", type=SEED, default=0, help="seed (default: 0)"),

@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 def train_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The recipe of ``--tasks`` with the flags given on the command line. The algorithm's settings
     (``ppo``) are built in one pass, each later source winning: the class's defaults < the recipe's
-    ``ppo`` part < the ``--algo`` preset < the flags (:func:`_set_algorithm`).
+    ``ppo`` part < the ``--algo`` preset < the flags (:func:`_set_algorithm`); ``--preset-only`` leaves the
+    recipe's ``ppo`` part (its additions to the loss) out.
 
     :param args: ``bugfix-gym train``'s parsed command line
     :return: the settings of the run (what ``run.json`` holds)
@@ -58,10 +59,27 @@ def _set_algorithm(recipe: dict[str, Any], args: argparse.Namespace) -> None:
                                        f"({preset.cls.__name__}) does not have; drop it or pick another --algo")
     flags = {name: value for option, settings in given.items() if option not in TRL_FLAGS  # TRL's apply together
              for name, value in settings.items()}  # (cispo reads epsilon_high as its cap)
-    ppo = {**_defaults(preset.cls), **recipe["ppo"], **preset.settings, **flags}
+    ppo = {**_defaults(preset.cls), **_recipe_losses(recipe, args), **preset.settings, **flags}
     recipe["dropped_settings"] = sorted(set(ppo) - names)
     recipe["ppo"] = {name: value for name, value in ppo.items() if name in names}
     recipe["algo"] = args.algo
+    recipe["preset_only"] = bool(args.preset_only)
+
+
+def _recipe_losses(recipe: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """The recipe's ``ppo`` part (its additions to the algorithm's loss: KL, entropy bonus, auxiliary losses),
+    or nothing with ``--preset-only``, which is a one-line error with foresight (it reads the tool-output loss
+    those additions train).
+
+    :param recipe: the recipe with the flags set
+    :param args: the parsed command line
+    """
+    if not args.preset_only:
+        return recipe["ppo"]
+    if recipe.get("foresight") is not None or recipe.get("rollout_foresight") is not None:
+        raise usage_error("train", "--preset-only trains no tool-output loss, which foresight reads: add "
+                                   "--foresight none (and no --rollout-foresight)")
+    return {}
 
 
 def _defaults(cls: type[TokenOnPolicyAlgorithm]) -> dict[str, Any]:

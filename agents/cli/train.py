@@ -291,6 +291,7 @@ def report(run: TrainingRun, keep_best: KeepBest | None, started: float) -> None
     :param keep_best: the validation callback, or None
     :param started: ``time.perf_counter()`` when the command started
     """
+    from agents.algorithms.presets import trained_by
     from agents.files.runs import MODEL_FILE
 
     model, settings, out = run.model, run.settings, run.out
@@ -311,7 +312,8 @@ def report(run: TrainingRun, keep_best: KeepBest | None, started: float) -> None
                         validation=keep_best.history if keep_best is not None else None,
                         base_pass_rate=next(iter(run.before.values()))["pass_rate"] if run.before else None,
                         kept=_kept_iterations(keep_best))
-    results = {"algo": settings.get("algo", "ppo"), "before": run.before, "after": after, "train_s": run.train_s,
+    results = {"algo": settings.get("algo", "ppo"), "trained_by": trained_by(model), "before": run.before,
+               "after": after, "train_s": run.train_s,
                "validation": validation, "curve": learning_curve(diagnostics), "settings": settings}
     write_run_file(out / "results.json", json.dumps(jsonable(results), indent=1))
     print(f"\nsaved {model_path}, {png} and {out / 'results.json'}  (total {time.perf_counter() - started:.0f} s)")

@@ -108,6 +108,20 @@ def call_of_tool_call(tool_call: Any) -> str:
 
     :param tool_call: one entry of an assistant message's ``tool_calls``
     """
+    name, arguments = tool_call_parts(tool_call)
+    op = arguments.get("op") if isinstance(arguments, dict) else None
+    if op is not None and not isinstance(op, str):
+        op = f"<{type(op).__name__}>"
+    return name if op is None else f"{name} {op}"
+
+
+def tool_call_parts(tool_call: Any) -> tuple[str, Any]:
+    """An OpenAI tool call's function name and its arguments as a JSON value (``{}`` where they are absent or
+    not JSON: a JSON number of 5,000 digits, or nesting 20,000 deep, reads as no arguments).
+
+    :param tool_call: one entry of an assistant message's ``tool_calls``
+    :raises ChatError: the entry has no function name (one line)
+    """
     function = tool_call.get("function") if isinstance(tool_call, dict) else None
     if not isinstance(function, dict) or not isinstance(function.get("name"), str):
         raise ChatError("each tool_calls entry needs {\"type\": \"function\", \"function\": {\"name\": ..., "
@@ -118,10 +132,7 @@ def call_of_tool_call(tool_call: Any) -> str:
             arguments = json.loads(arguments) if arguments.strip() else {}
         except (ValueError, RecursionError):  # JSONDecodeError, an int past 4300 digits, nesting past the stack
             arguments = {}
-    op = arguments.get("op") if isinstance(arguments, dict) else None
-    if op is not None and not isinstance(op, str):
-        op = f"<{type(op).__name__}>"
-    return function["name"] if op is None else f"{function['name']} {op}"
+    return function["name"], arguments
 
 
 def message_text(message: dict[str, Any]) -> str:

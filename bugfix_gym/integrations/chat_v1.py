@@ -16,7 +16,7 @@ from typing import Any
 
 from ..core.calls_v1 import CALL_KINDS, CallError, parse_call_v1
 from ..edits.sites import MUTATIONS
-from .chat import ChatError
+from .chat import tool_call_parts
 
 TOOL_DESCRIPTIONS_V1: dict[str, str] = {
     "read": "Show the current source with line numbers, and the names table (nK is entry K).",
@@ -93,19 +93,10 @@ def call_of_tool_call_v1(tool_call: Any) -> str:
     call text BugFix-v1 reads. Arguments that are not JSON (or are too deep or too long a number) read as none.
 
     :param tool_call: one entry of an assistant message's ``tool_calls``
-    :raises ChatError: the entry has no function name (one line)
+    :raises bugfix_gym.integrations.chat.ChatError: the entry has no function name (one line)
     """
-    function = tool_call.get("function") if isinstance(tool_call, dict) else None
-    if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-        raise ChatError("each tool_calls entry needs {\"type\": \"function\", \"function\": {\"name\": ..., "
-                        "\"arguments\": ...}}")
-    arguments = function.get("arguments") or {}
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments) if arguments.strip() else {}
-        except (ValueError, RecursionError):
-            arguments = {}
-    return call_text_v1(function["name"], arguments if isinstance(arguments, dict) else {})
+    name, arguments = tool_call_parts(tool_call)
+    return call_text_v1(name, arguments if isinstance(arguments, dict) else {})
 
 
 def tool_call_of_v1(call: str) -> dict[str, Any] | None:

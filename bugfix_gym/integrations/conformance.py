@@ -460,6 +460,8 @@ def check_group_advantages(batch: Sequence[Episode], options: dict[str, Any]) ->
                 "carries no signal: zero it or filter it)")
 def check_zero_variance_groups(batch: Sequence[Episode], options: dict[str, Any]) -> str | None:
     _centred_estimator(batch)
+    if any(episode.get("kl_in_reward") for episode in batch):
+        raise NotApplicable("kl_in_reward: the KL subtracted from each reward makes equal rewards unequal returns")
     found = False
     for group, members in _groups(batch).items():
         rewards = {float(_field(batch[e], "reward")) for e in members}

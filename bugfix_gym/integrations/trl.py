@@ -42,7 +42,41 @@ ENDED = "the episode has ended : no more calls"
 SUBMITTED = "submitted"
 
 
-class BugFixToolEnv:
+class ToolEnvCalls:
+    """What BugFix's TRL tool envs share: the episode's env, its ``info``, the reward and the late calls, and the
+    one way a tool plays its call (:meth:`_call`).
+
+    :param max_turns: the env's turn budget; a call after the episode ended (``submit`` or the budget)
+        answers :data:`ENDED` and changes nothing
+    """
+
+    def __init__(self, max_turns: int):
+        self.max_turns = max_turns
+        self.env: Any = None
+        self.info: dict[str, Any] = {}
+        """the env's ``info`` after the last reset or call (what a scripted policy reads)"""
+        self.reward = 0.0
+        self.late_calls = 0
+        """tool calls made after the episode ended (each answered :data:`ENDED`), since the last reset"""
+
+    def _call(self, action: str) -> str:
+        """Play one call's text (what every tool does); the output has its control-token look-alikes escaped."""
+        if self.env is None:
+            raise RuntimeError("call reset(**row) before a tool (TRL does this before every rollout)")
+        if self.env.stop is not None:
+            self.late_calls += 1
+            return ENDED
+        obs, reward, terminated, truncated, self.info = self.env.step(action)
+        if self.info["hidden_pass"]:
+            self.reward = 1.0
+        return escape_control_tokens(obs)
+
+    def get_reward(self) -> float:
+        """The hidden tests' verdict: 1.0 if the episode submitted a source that passes them all, else 0.0."""
+        return self.reward
+
+
+class BugFixToolEnv(ToolEnvCalls):
     """One BugFix episode behind TRL's tool-calling loop: five tools, ``reset(**row)`` and ``get_reward()``.
 
     :param max_turns: the env's turn budget; a call after the episode ended (``submit`` or the budget)
@@ -55,15 +89,9 @@ class BugFixToolEnv:
     """
 
     def __init__(self, max_turns: int = 6, show_verdict: bool = True):
-        self.max_turns = max_turns
+        super().__init__(max_turns)
         self.show_verdict = show_verdict
         self._envs: dict[tuple[str, str], BugFixEnv] = {}
-        self.env: BugFixEnv | None = None
-        self.info: dict[str, Any] = {}
-        """the env's ``info`` after the last reset or call (what a scripted policy reads)"""
-        self.reward = 0.0
-        self.late_calls = 0
-        """tool calls made after the episode ended (each answered :data:`ENDED`), since the last reset"""
 
     def reset(self, tasks: str = "book", task: str = "", seed: int = 0, split: str = "train", pack: str = "",
               **row: Any) -> str:
@@ -100,17 +128,6 @@ class BugFixToolEnv:
             else:
                 self._envs[key] = BugFixEnv(split="all", max_turns=self.max_turns)
         return self._envs[key]
-
-    def _call(self, action: str) -> str:
-        if self.env is None:
-            raise RuntimeError("call reset(**row) before a tool (TRL does this before every rollout)")
-        if self.env.stop is not None:
-            self.late_calls += 1
-            return ENDED
-        obs, reward, terminated, truncated, self.info = self.env.step(action)
-        if self.info["hidden_pass"]:
-            self.reward = 1.0
-        return escape_control_tokens(obs)
 
     def read(self) -> str:
         """Show the function's current source code.
@@ -155,10 +172,6 @@ class BugFixToolEnv:
         """
         verdict = self._call("submit")
         return verdict if self.show_verdict or verdict == ENDED else SUBMITTED
-
-    def get_reward(self) -> float:
-        """The hidden tests' verdict: 1.0 if the episode submitted a source that passes them all, else 0.0."""
-        return self.reward
 
 
 def dataset_rows(split: str = "train", n: int | None = None, seed: int = 0, tasks: str = "book",

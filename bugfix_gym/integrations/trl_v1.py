@@ -31,26 +31,19 @@ import numpy as np
 from ..core.env_v1 import BugFixEnvV1
 from .chat import escape_control_tokens
 from .chat_v1 import call_text_v1
-
-ENDED = "the episode has ended : no more calls"
+from .trl import ENDED, ToolEnvCalls  # noqa: F401 (ENDED: what a call after the end answers, as on v0)
 SPLITS_V1 = ("train", "heldout", "test", "all")
 
 
-class BugFixToolEnvV1:
+class BugFixToolEnvV1(ToolEnvCalls):
     """One BugFix-v1 episode behind TRL's tool-calling loop: nine typed tools, ``reset(**row)``, ``get_reward()``.
 
     :param max_turns: the env's turn budget; a call after the episode ended answers :data:`ENDED`
     """
 
     def __init__(self, max_turns: int = 12):
-        self.max_turns = max_turns
+        super().__init__(max_turns)
         self._envs: dict[tuple[str, int], BugFixEnvV1] = {}
-        self.env: BugFixEnvV1 | None = None
-        self.info: dict[str, Any] = {}
-        """the env's ``info`` after the last reset or call"""
-        self.reward = 0.0
-        self.late_calls = 0
-        """tool calls made after the episode ended (each answered :data:`ENDED`), since the last reset"""
 
     def reset(self, task: str = "", seed: int = 0, split: str = "train", bugs: int = 1, **row: Any) -> str:
         """Start the episode the dataset row names; returns the env's prompt.
@@ -71,18 +64,6 @@ class BugFixToolEnvV1:
         env = self._envs[key]
         obs, info = env.reset(seed=int(seed), options={"task": task} if task else None)
         self.env, self.info = env, info
-        return escape_control_tokens(obs)
-
-    def _call(self, call: str) -> str:
-        """Play one call's text (what every tool does); the output has its control-token look-alikes escaped."""
-        if self.env is None:
-            raise RuntimeError("call reset(**row) before a tool (TRL does this before every rollout)")
-        if self.env.stop is not None:
-            self.late_calls += 1
-            return ENDED
-        obs, reward, terminated, truncated, self.info = self.env.step(call)
-        if self.info["hidden_pass"]:
-            self.reward = 1.0
         return escape_control_tokens(obs)
 
     def read(self) -> str:
@@ -175,10 +156,6 @@ class BugFixToolEnvV1:
             Whether every hidden test passed.
         """
         return self._call("submit")
-
-    def get_reward(self) -> float:
-        """The hidden tests' verdict: 1.0 if the episode submitted a source that passes them all, else 0.0."""
-        return self.reward
 
 
 def dataset_rows_v1(split: str = "train", n: int | None = None, seed: int = 0, bugs: int = 1) -> list[dict[str, Any]]:

@@ -182,7 +182,7 @@ class BugFixVfEnv(vf.Env[BugFixVfEnvConfig]):
         """
         player = _player(task.data.env, task.data.max_turns)
         player.reset(**task.data.row)
-        env: BugFixEnv | BugFixEnvV1 = player.env  # type: ignore[assignment]
+        env: BugFixEnv | BugFixEnvV1 = player.env
         read = call_of_tool_call_v1 if task.data.env == "BugFix-v1" else call_of_tool_call
         calls: list[str] = []
         passed = False

@@ -58,11 +58,11 @@ import numpy as np
 from gymnasium import spaces
 
 from ..contract.byte_tokenizer import ByteTokenizer
-from ..contract.tokens import OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL, TokenizerLike, encode_segment
+from ..contract.tokens import OWNER_POLICY, TokenizerLike, encode_segment
 from ..core.calls_v1 import CALL_KINDS
 from ..edits.patches import deletable_lines
 from ..edits.sites import ARG_INDEX, ARGS, MAX_EXPRS, MAX_LINES, MUTATION_INDEX, MUTATIONS, EditError, legal_edits
-from .wrappers import TokenView
+from .wrappers import _TokenViewWrapper, call_ids
 
 HEADS: tuple[str, ...] = ("kind", "line", "expr", "mutation", "arg")
 """The heads of :class:`FactorisedCalls`, in the order an autoregressive policy picks them."""
@@ -208,23 +208,26 @@ class LegalHeads:
         return head if args == (None,) else f"{head} {ARGS[arg]}"
 
 
-class _V1TokenWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
-    """Common part of the two v1 views: a byte :class:`TokenView` of the wrapped BugFix-v1 text env."""
+class _V1TokenWrapper(_TokenViewWrapper):
+    """Common part of the two v1 views: a byte :class:`TokenView` of the wrapped BugFix-v1 text env (reset and
+    the text step are the v0 views')."""
 
-    def __init__(self, env: gym.Env, tokenizer: TokenizerLike | None, max_len: int):
-        gym.Wrapper.__init__(self, env)
-        if not isinstance(env.observation_space, spaces.Text):
-            raise TypeError("the v1 array views wrap the text env (BugFix-v1), got observation space "
-                            f"{env.observation_space}; apply only one of FactorisedCalls / ByteTokenCalls")
-        self.tokenizer = tokenizer if tokenizer is not None else ByteTokenizer()
-        self.view = TokenView(self.tokenizer, max_len)
-        self._task_index = {id(task): k for k, task in enumerate(getattr(env.unwrapped, "tasks", None) or ())}
+    _WRAPS = "the v1 array views wrap the text env (BugFix-v1)"
+    _ONE_OF = "FactorisedCalls / ByteTokenCalls"
+
+    @staticmethod
+    def _default_tokenizer(env: gym.Env) -> TokenizerLike:
+        return ByteTokenizer()
+
+    @staticmethod
+    def _task_key(task: Any) -> Any:
+        return id(task)
 
     def _info(self, info: dict[str, Any]) -> dict[str, Any]:
         """The text env's ``info`` as numbers of fixed shape (:data:`V1_VIEW_INFO_KEYS`)."""
         stop = info.get("stop") or ""
         return {
-            "task_index": self._task_index.get(id(getattr(self.env.unwrapped, "task", None)), -1),
+            "task_index": self._task_index.get(self._task_key(getattr(self.env.unwrapped, "task", None)), -1),
             "turn": int(info["turn"]),
             "n_invalid": int(info["n_invalid"]),
             "valid": bool(info["valid"]),
@@ -235,21 +238,6 @@ class _V1TokenWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
             "edit_line_mask": np.array(info["line_mask"], dtype=bool),
             "n_dropped_tokens": self.view.n_dropped,
         }
-
-    def _observe(self, info: dict[str, Any]) -> dict[str, np.ndarray]:
-        return self.view.arrays()
-
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        text, info = self.env.reset(seed=seed, options=options)
-        self.view.reset(self.view.encode(OWNER_PROMPT, text))
-        return self._observe(info), self._info(info)
-
-    def _step_text(self, call_text: str, policy_ids: Sequence[int]):
-        """Play ``call_text``; record ``policy_ids`` (owner 2) and the tool output (owner 3)."""
-        text, reward, terminated, truncated, info = self.env.step(call_text)
-        self.view.add(OWNER_POLICY, policy_ids)
-        self.view.add(OWNER_TOOL, self.view.encode(OWNER_TOOL, text))
-        return self._observe(info), reward, terminated, truncated, self._info(info)
 
 
 class FactorisedCalls(_V1TokenWrapper):
@@ -282,16 +270,7 @@ class FactorisedCalls(_V1TokenWrapper):
         self.layout = layout
         self.action_space = spaces.MultiDiscrete(list(HEAD_SIZES))
         flat = spaces.Box(0, 1, shape=(sum(HEAD_SIZES),), dtype=np.bool_)  # type: ignore[arg-type]
-        if layout == "dict":
-            space = self.view.space()
-            space.spaces["action_mask"] = flat
-        else:
-            n, vocab = self.view.max_len, self.tokenizer.vocab_size
-            high = np.concatenate([np.full(n, vocab - 1), np.full(n, OWNER_TOOL)]).astype(np.float32)
-            tokens = spaces.Box(np.zeros(2 * n, dtype=np.float32), high, dtype=np.float32)
-            obs_key, mask_key = ("obs", "mask") if layout == "tianshou" else ("observations", "action_mask")
-            space = spaces.Dict({obs_key: tokens, mask_key: flat})
-        self.observation_space = space
+        self.observation_space = self._masked_space(layout, flat)
         self.legal = LegalHeads("", np.zeros(len(CALL_KINDS), dtype=bool))
         self._legal_cache: dict[tuple[str, bytes], LegalHeads] = {}  # a state's masks, by source and call mask
         self._legal_action = True
@@ -402,17 +381,7 @@ class ByteTokenCalls(_V1TokenWrapper):
 
     def policy_ids(self, action: Any) -> list[int]:
         """The ids of ``action`` the view records: up to and including the first ``<eoc>`` / ``<pad>``."""
-        arr = np.asarray(action)
-        if not np.issubdtype(arr.dtype, np.integer) or arr.ndim != 1 or arr.size == 0:
-            raise TypeError(f"ByteTokenCalls actions are 1-d integer arrays of up to {self.max_call_tokens} ids, "
-                            f"got {action!r:.80}")
-        if arr.min() < 0 or arr.max() >= self.tokenizer.vocab_size:
-            raise ValueError(f"token ids must be in 0..{self.tokenizer.vocab_size - 1}, got {arr.tolist()!r:.80}")
-        ids = arr[: self.max_call_tokens].tolist()
-        for k, i in enumerate(ids):
-            if i in (self.tokenizer.eoc_id, self.tokenizer.pad_id):
-                return ids[: k + 1]
-        return ids
+        return call_ids(action, self.tokenizer, self.max_call_tokens, "ByteTokenCalls")
 
     def encode_call(self, call: str) -> np.ndarray:
         """A call's text as one action (its ids, ``<eoc>``, padding); ValueError if it is longer than the action."""

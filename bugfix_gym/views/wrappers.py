@@ -185,19 +185,66 @@ class TokenView:
         return {"ids": out_ids, "owner": out_owner, "attention_mask": (out_owner != 0).astype(np.int8)}
 
 
+def call_ids(action: Any, tokenizer: TokenizerLike, max_call_tokens: int, view: str) -> list[int]:
+    """The ids of a token-id action that a view records: up to and including the first ``<eoc>`` / ``<pad>``.
+
+    :raises TypeError: the action is not a 1-d integer array (``view`` names the view in the message)
+    :raises ValueError: an id outside the vocabulary
+    """
+    arr = np.asarray(action)
+    if not np.issubdtype(arr.dtype, np.integer) or arr.ndim != 1 or arr.size == 0:
+        raise TypeError(f"{view} actions are 1-d integer arrays of up to {max_call_tokens} token ids, "
+                        f"got {action!r:.80}")
+    if arr.min() < 0 or arr.max() >= tokenizer.vocab_size:
+        raise ValueError(f"token ids must be in 0..{tokenizer.vocab_size - 1}, got {arr.tolist()!r:.80}")
+    ids = arr[:max_call_tokens].tolist()
+    stops = (tokenizer.eoc_id, tokenizer.pad_id)
+    for k, i in enumerate(ids):
+        if i in stops:
+            return ids[: k + 1]
+    return ids
+
+
 class _TokenViewWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
-    """Common part of the two views: keeps a :class:`TokenView` of the wrapped text env."""
+    """Common part of the two views: keeps a :class:`TokenView` of the wrapped text env (BugFix-v1's views,
+    :mod:`bugfix_gym.views.heads_v1`, are built on it too)."""
+
+    _WRAPS = "bugfix_gym wrappers wrap the text env (BugFix-v0)"
+    _ONE_OF = "TokenObservation / DiscreteCalls"
 
     def __init__(self, env: gym.Env, tokenizer: TokenizerLike | None, max_len: int):
         gym.Wrapper.__init__(self, env)
         if not isinstance(env.observation_space, spaces.Text):
-            raise TypeError("bugfix_gym wrappers wrap the text env (BugFix-v0), got observation space "
-                            f"{env.observation_space}; apply only one of TokenObservation / DiscreteCalls")
-        self.tokenizer = tokenizer if tokenizer is not None else default_tokenizer(env)
+            raise TypeError(f"{self._WRAPS}, got observation space {env.observation_space}; apply only one of "
+                            f"{self._ONE_OF}")
+        self.tokenizer = tokenizer if tokenizer is not None else self._default_tokenizer(env)
         self.view = TokenView(self.tokenizer, max_len)
-        self._task_index: dict[str, int] = {}
-        for k, task in enumerate(getattr(env.unwrapped, "tasks", ())):
-            self._task_index.setdefault(task.uid, k)
+        self._task_index: dict[Any, int] = {}
+        for k, task in enumerate(getattr(env.unwrapped, "tasks", None) or ()):
+            self._task_index.setdefault(self._task_key(task), k)
+
+    def _masked_space(self, layout: str, mask_space: spaces.Box) -> spaces.Dict:
+        """The observation space of an array view with an action mask, in ``layout``: the view's arrays and
+        ``action_mask`` (``"dict"``), or the tokens and owners as one float vector beside the mask under
+        Tianshou's (``obs``, ``mask``) or RLlib's (``observations``, ``action_mask``) keys."""
+        if layout == "dict":
+            space = self.view.space()
+            space.spaces["action_mask"] = mask_space
+            return space
+        n, vocab = self.view.max_len, self.tokenizer.vocab_size
+        high = np.concatenate([np.full(n, vocab - 1), np.full(n, OWNER_TOOL)]).astype(np.float32)
+        tokens = spaces.Box(np.zeros(2 * n, dtype=np.float32), high, dtype=np.float32)
+        obs_key, mask_key = ("obs", "mask") if layout == "tianshou" else ("observations", "action_mask")
+        return spaces.Dict({obs_key: tokens, mask_key: mask_space})
+
+    @staticmethod
+    def _default_tokenizer(env: gym.Env) -> TokenizerLike:
+        return default_tokenizer(env)
+
+    @staticmethod
+    def _task_key(task: Any) -> Any:
+        """What identifies a task of ``env.tasks`` (``info["task_index"]`` is its index)."""
+        return task.uid
 
     def _observe(self, info: dict[str, Any]) -> dict[str, np.ndarray]:
         """Fresh observation arrays; subclasses add keys from the env's ``info``."""
@@ -208,7 +255,7 @@ class _TokenViewWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         actions = info["actions"]
         last = " ".join(actions[-1].split()) if actions and info["valid"] else ""
         return {
-            "task_index": self._task_index.get(self.env.unwrapped.task.uid, -1),  # type: ignore[attr-defined]
+            "task_index": self._task_index.get(self._task_key(self.env.unwrapped.task), -1),  # type: ignore
             "turn": info["turn"],
             "n_turns": info["n_turns"],
             "n_edits": len(info["ops"]),
@@ -269,18 +316,7 @@ class TokenObservation(_TokenViewWrapper):
 
     def policy_ids(self, action: Sequence[int]) -> list[int]:
         """The ids of ``action`` the view records: up to and including the first ``<eoc>`` / ``<pad>``."""
-        arr = np.asarray(action)
-        if not np.issubdtype(arr.dtype, np.integer) or arr.ndim != 1 or arr.size == 0:
-            raise TypeError(f"TokenObservation actions are 1-d integer arrays of up to {self.max_call_tokens} token "
-                            f"ids, got {action!r:.80}")
-        if arr.min() < 0 or arr.max() >= self.tokenizer.vocab_size:
-            raise ValueError(f"token ids must be in 0..{self.tokenizer.vocab_size - 1}, got {arr.tolist()!r:.80}")
-        ids = arr[: self.max_call_tokens].tolist()
-        stops = (self.tokenizer.eoc_id, self.tokenizer.pad_id)
-        for k, i in enumerate(ids):
-            if i in stops:
-                return ids[: k + 1]
-        return ids
+        return call_ids(action, self.tokenizer, self.max_call_tokens, "TokenObservation")
 
     def step(self, action):
         ids = self.policy_ids(action)
@@ -333,16 +369,7 @@ class DiscreteCalls(_TokenViewWrapper):
         self.layout = layout
         self.action_space = spaces.Discrete(len(CALLS))
         mask_space = spaces.Box(0, 1, shape=(len(CALLS),), dtype=np.bool_)  # type: ignore[arg-type]
-        if layout == "dict":
-            space = self.view.space()
-            space.spaces["action_mask"] = mask_space
-        else:
-            n, vocab = self.view.max_len, self.tokenizer.vocab_size
-            high = np.concatenate([np.full(n, vocab - 1), np.full(n, OWNER_TOOL)]).astype(np.float32)
-            tokens = spaces.Box(np.zeros(2 * n, dtype=np.float32), high, dtype=np.float32)
-            obs_key, mask_key = ("obs", "mask") if layout == "tianshou" else ("observations", "action_mask")
-            space = spaces.Dict({obs_key: tokens, mask_key: mask_space})
-        self.observation_space = space
+        self.observation_space = self._masked_space(layout, mask_space)
         self._mask = np.zeros(len(CALLS), dtype=bool)
 
     def _observe(self, info: dict[str, Any]) -> dict[str, np.ndarray]:
