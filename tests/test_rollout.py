@@ -476,6 +476,14 @@ def test_the_policy_takes_foresight_words_from_the_env_and_saves_them(tmp_path):
     with pytest.raises(ValueError, match="foresight_words"):
         loaded.policy.foresight_words = None
         loaded.policy.make_foresight(0.5)
+    # a file saved before the words were advertised: the bugfix layer's upgrade gives it BugFix-v0's
+    import agents.bugfix.aux_losses  # noqa: F401 (registers the upgrade)
+    from agents.files import checkpoint
+
+    data, params = model.model_file_contents()
+    data["policy_kwargs"].pop("foresight_words")
+    checkpoint.write(tmp_path / "old.zip", data, params)
+    assert TokenPPO.load(tmp_path / "old.zip").policy.foresight_words == dict(WORDS)
 
 
 # ---------------------------------------------------------------------- the one evaluator

@@ -74,6 +74,9 @@ TRAINING_COUNTERS = {"num_timesteps": "num_timesteps", "n_updates": "_n_updates"
 #: returns them in today's names. A layer above registers its own (:func:`register_saved_settings_upgrade`; BugFix's
 #: settings that became auxiliary losses: agents/bugfix/aux_losses.py), so this layer names none of them
 SAVED_SETTINGS_UPGRADES: dict[str, list[Callable[[dict[str, Any]], dict[str, Any]]]] = {}
+#: upgrades of older model files' policy arguments (``policy_kwargs``), for every algorithm, registered the same way
+#: (:func:`register_saved_policy_upgrade`; foresight's words of BugFix files saved before the env advertised them)
+SAVED_POLICY_UPGRADES: list[Callable[[dict[str, Any]], dict[str, Any]]] = []
 
 #: the batch statistics logged for any env (``rollout/reward``: the mean return, ``rollout/turns``: the mean episode
 #: length in calls); an env's own statistics are logged when it advertises their keys (``"logged_stats"``)
@@ -166,6 +169,13 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
         for upgrade in SAVED_SETTINGS_UPGRADES.get(cls.__name__, ()):
             args = upgrade(args)
         return args
+
+    @staticmethod
+    def _upgrade_policy_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+        """An older file's policy arguments in today's form: the registered :data:`SAVED_POLICY_UPGRADES`."""
+        for upgrade in SAVED_POLICY_UPGRADES:
+            kwargs = upgrade(kwargs)
+        return kwargs
 
     def saved_settings(self) -> dict[str, Any]:
         """``{name: value}`` of the config's fields saved with the model, as they are now."""
@@ -544,7 +554,8 @@ class TokenOnPolicyAlgorithm(OnPolicyAlgorithm):
                                  f"saved model's ({saved_spaces[0]}, {saved_spaces[1]})")
         try:
             model = cls("TinyAgentPolicy", env=None, base_agent=None, seed=data.get("seed"), device=device,
-                        policy_kwargs=checkpoint.policy_kwargs_from_json(data["policy_kwargs"], where),
+                        policy_kwargs=cls._upgrade_policy_kwargs(
+                            checkpoint.policy_kwargs_from_json(data["policy_kwargs"], where)),
                         _init_setup_model=False, **args)
             model._set_up_from_file(model_file, saved_spaces, 1 if env is None else env.num_envs)
         except checkpoint.ModelFileError:
@@ -594,6 +605,13 @@ def register_saved_settings_upgrade(algorithm: str) -> Callable[[Upgrade], Upgra
         return upgrade
 
     return add
+
+
+def register_saved_policy_upgrade(upgrade: Upgrade) -> Upgrade:
+    """Decorator: every model file's ``policy_kwargs`` are read through this function, which returns them in
+    today's form (:data:`SAVED_POLICY_UPGRADES`)."""
+    SAVED_POLICY_UPGRADES.append(upgrade)
+    return upgrade
 
 
 def _is_monitored(env: gym.Env) -> bool:

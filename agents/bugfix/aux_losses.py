@@ -22,10 +22,11 @@ import torch
 
 from bugfix_gym.contract.tokenizer import Tokenizer
 from bugfix_gym.contract.tokens import OWNER_POLICY
+from bugfix_gym.core.env import BugFixEnv
 from bugfix_gym.core.tools import CALLS
 
 from agents.algorithms.auxiliary import register_aux_loss
-from agents.algorithms.on_policy import register_saved_settings_upgrade
+from agents.algorithms.on_policy import register_saved_policy_upgrade, register_saved_settings_upgrade
 from agents.algorithms.losses import masked_mean, tool_output_mask
 from agents.bugfix.practice import EditPractice, check_practice_tasks
 from agents.model.tinyagent import TinyAgent
@@ -218,3 +219,12 @@ def legacy_aux_settings(args: dict[str, Any]) -> dict[str, Any]:
     if old:
         args["aux_losses"] = [{"entry_point": f"{__name__}:aux_losses_from_settings", "kwargs": old}]
     return args
+
+
+@register_saved_policy_upgrade
+def foresight_words(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Files saved with foresight before BugFix-v0 advertised foresight's words (its only foresight then) get
+    them: the env's ``metadata["agent_defaults"]["foresight"]``."""
+    if kwargs.get("foresight") is not None and "foresight_words" not in kwargs:
+        kwargs = dict(kwargs, foresight_words=dict(BugFixEnv.metadata["agent_defaults"]["foresight"]))
+    return kwargs
