@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import warnings
+from pathlib import Path
 
-import gymnasium as gym
 import pytest
 from gymnasium import spaces
 
@@ -13,20 +14,17 @@ from agents.model.char_tokenizer import CharTokenizer
 from bugfix_gym.contract.tokens import OWNER_POLICY, OWNER_PROMPT, tokenizer_from_dict
 
 
-class SayTheWord(gym.Env):
-    """One step: the prompt names a word, the reward is 1 if the call says it."""
+def _say_the_word() -> type:
+    """The one-step "say the word" env of benchmarks/from_scratch.py (one definition for the benchmark and here)."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "from_scratch.py"
+    spec = importlib.util.spec_from_file_location("benchmark_from_scratch", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.SayTheWord
 
-    WORDS = ("cat", "dog", "owl")
-    observation_space = spaces.Text(32, charset="abcdefghijklmnopqrstuvwxyz :")
-    action_space = spaces.Text(8, charset="abcdefghijklmnopqrstuvwxyz")
 
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.word = self.WORDS[int(self.np_random.integers(len(self.WORDS)))]
-        return f"say: {self.word}", {}
-
-    def step(self, action):
-        return "", float(action.strip() == self.word), True, False, {}
+SayTheWord = _say_the_word()
 
 
 def test_the_tokenizer_reads_characters_and_travels_as_its_own_format():
