@@ -155,7 +155,7 @@ INVALID = [
     ("", "empty turn"), ("bogus 3", "is not a call"), ("read 99", "line 99 is not in the source"),
     ("patch 99 return True", "line 99 is not in the source"), ("delete 99", "line 99 is not in the source"),
     ("delete 1", "does not compile"),  # the def line: its body is left hanging
-    ("edit 3.31 op <", "has sites 3.0-3.13, not 3.31"), ("edit 70.1 op <", "past the editable sites"),
+    ("edit 3.31 op <", "has sites 3.0-3.13, not 3.31"), ("edit 70.1 op <", "past the end of the source"),
     ("edit 3.1 frobnicate", "unknown mutation"), ("edit 3.1 op", "needs an argument"),
     ("edit 3.1 op <<", "does not take"), ("edit 3 op <", "is not L.K"), ("edit 3.1 op < extra", "not an edit call"),
     ("patch 3 if text[i] ==", "does not compile"), ("patch 3", "write patch L CODE"),

@@ -166,9 +166,9 @@ def test_every_mutation_has_a_hand_example():
 
 
 @pytest.mark.parametrize("call, words", [
-    ("edit 9.1 op <", "has no site"),
+    ("edit 9.1 op <", "past the end of the source (6 lines)"),
     ("edit 4.40 op <", "past the editable sites"),
-    ("edit 70.1 op <", "past the editable sites"),
+    ("edit 70.1 op <", "is past the end of the source"),
     ("edit 4.1 wrap len", "does not apply at 4.1"),
     ("edit 4.1 op +", "does not take +"),
     ("edit 4.1 op", "needs an argument"),
@@ -183,6 +183,13 @@ def test_illegal_edits_are_one_line_errors_that_change_nothing(call, words):
         apply_edit(CLOSE, Edit.from_call(call))
     message = str(err.value)
     assert words in message and "\n" not in message and len(message) < 200
+
+
+def test_a_line_without_code_has_no_site():
+    source = normalise("import math\n\n\ndef f(x):\n    return math.floor(x)\n")
+    blank = source.splitlines().index("") + 1
+    with pytest.raises(EditError, match=f"line {blank} has no site"):
+        apply_edit(source, Edit(blank, 0, "op", "+"))
 
 
 def test_a_source_that_does_not_parse_is_an_edit_error():

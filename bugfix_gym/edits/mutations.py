@@ -128,6 +128,9 @@ def _refusal(source: str, edit: Edit) -> str:
     """The one-line message for an edit that is not legal."""
     where = f"{edit.line}.{edit.expr}"
     sites = analysis(source).sites.slots
+    n_lines = len(source.splitlines())
+    if edit.line > n_lines:
+        return f"line {edit.line} is past the end of the source ({n_lines} lines) : read it and pick a line with code"
     if edit.line > MAX_LINES or edit.expr >= MAX_EXPRS:
         return f"site {where} is past the editable sites (lines 1-{MAX_LINES}, expressions 0-{MAX_EXPRS - 1}) : " \
                f"use patch on that line"
