@@ -157,7 +157,7 @@ class BugFixEnv(gym.Env):
                 gym.logger.warn(f"BugFix-v0 renders as text only ({self.metadata['render_modes']}); "
                                 f"render_mode={render_mode!r} falls back to None")
             render_mode = None
-        self.max_turns = _turn_budget(max_turns)
+        self.max_turns = turn_budget(max_turns)
         if isinstance(tasks, (str, Task)):
             raise TypeError(f"tasks= takes a list of Task objects, got a {type(tasks).__name__}; "
                             "use split= for a split")
@@ -456,7 +456,8 @@ def prompt_observation(task: Task, statement: str) -> str:
     return _printable(text)
 
 
-def _turn_budget(max_turns: Any) -> int:
+def turn_budget(max_turns: Any) -> int:
+    """``max_turns`` checked: an int >= 1 (BugFix-v0 and -v1 share it)."""
     if isinstance(max_turns, bool) or not isinstance(max_turns, numbers.Integral):
         raise TypeError(f"max_turns must be an int >= 1, got {type(max_turns).__name__} {max_turns!r:.40}")
     if max_turns < 1:

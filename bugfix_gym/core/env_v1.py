@@ -21,7 +21,7 @@ from ..tasks.humaneval import SPLITS, humaneval_problems
 from ..tasks.mutants import mutant_task, mutants, stored_tasks
 from ..tasks.problems import Problem, RepairTask
 from .calls_v1 import CALL_INDEX, CALL_KINDS, MAX_ACTION_CHARS, MENU, CallError, ParsedCall, parse_call_v1
-from .env import MAX_KEPT_ACTION_CHARS, MAX_OBS_CHARS, nonnegative
+from .env import MAX_KEPT_ACTION_CHARS, MAX_OBS_CHARS, nonnegative, turn_budget
 from .locate import locate_text
 from .tools import CHARSET, _echo
 
@@ -108,7 +108,7 @@ class BugFixEnvV1(gym.Env):
                                 f"render_mode={render_mode!r} falls back to None")
             render_mode = None
         self.render_mode = render_mode
-        self.max_turns = _turn_budget(max_turns)
+        self.max_turns = turn_budget(max_turns)
         self.bugs = _bug_counts(bugs)
         self.tasks = _resolve_tasks(split, tasks, self.bugs)
         self.split = split if tasks is None else "custom"
@@ -451,14 +451,6 @@ def apply_call(source: str, call: ParsedCall) -> str:
 
 
 # ---------------------------------------------------------------------- arguments
-def _turn_budget(max_turns: Any) -> int:
-    if isinstance(max_turns, bool) or not isinstance(max_turns, numbers.Integral):
-        raise TypeError(f"max_turns must be an int >= 1, got {type(max_turns).__name__} {max_turns!r:.40}")
-    if max_turns < 1:
-        raise ValueError(f"max_turns must be at least 1, got {max_turns}")
-    return int(max_turns)
-
-
 def _bug_counts(bugs: Any) -> tuple[int, ...]:
     counts = (bugs,) if not isinstance(bugs, (tuple, list)) else tuple(bugs)
     if not counts or any(isinstance(b, bool) or b not in (1, 2) for b in counts):
