@@ -22,6 +22,7 @@ from typing import Any, Sequence
 import torch
 from bugfix_gym.contract.byte_tokenizer import ByteTokenizer
 from bugfix_gym.core.env_v1 import BugFixEnvV1
+from bugfix_gym.core.scripted_v1 import is_test_call
 from bugfix_gym.edits.defect_classes import FAMILIES
 from bugfix_gym.tasks.problems import RepairTask
 
@@ -117,7 +118,8 @@ def play_v1(agent: Any, tasks: Sequence[RepairTask], n_per_task: int = 1, seed: 
 
 def evaluate_v1(agent: Any, tasks: Sequence[RepairTask], n_per_task: int = 1, seed: int = 0, *,
                 per_task: bool = False, **kwargs: Any) -> dict[str, Any]:
-    """Play ``tasks`` (:func:`play_v1`) and summarise: ``pass_rate``, ``mean_calls``, ``mean_test_calls``,
+    """Play ``tasks`` (:func:`play_v1`) and summarise: ``pass_rate``, ``mean_calls``, ``mean_test_calls`` (``test``
+    and ``locate`` calls, as the baselines count them),
     ``valid_calls`` (the share of calls the env took), ``policy_tokens`` per episode, ``context_cut`` (the share of
     episodes that outgrew the model's context: their last turns are empty, invalid filler calls), ``episodes``, and
     ``per_class``: each defect class -> its tasks' pass rate and episodes (a task of two classes counts in both);
@@ -130,7 +132,7 @@ def evaluate_v1(agent: Any, tasks: Sequence[RepairTask], n_per_task: int = 1, se
     passed = [bool(info.get("hidden_pass")) for info in infos]
     stats: dict[str, Any] = dict(
         pass_rate=_mean(passed), mean_calls=_mean(calls),
-        mean_test_calls=_mean([sum(a.split()[:1] == ["test"] for a in info.get("actions", ())) for info in infos]),
+        mean_test_calls=_mean([sum(map(is_test_call, info.get("actions", ()))) for info in infos]),
         valid_calls=1.0 - sum(info.get("n_invalid", 0) for info in infos) / max(1, sum(calls)),
         policy_tokens=_mean([float(t.policy_mask.sum()) for t in trajs]),
         context_cut=_mean([bool(info.get("context_cut")) for info in infos]), episodes=len(trajs))

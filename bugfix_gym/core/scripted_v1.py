@@ -43,6 +43,14 @@ SEARCH_CALLS = ("edit ", "delete ")
 """The legal calls brute force and the debugger try: sited edits and line deletions (no free-text code)."""
 TEST_CALLS = ("test", "locate")
 """Calls that run the visible tests (counted as test calls)."""
+
+
+def is_test_call(call: str) -> bool:
+    """True for a ``test`` or ``locate`` call as the env takes it (the bare word, blanks around it allowed): what
+    every table of BugFix-v1 counts as a test call, the baselines' and a model's evaluation alike."""
+    return call.strip() in TEST_CALLS
+
+
 Legal = Callable[[], Sequence[str]]
 """``env.unwrapped.legal_calls``: every legal call in the current state."""
 
@@ -353,7 +361,7 @@ def play_episode(env: Any, policy: PolicyV1, task: str, seed: int = 0) -> Episod
         observation, r, terminated, truncated, info = env.step(call)
         reward += float(r)
         calls += 1
-        tests += call in TEST_CALLS and bool(info.get("valid", True))
+        tests += is_test_call(call) and bool(info.get("valid", True))
         if terminated or truncated:
             break
     return Episode(task, reward, bool(info.get("hidden_pass")), calls, tests, int(info.get("n_invalid", 0)),
