@@ -1,4 +1,4 @@
-"""Shared test fixtures: one torch thread, the tokenizer, the base agent, a hostile task."""
+"""Shared test fixtures: one torch thread, the tokenizer, the base agent, a served model, a hostile task."""
 
 from __future__ import annotations
 
@@ -39,6 +39,34 @@ def shared_base_agent(tok):
 def base_agent(shared_base_agent):
     """A fresh copy of the base agent: train it freely."""
     return copy.deepcopy(shared_base_agent)
+
+
+SERVED_NAME = "tiny"
+"""The model name the ``server`` fixture serves under."""
+
+
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory, shared_base_agent):
+    """A saved TokenPPO on the behaviour-cloned base agent, decoding under the call grammar (the ``serve`` tests'
+    model; a module may define its own)."""
+    import gymnasium as gym
+
+    from agents.algorithms.ppo import TokenPPO
+
+    model = TokenPPO("TinyAgentPolicy", gym.make("BugFix-v0"), base_agent=shared_base_agent, n_episodes=4, seed=0,
+                     policy_kwargs=dict(call_grammar=list(bugfix_gym.CALLS)))
+    path = tmp_path_factory.mktemp("serve") / "tiny.zip"
+    model.save(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def server(model_file):
+    """``bugfix-gym serve`` of :func:`model_file` on loopback, for the module's tests."""
+    from agents.cli.serve import serving
+
+    with serving(model_file, SERVED_NAME, log_requests=False) as server:
+        yield server
 
 
 @pytest.fixture

@@ -35,22 +35,6 @@ ROOT = Path(__file__).resolve().parent.parent
 NAME = "tiny"
 
 
-@pytest.fixture(scope="module")
-def model_file(tmp_path_factory, shared_base_agent) -> Path:
-    """A saved TokenPPO on the behaviour-cloned base agent, decoding under the call grammar."""
-    model = TokenPPO("TinyAgentPolicy", gym.make("BugFix-v0"), base_agent=shared_base_agent, n_episodes=4, seed=0,
-                     policy_kwargs=dict(call_grammar=list(bugfix_gym.CALLS)))
-    path = tmp_path_factory.mktemp("serve") / "tiny.zip"
-    model.save(path)
-    return path
-
-
-@pytest.fixture(scope="module")
-def server(model_file):
-    with serving(model_file, NAME, log_requests=False) as server:
-        yield server
-
-
 def _request(url: str, body: Any = None, raw: bytes | None = None) -> tuple[int, dict]:
     """``(status, JSON)`` of a GET (no body) or a POST of ``body`` as JSON (or ``raw`` bytes)."""
     data = raw if raw is not None else None if body is None else json.dumps(body).encode()

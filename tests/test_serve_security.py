@@ -9,35 +9,18 @@ import itertools
 import json
 import socket
 import time
-from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import pytest
 
 import bugfix_gym
-from agents.algorithms.ppo import TokenPPO
 from agents.cli import main
 from agents.cli import serve as serve_module
 from agents.cli.serve import ChatServer, Turns, serving
 from agents.cli.serve_guard import API_KEY_ENV, ServeGuard, guard_from_args, host_header_ok, listen_address
 
 NAME = "tiny"
-
-
-@pytest.fixture(scope="module")
-def model_file(tmp_path_factory, shared_base_agent) -> Path:
-    model = TokenPPO("TinyAgentPolicy", gym.make("BugFix-v0"), base_agent=shared_base_agent, n_episodes=4, seed=0,
-                     policy_kwargs=dict(call_grammar=list(bugfix_gym.CALLS)))
-    path = tmp_path_factory.mktemp("serve") / "tiny.zip"
-    model.save(path)
-    return path
-
-
-@pytest.fixture(scope="module")
-def server(model_file):
-    with serving(model_file, NAME, log_requests=False) as server:
-        yield server
 
 
 def _prompt() -> list[dict[str, str]]:

@@ -13,29 +13,11 @@ from pathlib import Path
 import gymnasium as gym
 import pytest
 
-import bugfix_gym
-from agents.algorithms.ppo import TokenPPO
 from agents.cli import main
-from agents.cli.serve import serving
 from bugfix_gym.integrations.chat import tool_schemas
 from tests.test_serve import NAME, _request
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture(scope="module")
-def model_file(tmp_path_factory, shared_base_agent) -> Path:
-    model = TokenPPO("TinyAgentPolicy", gym.make("BugFix-v0"), base_agent=shared_base_agent, n_episodes=4, seed=0,
-                     policy_kwargs=dict(call_grammar=list(bugfix_gym.CALLS)))
-    path = tmp_path_factory.mktemp("serve_tokens") / "tiny.zip"
-    model.save(path)
-    return path
-
-
-@pytest.fixture(scope="module")
-def server(model_file):
-    with serving(model_file, NAME, log_requests=False) as server:
-        yield server
 
 
 def _prompt(seed: int = 1) -> list[dict]:
