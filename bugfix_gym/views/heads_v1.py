@@ -373,11 +373,7 @@ class ByteTokenCalls(_V1TokenWrapper):
         gym.utils.RecordConstructorArgs.__init__(self, tokenizer=tokenizer, max_len=max_len,
                                                  max_call_tokens=max_call_tokens)
         super().__init__(env, tokenizer, max_len)
-        if max_call_tokens < 1:
-            raise ValueError(f"max_call_tokens must be at least 1, got {max_call_tokens}")
-        self.max_call_tokens = int(max_call_tokens)
-        self.action_space = spaces.MultiDiscrete([self.tokenizer.vocab_size] * self.max_call_tokens)
-        self.observation_space = self.view.space()
+        self._token_actions(max_call_tokens)
 
     def policy_ids(self, action: Any) -> list[int]:
         """The ids of ``action`` the view records: up to and including the first ``<eoc>`` / ``<pad>``."""

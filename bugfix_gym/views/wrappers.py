@@ -237,6 +237,14 @@ class _TokenViewWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         obs_key, mask_key = ("obs", "mask") if layout == "tianshou" else ("observations", "action_mask")
         return spaces.Dict({obs_key: tokens, mask_key: mask_space})
 
+    def _token_actions(self, max_call_tokens: int) -> None:
+        """Token-id actions of ``max_call_tokens`` ids and the view's arrays as the observation (the token views)."""
+        if max_call_tokens < 1:
+            raise ValueError(f"max_call_tokens must be at least 1, got {max_call_tokens}")
+        self.max_call_tokens = int(max_call_tokens)
+        self.action_space = spaces.MultiDiscrete([self.tokenizer.vocab_size] * self.max_call_tokens)
+        self.observation_space = self.view.space()
+
     @staticmethod
     def _default_tokenizer(env: gym.Env) -> TokenizerLike:
         return default_tokenizer(env)
@@ -308,11 +316,7 @@ class TokenObservation(_TokenViewWrapper):
         gym.utils.RecordConstructorArgs.__init__(self, tokenizer=tokenizer, max_len=max_len,
                                                  max_call_tokens=max_call_tokens)  # env.spec can rebuild the view
         super().__init__(env, tokenizer, max_len)
-        if max_call_tokens < 1:
-            raise ValueError(f"max_call_tokens must be at least 1, got {max_call_tokens}")
-        self.max_call_tokens = int(max_call_tokens)
-        self.action_space = spaces.MultiDiscrete([self.tokenizer.vocab_size] * self.max_call_tokens)
-        self.observation_space = self.view.space()
+        self._token_actions(max_call_tokens)
 
     def policy_ids(self, action: Sequence[int]) -> list[int]:
         """The ids of ``action`` the view records: up to and including the first ``<eoc>`` / ``<pad>``."""
