@@ -21,7 +21,6 @@ from bugfix_gym.contract.tokens import OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL, T
 from agents.decoding.decoder import DEFAULT_MAX_CALL_TOKENS, write_calls
 from agents.decoding.foresight import Foresight
 from agents.decoding.grammar import NO_STATE, CallGrammar
-from agents.decoding.legal_calls import LegalCallGrammar
 from agents.model.tinyagent import KVCache, TinyAgent
 from agents.rollout.trajectory import EpisodeRecord, Trajectory, same_return
 
@@ -134,9 +133,8 @@ class EpisodeSampler:
             return NO_STATE
         if self.call_mask_key is None or self.call_mask_key not in info:
             return self.grammar.start
-        if isinstance(self.grammar, LegalCallGrammar):
-            return self.grammar.start_for(info[self.call_mask_key])  # the calls themselves, not a mask
-        return self.grammar.start_for([bool(x) for x in info[self.call_mask_key]])
+        # a call mask (CallGrammar), or the legal calls themselves (LegalCallGrammar): each grammar reads its own
+        return self.grammar.start_for(info[self.call_mask_key])
 
     def get_state(self) -> list[dict[str, Any]] | None:
         """The episodes in progress as plain data (to stop and resume a training run)."""
