@@ -23,6 +23,7 @@ from .contract.tokens import OWNER_PAD, OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL, 
 from .core.tools import CALLS, parse_call
 from .integrations import hf_tokenizer as _hf_tokenizer  # noqa: F401 (registers the chat-template tokenizer format)
 from .contract import byte_tokenizer as _byte_tokenizer  # noqa: F401 (registers the byte tokenizer format)
+from .contract import bpe_tokenizer as _bpe_tokenizer  # noqa: F401 (registers the BPE tokenizer format)
 
 __version__ = "0.1.0"
 
