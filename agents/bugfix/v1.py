@@ -21,6 +21,8 @@ from typing import Any, Sequence
 
 import torch
 from bugfix_gym.contract.byte_tokenizer import ByteTokenizer
+from bugfix_gym.contract.tokens import TokenizerLike
+from bugfix_gym.core.bpe_v1 import load_bpe_v1
 from bugfix_gym.core.env_v1 import BugFixEnvV1
 from bugfix_gym.core.scripted_v1 import is_test_call
 from bugfix_gym.edits.defect_classes import FAMILIES
@@ -46,15 +48,28 @@ def make_v1_env(**env_kwargs: Any) -> LegalCallsInfo:
     return LegalCallsInfo(BugFixEnvV1(**env_kwargs))
 
 
-def v1_policy_kwargs(max_len: int = 1024, **sizes: Any) -> dict[str, Any]:
-    """``policy_kwargs`` of a TinyAgent that plays BugFix-v1: bytes in, legal calls out.
+def v1_policy_kwargs(max_len: int = 1024, tokenizer: str | TokenizerLike = "byte", **sizes: Any) -> dict[str, Any]:
+    """``policy_kwargs`` of a TinyAgent that plays BugFix-v1: bytes (or BPE tokens) in, legal calls out.
 
-    :param max_len: the context in bytes (tool outputs are cut to fit; an episode that outgrows it is cut)
+    :param max_len: the context in tokens (tool outputs are cut to fit; an episode that outgrows it is cut)
+    :param tokenizer: ``"byte"`` (:class:`ByteTokenizer`), ``"bpe"`` (BugFix-v1's BPE,
+        :func:`bugfix_gym.core.bpe_v1.load_bpe_v1`) or a tokenizer that encodes every legal call
     :param sizes: more :class:`agents.model.tinyagent.TinyAgentConfig` fields (``d_model``, ``n_layer``, ...)
     """
-    tok = ByteTokenizer()
+    tok = v1_tokenizer(tokenizer)
     config = TinyAgentConfig(vocab_size=tok.vocab_size, max_len=max_len, **sizes)
     return dict(tokenizer=tok, model_config=config, legal_calls=True, call_mask_key=LEGAL_CALLS_KEY)
+
+
+def v1_tokenizer(tokenizer: str | TokenizerLike = "byte") -> TokenizerLike:
+    """A tokenizer for TinyAgent on BugFix-v1 by name (``"byte"`` | ``"bpe"``), or ``tokenizer`` itself."""
+    if tokenizer == "byte":
+        return ByteTokenizer()
+    if tokenizer == "bpe":
+        return load_bpe_v1()
+    if isinstance(tokenizer, str):
+        raise ValueError(f"unknown tokenizer {tokenizer!r:.40}; use 'byte', 'bpe' or a tokenizer instance")
+    return tokenizer
 
 
 def new_v1_ppo(split: str = "train", n_envs: int = 4, seed: int = 0, env_kwargs: dict | None = None,
