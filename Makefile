@@ -7,7 +7,8 @@ STAMP := $(VENV)/.installed
 RLLIB_VENV := .venv-rllib
 RLLIB_PY := $(RLLIB_VENV)/bin/python
 RLLIB_STAMP := $(RLLIB_VENV)/.installed
-# TRL, transformers, tokenizers, datasets and verifiers: a venv of their own too (constraints-trl.txt says why);
+# TRL, transformers, datasets and verifiers: a venv of their own too (constraints-trl.txt says why; tokenizers, at
+# the same pin, is in .venv as well);
 # environments/bugfix_gym_verifiers is the verifiers env package `vf-eval bugfix_gym_verifiers` imports
 TRL_VENV := .venv-trl
 TRL_PY := $(TRL_VENV)/bin/python
