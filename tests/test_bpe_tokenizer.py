@@ -1,6 +1,7 @@
 """BugFix-v1's BPE tokenizer: any text encodes and decodes back, every legal call of a heldout task encodes without
 an unknown token and the legal-call grammar writes it token by token, the saved dict loads back through the
-registered format, and the committed file is what the train split trains (``--check``)."""
+registered format, a TinyAgent on it trains, saves and loads with it, and the committed file is what the train
+split trains (``--check``)."""
 
 from __future__ import annotations
 
@@ -117,3 +118,25 @@ def test_training_is_deterministic_and_small_vocabularies_are_refused():
 @pytest.mark.slow
 def test_the_committed_file_is_what_the_train_split_trains(capsys):
     assert main(["--check"]) == 0, capsys.readouterr().out
+
+
+@pytest.mark.heavy
+def test_a_tinyagent_on_the_bpe_trains_saves_and_loads_with_it(tmp_path, tok):
+    import torch
+
+    from agents.algorithms.presets import load_algorithm
+    from agents.bugfix.v1 import evaluate_v1, new_v1_ppo
+
+    torch.manual_seed(0)
+    tasks = one_task_per_problem(BugFixEnvV1(split="heldout").tasks)[:2]
+    sizes = dict(tokenizer="bpe", max_len=512, d_model=16, n_layer=1, n_head=2, d_ff=32)
+    model = new_v1_ppo(n_envs=2, seed=0, env_kwargs=dict(tasks=tasks, max_turns=3), model_sizes=sizes,
+                       n_episodes=4, batch_size=4, n_epochs=1, max_call_tokens=MAX_CALL_TOKENS)
+    model.learn(4)
+    first = model.diagnostics[-1]["epochs"][0]
+    assert abs(first["ratio_min"] - 1) < 1e-4 and abs(first["ratio_max"] - 1) < 1e-4
+    model.save(tmp_path / "bpe_v1.zip")
+    loaded = load_algorithm(tmp_path / "bpe_v1.zip")
+    assert loaded.policy.tokenizer == tok and loaded.policy.model.config.vocab_size == tok.vocab_size
+    stats = evaluate_v1(loaded, tasks, 1, env_kwargs=dict(max_turns=3))
+    assert stats["episodes"] == 2 and stats["valid_calls"] == 1.0
