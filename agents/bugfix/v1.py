@@ -137,29 +137,65 @@ def evaluate_v1(agent: Any, tasks: Sequence[RepairTask], n_per_task: int = 1, se
     and ``locate`` calls, as the baselines count them),
     ``valid_calls`` (the share of calls the env took), ``policy_tokens`` per episode, ``context_cut`` (the share of
     episodes that outgrew the model's context: their last turns are empty, invalid filler calls), ``episodes``, and
-    ``per_class``: each defect class -> its tasks' pass rate and episodes (a task of two classes counts in both);
-    with ``per_task``, each task's pass rate."""
+    ``per_class``: each defect class -> its tasks' pass rate and episodes (a task of two classes counts in both),
+    ``pass_after_test_calls`` (:func:`pass_after_test_calls`); with ``per_task``, each task's pass rate."""
     trajs = play_v1(agent, tasks, n_per_task, seed, **kwargs)
     if not trajs:
         raise ValueError("evaluate_v1 needs at least one task")
     infos = [t.info for t in trajs]
+    stats = summarise_v1(tasks, n_per_task, infos, per_task=per_task)
+    stats.update(policy_tokens=_mean([float(t.policy_mask.sum()) for t in trajs]),
+                 context_cut=_mean([bool(info.get("context_cut")) for info in infos]))
+    return stats
+
+
+def summarise_v1(tasks: Sequence[RepairTask], n_per_task: int, infos: Sequence[dict[str, Any]], *,
+                 per_task: bool = False) -> dict[str, Any]:
+    """The statistics of :func:`evaluate_v1` that any player's episodes have (a model's, a baseline's): each
+    episode's last ``info`` (``actions``, ``hidden_pass``, ``n_invalid``), ``n_per_task`` per task in task order."""
     calls = [len(info.get("actions", ())) for info in infos]
     passed = [bool(info.get("hidden_pass")) for info in infos]
+    tests = [sum(map(is_test_call, info.get("actions", ()))) for info in infos]
     stats: dict[str, Any] = dict(
-        pass_rate=_mean(passed), mean_calls=_mean(calls),
-        mean_test_calls=_mean([sum(map(is_test_call, info.get("actions", ()))) for info in infos]),
-        valid_calls=1.0 - sum(info.get("n_invalid", 0) for info in infos) / max(1, sum(calls)),
-        policy_tokens=_mean([float(t.policy_mask.sum()) for t in trajs]),
-        context_cut=_mean([bool(info.get("context_cut")) for info in infos]), episodes=len(trajs))
+        pass_rate=_mean(passed), mean_calls=_mean(calls), mean_test_calls=_mean(tests),
+        valid_calls=1.0 - sum(info.get("n_invalid", 0) for info in infos) / max(1, sum(calls)), episodes=len(infos))
     groups: dict[str, list[bool]] = defaultdict(list)
     for i, task in enumerate(tasks):
         for name in task_classes(task):
             groups[name] += passed[i * n_per_task: (i + 1) * n_per_task]
     stats["per_class"] = {name: dict(pass_rate=_mean(p), episodes=len(p)) for name, p in sorted(groups.items())}
+    stats["pass_after_test_calls"] = pass_after_test_calls(passed, tests)
     if per_task:
         stats["per_task"] = {task.name: dict(pass_rate=_mean(passed[i * n_per_task: (i + 1) * n_per_task]),
                                              episodes=n_per_task) for i, task in enumerate(tasks)}
     return stats
+
+
+def baseline_v1(kind: str, tasks: Sequence[RepairTask], max_turns: int = 12, *, per_task: bool = False
+                ) -> dict[str, Any]:
+    """A scripted baseline of :mod:`bugfix_gym.core.scripted_v1` (``debugger``, ``brute_force``, ``random``) on
+    ``tasks``, one episode each (they are deterministic but ``random``), summarised as :func:`summarise_v1`."""
+    from bugfix_gym.core.scripted_v1 import make_policy
+
+    env = BugFixEnvV1(tasks=list(tasks), max_turns=max_turns)
+    policy = make_policy(kind, max_turns=max_turns)
+    infos = []
+    for i, task in enumerate(tasks):
+        observation, info = env.reset(seed=i, options={"task": task})
+        policy.reset(i)
+        done = False
+        while not done:
+            observation, _, terminated, truncated, info = env.step(policy(observation, info, env.legal_calls))
+            done = terminated or truncated
+        infos.append(info)
+    return summarise_v1(tasks, 1, infos, per_task=per_task)
+
+
+def pass_after_test_calls(passed: Sequence[bool], test_calls: Sequence[int], ks: Sequence[int] = (0, 1, 2, 3, 4, 5)
+                          ) -> dict[int, float]:
+    """The share of episodes that passed having made at most ``k`` test calls (``test`` and ``locate``), per ``k``:
+    the pass rate a budget of ``k`` test calls allows."""
+    return {k: _mean([bool(p) and t <= k for p, t in zip(passed, test_calls)]) for k in ks}
 
 
 def _mean(xs: Sequence[Any]) -> float:

@@ -3,6 +3,7 @@
     bugfix-gym train                                  # the demo: TokenPPO on the book's tasks
     bugfix-gym train --tasks generated --seed 0 --out runs/gen0    # the generalisation recipe
     bugfix-gym train --resume runs/gen0               # continue a run stopped by Ctrl-C
+    bugfix-gym train --env BugFix-v1 --rl-only --seed 0 --out runs/repair0   # the repair recipe (docs/repair.md)
     bugfix-gym eval runs/gen0/tokenppo.zip --split heldout
     bugfix-gym eval runs/gen0/tokenppo.zip --generated test --n 200 --gen-seed 1 --json
     bugfix-gym eval runs/gen0/tokenppo.zip --pack examples/task_pack_example.json --episodes 8 --json
@@ -18,7 +19,8 @@ while a command uses it: a second ``train --resume`` of it refuses in one line.
 
 The parts: ``flags`` (flags as data, one-line errors), ``parser`` (the train flags' table, the
 eval and serve flags), ``settings`` (the recipe with the flags given), ``train`` (start or resume, train,
-report), ``evaluate`` (``bugfix-gym eval``), ``serve`` (``bugfix-gym serve``), ``report`` (tables, plots,
+report), ``train_v1`` (``train --env BugFix-v1``),
+``evaluate`` (``bugfix-gym eval``), ``serve`` (``bugfix-gym serve``), ``report`` (tables, plots,
 JSON).
 """
 
@@ -31,6 +33,7 @@ from agents.cli.evaluate import cmd_eval
 from agents.cli.flags import UsageError, usage_error
 from agents.cli.parser import RESUME_FLAGS, build_parser
 from agents.cli.train import cmd_train
+from agents.cli.train_v1 import cmd_train_v1, wants_v1
 
 __all__ = ["main", "UsageError"]
 
@@ -46,6 +49,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return int(play_main(argv[1:], prog="bugfix-gym play") or 0)
     try:
+        if argv and argv[0] == "train" and wants_v1(argv[1:]):
+            return cmd_train_v1(argv[1:])
         args = build_parser().parse_args(argv)
         if args.command is None:
             build_parser().print_help()

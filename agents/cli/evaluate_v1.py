@@ -27,7 +27,7 @@ def eval_env(args: argparse.Namespace, model: TokenOnPolicyAlgorithm) -> str:
     v1_model = bool(getattr(model.policy, "legal_calls", False))
     env = getattr(args, "env", None) or ("BugFix-v1" if v1_model else "BugFix-v0")
     if v1_model != (env == "BugFix-v1"):
-        trained = "BugFix-v1 (legal-call grammar, byte tokens)" if v1_model else "BugFix-v0"
+        trained = "BugFix-v1 (legal-call grammar)" if v1_model else "BugFix-v0"
         raise usage_error("eval", f"{args.model} writes {trained} calls; evaluate it with --env "
                                   f"{'BugFix-v1' if v1_model else 'BugFix-v0'}")
     if env == "BugFix-v0" and args.split == "test":
@@ -38,6 +38,13 @@ def eval_env(args: argparse.Namespace, model: TokenOnPolicyAlgorithm) -> str:
                  ("--foresight", args.foresight is not UNSET)) if on]
         if given:
             raise usage_error("eval", f"{given[0]} is BugFix-v0's; with --env BugFix-v1 use --split or --pack")
+        if args.pack is not None and (args.tasks_per_function or args.bugs):
+            raise usage_error("eval", "--tasks-per-function and --bugs choose split tasks; a --pack plays its own")
+    else:
+        given = [flag for flag, on in (("--tasks-per-function", args.tasks_per_function), ("--bugs", args.bugs),
+                                       ("--baselines", args.baselines)) if on]
+        if given:
+            raise usage_error("eval", f"{given[0]} is BugFix-v1's (--env BugFix-v1)")
     return env
 
 
@@ -48,21 +55,28 @@ def cmd_eval_v1(args: argparse.Namespace, model: TokenOnPolicyAlgorithm) -> int:
     :param model: the loaded model (:func:`eval_env` said it plays BugFix-v1)
     """
     from agents.algorithms.presets import trained_by
-    from agents.bugfix.v1 import evaluate_v1
+    from agents.bugfix.v1 import baseline_v1, evaluate_v1
 
     tasks, what = _v1_tasks(args)
-    episodes = args.episodes or 8
+    episodes = args.episodes or (1 if (args.tasks_per_function or 1) > 1 else 8)
     stats = evaluate_v1(model, tasks, episodes, seed=args.seed, per_task=args.pack is not None)
+    baselines = {kind: baseline_v1(kind, tasks, per_task=args.pack is not None)
+                 for kind in (BASELINES if args.baselines else ())}
     if args.json:
+        extra = dict(baselines=baselines) if baselines else {}
         print(json.dumps(jsonable(dict(stats, model=str(args.model), **trained_by(model), env="BugFix-v1",
                                        tasks=what, n_tasks=len(tasks), episodes_per_task=episodes,
                                        call_mask="legal_calls",
-                                       decoding="legal-call grammar", foresight=None))))
+                                       decoding="legal-call grammar", foresight=None, **extra))))
         return 0
-    print(v1_table(f"{args.model.name} on {what}", stats))
+    print(v1_table(f"{args.model.name} on {what}", stats, baselines))
     if "per_task" in stats:
         print(per_task_table(stats["per_task"]))
     return 0
+
+
+BASELINES = ("debugger", "brute_force")
+"""The scripted baselines ``--baselines`` plays beside the model (bugfix_gym/core/scripted_v1.py)."""
 
 
 def _v1_tasks(args: argparse.Namespace) -> tuple[list[Any], str]:
@@ -81,16 +95,32 @@ def _v1_tasks(args: argparse.Namespace) -> tuple[list[Any], str]:
             raise usage_error("eval", f"--pack {args.pack}: {_first_line(e)} (BugFix-v1 "
                                       "plays v1 packs)") from None
         return one_task_per_problem(tasks), f"pack {args.pack}"
-    split = args.split or "test"
-    return one_task_per_problem(BugFixEnvV1(split=split).tasks), f"BugFix-v1 {split} split (one task per function)"
+    split, k, bugs = args.split or "test", args.tasks_per_function or 1, args.bugs or 1
+    if k == 1:
+        tasks = one_task_per_problem(BugFixEnvV1(split=split, bugs=bugs).tasks)
+    else:
+        from agents.bugfix.repair_v1 import tasks_per_function
+
+        tasks = tasks_per_function(split, k, bugs)
+    return tasks, (f"BugFix-v1 {split} split ({k} {'-'.join(['one', 'two'][bugs - 1:bugs])}-bug task"
+                   f"{'s' if k > 1 else ''} per function)")
 
 
-def v1_table(column: str, stats: dict[str, Any]) -> str:
-    """The v1 statistics and the pass rate per defect class as a plain-text table."""
-    lines = [f"{column}"] + [label.ljust(22) + f"{stats[key]:.3f}".rjust(10) for key, label in V1_KEYS]
-    lines += ["", "defect class".ljust(36) + "pass rate".rjust(10) + "episodes".rjust(10)]
-    lines += [name.ljust(36) + f"{row['pass_rate']:.3f}".rjust(10) + f"{row['episodes']}".rjust(10)
-              for name, row in stats["per_class"].items()]
+def v1_table(column: str, stats: dict[str, Any], baselines: dict[str, dict[str, Any]] | None = None) -> str:
+    """The v1 statistics, the pass rate after k test calls and per defect class as a plain-text table; with
+    ``baselines``, a column for each beside the model's."""
+    cols = {"model": stats, **(baselines or {})}
+    head = "".ljust(36) + "".join(name.rjust(12) for name in cols)
+    lines = [column, head]
+    lines += [label.ljust(36) + "".join((f"{s[key]:.3f}" if key in s else "-").rjust(12) for s in cols.values())
+              for key, label in V1_KEYS]
+    lines += [f"passed within {k} test calls".ljust(36) + "".join(
+        f"{s['pass_after_test_calls'][k]:.3f}".rjust(12) for s in cols.values())
+        for k in stats["pass_after_test_calls"]]
+    lines += ["", "defect class (pass rate)".ljust(36) + "".join(name.rjust(12) for name in cols)
+              + "episodes".rjust(10)]
+    lines += [name.ljust(36) + "".join(f"{s['per_class'][name]['pass_rate']:.3f}".rjust(12) for s in cols.values())
+              + f"{row['episodes']}".rjust(10) for name, row in stats["per_class"].items()]
     return "\n".join(lines)
 
 

@@ -224,7 +224,12 @@ def _add_train_command(sub: Any) -> None:
                                        "base agent, print a before/after "
                                        "table (train tasks, the book's held-out tasks, unseen generated templates), "
                                        "save the model and a learning-curve PNG under the output folder. Flags "
-                                       "left out take the recipe's value (agents/bugfix/recipes.py).")
+                                       "left out take the recipe's value (agents/bugfix/recipes.py). With "
+                                       "--env BugFix-v1: the repair recipe on HumanEval functions, its own flags "
+                                       "(bugfix-gym train --env BugFix-v1 --help).")
+    train.add_argument("--env", choices=("BugFix-v0", "BugFix-v1"), default="BugFix-v0",
+                       help="BugFix-v0 (this recipe, default) or BugFix-v1 (the repair recipe: see "
+                            "bugfix-gym train --env BugFix-v1 --help)")
     add_flags(train, train_flags())
 
 
@@ -259,6 +264,14 @@ def _add_eval_command(sub: Any) -> None:
                                   "grammar)"),
                    foresight_flag("decode with this foresight threshold (in (0, 1]; 'none': off) instead of the "
                                   "model's own")))
+    ev.add_argument("--tasks-per-function", type=Number(int, 1, 1000, what="a positive integer"), default=None,
+                    help="with --env BugFix-v1 --split: this many tasks of each function (default 1; the repair "
+                         "recipe's evaluation uses 4 with --episodes 1)")
+    ev.add_argument("--bugs", type=int, choices=(1, 2), default=None,
+                    help="with --env BugFix-v1 --split: one-bug (default) or two-bug tasks")
+    ev.add_argument("--baselines", action="store_true",
+                    help="with --env BugFix-v1: also play the scripted debugger and brute force on the same tasks "
+                         "(one table, side by side)")
     ev.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
 
 

@@ -1,0 +1,231 @@
+"""The BugFix-v1 base agent: TinyAgent behaviour-cloned on the scripted careful debugger's play, cached on disk.
+
+The debugger (:class:`bugfix_gym.core.scripted_v1.Debugger`) reads, runs the tests, calls ``locate``, then tries
+edits on the suspicious lines in the order of ``locate``'s scores times a fixed prior over mutations, tests each,
+reverts a failing one and submits after a passing test. It never reads the injected bug or the fixed source, so
+the base agent imitates the *shape* of careful debugging and the prior's choice of edits; which edit fits what it
+sees is left to RL. Demonstrations are played on **train-split** one-bug tasks only, and tokenized exactly as
+:class:`agents.rollout.sampler.EpisodeSampler` tokenizes the episodes it samples (a tool output cut so that the
+next call still fits in the context), so the base agent sees at training what it will see when it plays.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import inspect
+import json
+import random
+import sys
+import warnings
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import torch
+
+from bugfix_gym.contract.tokens import OWNER_POLICY, OWNER_PROMPT, OWNER_TOOL, TokenizerLike, encode_segment
+from bugfix_gym.core.env_v1 import BugFixEnvV1
+from bugfix_gym.core.scripted_v1 import make_policy
+from bugfix_gym.tasks.problems import RepairTask
+
+from agents.algorithms.losses import masked_mean
+from agents.bugfix.base_agent import Progress, cache_dir, progress_bar
+from agents.files.checkpoint import load_state_dict_file, save_state_dict_file
+from agents.model.tinyagent import TinyAgent, TinyAgentConfig, sequence_log_probs
+from agents.rollout.sampler import cut_tool_output
+from agents.rollout.trajectory import EpisodeRecord, Trajectory, collate
+
+BASE_V1_FORMAT = "bugfix_gym.base_agent_v1/1"
+
+
+@dataclasses.dataclass(frozen=True)
+class BaseAgentV1Config:
+    """How the v1 base agent is made: demonstrations, then behaviour cloning.
+
+    :param demonstrations: debugger episodes played, on train-split one-bug tasks drawn without replacement
+        (seeded) from the split's tasks
+    :param max_turns: the turn budget of the demonstrations' env (that of training and evaluation)
+    :param steps: Adam steps of cross-entropy on the debugger's call tokens
+    :param batch_size: episodes per step
+    :param lr: Adam learning rate
+    """
+
+    demonstrations: int = 1000
+    max_turns: int = 12
+    steps: int = 400
+    batch_size: int = 16
+    lr: float = 1e-3
+
+
+def demonstration_tasks(n: int, seed: int) -> list[RepairTask]:
+    """``n`` train-split one-bug tasks (all of them if ``n`` is larger), drawn with ``seed``, spread over the
+    split's functions (a round over every function before a function's second task)."""
+    by_problem: dict[str, list[RepairTask]] = {}
+    for task in BugFixEnvV1(split="train", bugs=1).tasks:
+        by_problem.setdefault(task.problem, []).append(task)
+    rng = random.Random(seed)
+    queues = []
+    for problem in sorted(by_problem):
+        group = sorted(by_problem[problem], key=lambda t: t.name)
+        rng.shuffle(group)
+        queues.append(group)
+    out: list[RepairTask] = []
+    while len(out) < n and any(queues):
+        for q in queues:
+            if q and len(out) < n:
+                out.append(q.pop())
+    return out
+
+
+def debugger_episode(env: BugFixEnvV1, task: RepairTask, tok: TokenizerLike, max_len: int,
+                     max_call_tokens: int) -> Trajectory | None:
+    """One episode of the scripted debugger on ``task``, tokenized as the sampler would record it; None when it
+    outgrows ``max_len`` (the sampler would cut it; such an episode is left out of the demonstrations)."""
+    policy = make_policy("debugger", max_turns=env.max_turns)
+    policy.reset(0)
+    obs, info = env.reset(options={"task": task})
+    ep = EpisodeRecord(encode_segment(tok, OWNER_PROMPT, obs))
+    done = False
+    while not done:
+        call = policy(obs, info, env.legal_calls)
+        obs, reward, terminated, truncated, info = env.step(call)
+        done = terminated or truncated
+        ids = encode_segment(tok, OWNER_POLICY, call)
+        if len(ids) > max_call_tokens:
+            return None
+        ep.add_call(ids)
+        ep.add_reward(reward)
+        out = encode_segment(tok, OWNER_TOOL, str(obs))
+        room = max_len - len(ep.ids) - max_call_tokens  # the sampler's rule, the last output included
+        if len(out) > room:
+            return None
+        ep.add_tool(cut_tool_output(out, room))
+    return ep.trajectory(info)
+
+
+def demonstrations(tok: TokenizerLike, cfg: BaseAgentV1Config, seed: int, max_len: int, max_call_tokens: int,
+                   progress: Progress | None = None) -> list[Trajectory]:
+    """The debugger's episodes on :func:`demonstration_tasks` (those that fit in ``max_len``)."""
+    tasks = demonstration_tasks(cfg.demonstrations, seed)
+    env = BugFixEnvV1(split="train", bugs=1, max_turns=cfg.max_turns)
+    steps = (progress or _quiet)(len(tasks), "debugger demonstrations")
+    episodes = [debugger_episode(env, task, tok, max_len, max_call_tokens) for task, _ in zip(tasks, steps)]
+    return [ep for ep in episodes if ep is not None]
+
+
+def cached_demonstrations(tok: TokenizerLike, cfg: BaseAgentV1Config, max_len: int, max_call_tokens: int,
+                          progress: Progress | None = None) -> dict[str, torch.Tensor]:
+    """:func:`demonstrations` (drawn with seed 0: every seed's base agent clones the same episodes, in its own
+    order) collated (``ids``, ``owner``, ``policy_mask``), cached on disk by a hash of what they depend on."""
+    key = _key(tok, dict(cfg=dataclasses.asdict(cfg), max_len=max_len, max_call_tokens=max_call_tokens),
+               ("demonstration_tasks", "debugger_episode", "demonstrations"))
+    path = cache_dir() / f"demonstrations_v1-{key}.pt"
+    try:
+        data = torch.load(path, weights_only=True)
+        if isinstance(data, dict) and {"ids", "owner", "policy_mask"} <= set(data):
+            return data
+    except FileNotFoundError:
+        pass
+    except Exception as e:  # noqa: BLE001 - corrupt: played again below
+        warnings.warn(f"ignoring unreadable demonstrations cache {path} ({type(e).__name__}: {e})")
+    demos = demonstrations(tok, cfg, 0, max_len, max_call_tokens, progress)
+    if not demos:
+        raise ValueError(f"no debugger demonstration fits in max_len={max_len} tokens: raise max_len")
+    full = collate(demos, tok.pad_id)
+    data = {k: full[k] for k in ("ids", "owner", "policy_mask")}
+    data["rewards"] = full["rewards"]
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        torch.save(data, tmp)
+        tmp.replace(path)
+    except OSError as e:
+        warnings.warn(f"could not write the demonstrations cache {path}: {e}")
+    return data
+
+
+def make_base_agent_v1(tok: TokenizerLike, model_config: TinyAgentConfig, seed: int = 0,
+                       cfg: BaseAgentV1Config = BaseAgentV1Config(), max_call_tokens: int = 40,
+                       progress: Progress | None = None) -> TinyAgent:
+    """TinyAgent (``model_config``) behaviour-cloned on :func:`demonstrations`: ``cfg.steps`` Adam steps on random
+    minibatches of the cross-entropy of the debugger's call tokens. Seeded: the same call returns the same
+    weights under the same torch thread count."""
+    data = cached_demonstrations(tok, cfg, model_config.max_len, max_call_tokens, progress)
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    lengths = (data["owner"] > 0).sum(1)  # [N]
+    model = TinyAgent(model_config)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    for _ in (progress or _quiet)(cfg.steps, "behaviour cloning"):
+        idx = torch.randint(len(lengths), (cfg.batch_size,), generator=gen)  # [b]
+        T = int(lengths[idx].max())  # trim the shared right padding
+        logp = sequence_log_probs(model, data["ids"][idx, :T])  # [b, T-1]
+        loss = -masked_mean(logp, data["policy_mask"][idx, : T - 1])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return model
+
+
+def _quiet(n: int, what: str) -> Iterable[int]:
+    return range(n)
+
+
+#: what the weights depend on besides the arguments: the recipe's source
+_RECIPE_FUNCTIONS = ("demonstration_tasks", "debugger_episode", "demonstrations", "cached_demonstrations",
+                     "make_base_agent_v1")
+
+
+def _key(tok: TokenizerLike, what: dict[str, Any], functions: Sequence[str] = _RECIPE_FUNCTIONS) -> str:
+    """16 hex digits of the tokenizer, ``what`` and the source of ``functions``."""
+    h = hashlib.sha256()
+    h.update(json.dumps({"format": BASE_V1_FORMAT, "tokenizer": tok.to_dict(),  # type: ignore[attr-defined]
+                         **what}, sort_keys=True).encode())
+    module = sys.modules[__name__]
+    for name in functions:
+        h.update(inspect.getsource(getattr(module, name)).encode())
+    return h.hexdigest()[:16]
+
+
+def _agent_key(tok: TokenizerLike, model_config: TinyAgentConfig, seed: int, cfg: BaseAgentV1Config,
+               max_call_tokens: int) -> str:
+    return _key(tok, dict(model=dataclasses.asdict(model_config), seed=seed, cfg=dataclasses.asdict(cfg),
+                          max_call_tokens=max_call_tokens))
+
+
+def cached_base_agent_v1(tok: TokenizerLike, model_config: TinyAgentConfig, seed: int = 0,
+                         cfg: BaseAgentV1Config = BaseAgentV1Config(), max_call_tokens: int = 40,
+                         use_cache: bool = True, verbose: int = 0) -> TinyAgent:
+    """:func:`make_base_agent_v1`, cached under :func:`agents.bugfix.base_agent.cache_dir` by a hash of the
+    tokenizer, the sizes, the settings and this recipe's source; a corrupt cache file is retrained."""
+    path = cache_dir() / f"base_agent_v1-{_agent_key(tok, model_config, seed, cfg, max_call_tokens)}.pt"
+    if use_cache and path.exists():
+        try:
+            agent = load_state_dict_file(path, expected_format=BASE_V1_FORMAT)
+            if verbose:
+                print(f"base agent loaded from {path}", flush=True)
+            return agent
+        except Exception as e:  # noqa: BLE001 - corrupt / truncated / stale: retrain below
+            warnings.warn(f"ignoring unreadable base-agent cache {path} ({type(e).__name__}: {e}); retraining")
+    if verbose:
+        print("training the v1 base agent (the scripted debugger's play on train-split functions, then behaviour "
+              "cloning; cached afterwards) ...", flush=True)
+    rng_state = torch.get_rng_state()
+    agent = make_base_agent_v1(tok, model_config, seed, cfg, max_call_tokens, progress_bar if verbose else None)
+    torch.set_rng_state(rng_state)
+    if use_cache:
+        try:
+            save_state_dict_file(path, agent, BASE_V1_FORMAT)
+        except Exception as e:  # noqa: BLE001 - the cache is an optimisation
+            warnings.warn(f"could not write the base-agent cache {path}: {type(e).__name__}: {e}")
+    return agent
+
+
+def cached_path(tok: TokenizerLike, model_config: TinyAgentConfig, seed: int = 0,
+                cfg: BaseAgentV1Config = BaseAgentV1Config(), max_call_tokens: int = 40) -> Path:
+    """Where :func:`cached_base_agent_v1` keeps these weights."""
+    return cache_dir() / f"base_agent_v1-{_agent_key(tok, model_config, seed, cfg, max_call_tokens)}.pt"
+
+
+__all__: Sequence[str] = ("BaseAgentV1Config", "cached_base_agent_v1", "debugger_episode", "demonstration_tasks",
+                          "demonstrations", "make_base_agent_v1")

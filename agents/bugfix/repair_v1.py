@@ -1,0 +1,146 @@
+"""A repair run on BugFix-v1: the base agent, RL on train-split functions, held-out validation, a test evaluation.
+
+:func:`train_repair` is what ``bugfix-gym train --env BugFix-v1`` runs. The split each part reads:
+
+* the base agent's demonstrations and every training episode: **train** (one-bug tasks, or two-bug with
+  ``bugs=2``);
+* validation, which picks the kept iteration: **heldout** (``validation_tasks`` tasks per function, fixed);
+* the final evaluation, of the base agent and of the kept weights under the same decoding: **test**
+  (``eval_tasks`` tasks per function, fixed), read by nothing before it.
+
+Decoding is the legal-call grammar only, at the algorithm's sampling temperature, everywhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import time
+from collections import defaultdict
+from typing import Any, Callable, Sequence
+
+from stable_baselines3.common.callbacks import BaseCallback
+
+from bugfix_gym.contract.tokens import TokenizerLike
+from bugfix_gym.core.env_v1 import BugFixEnvV1
+from bugfix_gym.tasks.problems import RepairTask
+
+from agents.bugfix.base_agent_v1 import cached_base_agent_v1
+from agents.bugfix.recipe_v1 import RepairRecipeV1
+from agents.bugfix.v1 import evaluate_v1, make_v1_env, v1_tokenizer
+from agents.model.tinyagent import TinyAgentConfig
+from agents.rollout.vec_env import FreshInfoDummyVecEnv
+
+
+def tasks_per_function(split: str, k: int, bugs: int = 1, seed: int = 0) -> list[RepairTask]:
+    """``k`` tasks of each function of ``split`` (all of a function's tasks when it has fewer), drawn with the
+    function's id and ``seed``, in function order: fixed sets for validation and evaluation."""
+    by_problem: dict[str, list[RepairTask]] = defaultdict(list)
+    for task in BugFixEnvV1(split=split, bugs=bugs).tasks:
+        by_problem[task.problem].append(task)
+    out: list[RepairTask] = []
+    for problem, group in sorted(by_problem.items()):
+        group = sorted(group, key=lambda t: t.name)
+        out += random.Random(f"{problem}/{seed}").sample(group, min(k, len(group)))
+    return out
+
+
+def policy_kwargs(tok: TokenizerLike, model_config: TinyAgentConfig) -> dict[str, Any]:
+    """A TinyAgent policy that writes BugFix-v1's legal calls with ``tok``."""
+    from agents.decoding.legal_calls import LEGAL_CALLS_KEY
+
+    return dict(tokenizer=tok, model_config=model_config, legal_calls=True, call_mask_key=LEGAL_CALLS_KEY)
+
+
+def new_repair_model(recipe: RepairRecipeV1, algo: str = "ppo", seed: int = 0, verbose: int = 0) -> Any:
+    """The algorithm ``algo`` (its preset's settings, the recipe's batch and learning rate) on train-split envs,
+    seeded with ``seed``, starting from the recipe's base agent (one per ``recipe.base_seed``, cached: every RL
+    seed starts from the same weights, so seeds differ in RL only)."""
+    from agents.algorithms.ppo import TokenPPO
+    from agents.algorithms.presets import get_preset, make_algorithm
+
+    tok = v1_tokenizer(recipe.tokenizer)
+    config = TinyAgentConfig(vocab_size=tok.vocab_size, **recipe.model_sizes())
+    base = cached_base_agent_v1(tok, config, recipe.base_seed, recipe.base, recipe.max_call_tokens, verbose=verbose)
+    env_kwargs = dict(split="train", bugs=recipe.bugs, max_turns=recipe.max_turns)
+    venv = FreshInfoDummyVecEnv([lambda: make_v1_env(**env_kwargs) for _ in range(recipe.n_envs)])
+    preset = get_preset(algo)
+    settings: dict[str, Any] = dict(recipe.algorithm_settings(), max_call_tokens=recipe.max_call_tokens)
+    if preset.cls is TokenPPO:
+        for name in ("n_epochs", "n_minibatches", "ent_coef"):
+            if name not in preset.settings:
+                settings[name] = getattr(recipe, name)
+    return make_algorithm(algo, "TinyAgentPolicy", venv, seed=seed, policy_kwargs=policy_kwargs(tok, config),
+                          base_agent=base, **settings)
+
+
+class StopAfterMinutes(BaseCallback):
+    """Stop ``learn`` at the end of the first rollout after ``minutes`` of wall time, or after ``iterations``."""
+
+    def __init__(self, minutes: float, iterations: int):
+        super().__init__(0)
+        self.seconds, self.iterations = 60.0 * minutes, int(iterations)
+        self.started = time.perf_counter()
+        self.done = 0
+
+    def _on_training_start(self) -> None:
+        self.started = time.perf_counter()
+
+    def _on_rollout_end(self) -> None:
+        self.done += 1
+
+    def _on_step(self) -> bool:
+        return self.done < self.iterations and time.perf_counter() - self.started < self.seconds
+
+
+@dataclasses.dataclass
+class RepairResult:
+    """What :func:`train_repair` returns (``results.json``)."""
+
+    algo: str
+    seed: int
+    iterations: int
+    env_steps: int
+    train_s: float
+    kept_iteration: int
+    validation: list[tuple[int, float]]
+    base: dict[str, Any]
+    trained: dict[str, Any]
+    curve: list[dict[str, Any]]
+
+
+def train_repair(recipe: RepairRecipeV1, algo: str = "ppo", seed: int = 0, *, verbose: int = 1,
+                 on_model: Callable[[Any], None] | None = None,
+                 callbacks: Sequence[BaseCallback] = ()) -> tuple[Any, RepairResult]:
+    """Train one seed of the recipe; return the model (the kept weights loaded) and its results.
+
+    :param recipe: the settings
+    :param algo: an ``--algo`` name
+    :param seed: seeds the base agent, the envs, the weights' updates and the sampling
+    :param verbose: 1 prints progress (the base agent's bars, each validation)
+    :param on_model: called with the model once it is built (e.g. to save a first checkpoint)
+    :param callbacks: more SB3 callbacks
+    """
+    from agents.bugfix.callbacks import KeepBest
+
+    model = new_repair_model(recipe, algo, seed, verbose)
+    if on_model is not None:
+        on_model(model)
+    validation_tasks = tasks_per_function("heldout", recipe.validation_tasks, recipe.bugs, seed=0)
+    env_kwargs = dict(max_turns=recipe.max_turns)
+    keep = KeepBest(validation_tasks, every=recipe.validation_every, seed=seed, env_kwargs=env_kwargs,
+                    verbose=verbose, evaluate=evaluate_v1)
+    stop = StopAfterMinutes(recipe.minutes, recipe.iterations)
+    started = time.perf_counter()
+    model.learn(10**12, callback=[stop, keep, *callbacks])
+    train_s = time.perf_counter() - started
+    test_tasks = tasks_per_function("test", recipe.eval_tasks, 1, seed=0)
+    trained = evaluate_v1(model, test_tasks, 1, seed=seed, env_kwargs=env_kwargs)
+    base_model = new_repair_model(recipe, algo, seed, 0)  # the same base agent (cached), the same decoding
+    base = evaluate_v1(base_model, test_tasks, 1, seed=seed, env_kwargs=env_kwargs)
+    from agents.cli.train import learning_curve
+
+    curve = learning_curve(model.diagnostics)
+    result = RepairResult(algo, seed, model.iteration, model.num_timesteps, train_s, keep.best_iteration,
+                          keep.history, base, trained, curve)
+    return model, result

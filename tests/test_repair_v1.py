@@ -1,0 +1,157 @@
+"""The BugFix-v1 repair recipe: the base agent's demonstrations (train split only, tokenized as the sampler
+records), its cache, the fixed validation and evaluation sets, the baselines on the same tasks, the train command's
+flags and one tiny end-to-end run."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from bugfix_gym.contract.byte_tokenizer import ByteTokenizer
+from bugfix_gym.contract.tokens import OWNER_POLICY
+from bugfix_gym.core.env_v1 import BugFixEnvV1
+
+from agents.bugfix import base_agent_v1 as bav1
+from agents.bugfix.recipe_v1 import RepairRecipeV1, with_changes
+from agents.bugfix.repair_v1 import tasks_per_function
+from agents.bugfix.v1 import baseline_v1, pass_after_test_calls, summarise_v1
+from agents.cli import main
+from agents.cli.train_v1 import wants_v1
+from agents.model.tinyagent import TinyAgentConfig
+
+TINY = TinyAgentConfig(vocab_size=ByteTokenizer().vocab_size, d_model=16, n_layer=1, n_head=2, d_ff=32, max_len=2200)
+
+
+def split_problems(split: str) -> set[str]:
+    return {t.problem for t in BugFixEnvV1(split=split).tasks}
+
+
+def test_demonstrations_come_from_the_train_split_only_spread_over_its_functions():
+    tasks = bav1.demonstration_tasks(150, seed=0)
+    problems = [t.problem for t in tasks]
+    train = split_problems("train")
+    assert set(problems) <= train
+    assert not set(problems) & (split_problems("heldout") | split_problems("test"))
+    assert len(set(problems[:len(train)])) == len(train)  # a round over every function first
+    assert all(len(t.bugs) == 1 for t in tasks)
+    assert [t.name for t in bav1.demonstration_tasks(150, seed=0)] == [t.name for t in tasks]
+    assert [t.name for t in bav1.demonstration_tasks(150, seed=1)] != [t.name for t in tasks]
+
+
+def test_a_demonstration_is_the_debuggers_calls_tokenized_as_the_sampler_records_them():
+    tok = ByteTokenizer()
+    env = BugFixEnvV1(split="train", bugs=1, max_turns=12)
+    task = bav1.demonstration_tasks(1, seed=0)[0]
+    traj = bav1.debugger_episode(env, task, tok, max_len=4096, max_call_tokens=40)
+    assert traj is not None
+    calls = traj.info["actions"]
+    ids, owner = traj.ids.tolist(), traj.owner.tolist()
+    written, current = [], []
+    for i, o in zip(ids, owner):  # the policy's segments, each ended by <eoc>
+        if o == OWNER_POLICY:
+            current.append(i)
+            if i == tok.eoc_id:
+                written.append(tok.decode(current))
+                current = []
+    assert written == list(calls)
+    assert written[:3] == ["read", "test", "locate"]
+    assert traj.policy_mask.sum() == sum(len(c.encode()) + 1 for c in calls)
+    # an episode that does not fit is left out rather than cut
+    assert bav1.debugger_episode(env, task, tok, max_len=200, max_call_tokens=40) is None
+
+
+def test_the_base_agent_clones_the_debugger_and_is_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("BUGFIX_GYM_CACHE", str(tmp_path))
+    tok = ByteTokenizer()
+    cfg = bav1.BaseAgentV1Config(demonstrations=4, steps=25, batch_size=4, lr=3e-3)
+    data = bav1.cached_demonstrations(tok, cfg, TINY.max_len, 40)
+    untrained = _cloning_nll(bav1.TinyAgent(TINY), data)
+    agent = bav1.cached_base_agent_v1(tok, TINY, seed=0, cfg=cfg)
+    assert _cloning_nll(agent, data) < 0.8 * untrained  # it learned the debugger's calls
+    again = bav1.cached_base_agent_v1(tok, TINY, seed=0, cfg=cfg)  # from the cache
+    assert all(torch.equal(a, b) for a, b in zip(agent.state_dict().values(), again.state_dict().values()))
+    path = bav1.cached_path(tok, TINY, seed=0, cfg=cfg)
+    path.write_bytes(b"not a checkpoint")
+    with pytest.warns(UserWarning, match="unreadable base-agent cache"):
+        retrained = bav1.cached_base_agent_v1(tok, TINY, seed=0, cfg=cfg)
+    assert all(torch.equal(a, b) for a, b in zip(agent.state_dict().values(), retrained.state_dict().values()))
+
+
+def _cloning_nll(model, data) -> float:
+    from agents.algorithms.losses import masked_mean
+    from agents.model.tinyagent import sequence_log_probs
+
+    with torch.no_grad():
+        return float(-masked_mean(sequence_log_probs(model, data["ids"]), data["policy_mask"]))
+
+
+def test_validation_and_evaluation_sets_are_fixed_and_of_their_split():
+    held = tasks_per_function("heldout", 2)
+    assert {t.problem for t in held} == split_problems("heldout")
+    assert len(held) == 2 * len(split_problems("heldout"))
+    assert [t.name for t in held] == [t.name for t in tasks_per_function("heldout", 2)]
+    test = tasks_per_function("test", 1, bugs=2)
+    assert {t.problem for t in test} <= split_problems("test") and all(len(t.bugs) == 2 for t in test)
+
+
+def test_pass_after_test_calls_counts_passes_within_the_budget():
+    assert pass_after_test_calls([True, True, False, True], [0, 2, 1, 5], ks=(0, 1, 2, 5)) == {
+        0: 0.25, 1: 0.25, 2: 0.5, 5: 0.75}
+
+
+def test_the_baselines_play_the_same_tasks_and_report_what_the_model_reports():
+    tasks = tasks_per_function("test", 1)[:3]
+    stats = baseline_v1("debugger", tasks)
+    assert stats["episodes"] == 3 and 0.0 <= stats["pass_rate"] <= 1.0
+    assert stats["mean_test_calls"] >= 2  # test and locate before any edit
+    assert set(stats["pass_after_test_calls"]) == {0, 1, 2, 3, 4, 5}
+    assert stats["pass_after_test_calls"][0] == 0.0  # the debugger never submits before testing
+    infos = [dict(actions=["test", "edit 1.1 op +", "submit"], hidden_pass=True, n_invalid=0),
+             dict(actions=["submit"], hidden_pass=False, n_invalid=1)]
+    two = summarise_v1(tasks[:2], 1, infos)
+    assert (two["pass_rate"], two["mean_calls"], two["mean_test_calls"], two["valid_calls"]) == (0.5, 2.0, 0.5, 0.75)
+
+
+def test_the_recipe_is_one_dataclass_and_its_flags_are_its_fields(capsys):
+    assert wants_v1(["--env", "BugFix-v1"]) and wants_v1(["--env=BugFix-v1"]) and not wants_v1(["--seed", "1"])
+    assert main(["train", "--env", "BugFix-v1", "--print-config", "--base-steps", "7", "--minutes", "3.5",
+                 "--algo", "grpo"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    recipe = RepairRecipeV1.from_dict(printed["recipe"])
+    assert recipe == with_changes(RepairRecipeV1(), base_steps=7, minutes=3.5)
+    assert (printed["algo"], printed["foresight"], printed["decoding"]) == ("grpo", None, "legal-call grammar")
+    assert set(printed["recipe"]) == {f.name for f in dataclasses.fields(RepairRecipeV1)}
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--minutes", "0"], "--minutes"), (["--tokenizer", "words"], "--tokenizer"), (["--bugs", "3"], "bugs"),
+    (["--foresight", "0.5"], "unrecognized"), (["--algo", "nope"], "--algo")])
+def test_a_bad_v1_train_flag_is_one_line(argv, says, capsys):
+    assert main(["train", "--env", "BugFix-v1", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert says in err and "\n" not in err
+
+
+@pytest.mark.heavy
+def test_one_tiny_run_leaves_a_model_and_results_and_eval_reads_them(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("BUGFIX_GYM_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "run"
+    status = main(["train", "--env", "BugFix-v1", "--rl-only", "--seed", "1", "--out", str(out), "--tokenizer",
+                   "bpe", "--d-model", "16", "--n-layer", "1", "--d-ff", "32", "--base-demonstrations", "4",
+                   "--base-steps", "2", "--iterations", "1", "--n-episodes", "4", "--n-envs", "4",
+                   "--validation-tasks", "1", "--eval-tasks", "1", "--no-progress"])
+    assert status == 0
+    assert sorted(p.name for p in out.iterdir() if p.suffix == ".zip") == ["tokenppo.zip"]
+    results = json.loads((out / "results.json").read_text())
+    assert results["algo"] == "ppo" and results["seed"] == 1 and results["iterations"] >= 1
+    assert results["validation"] and results["trained"]["episodes"] == len(split_problems("test"))
+    assert results["settings"]["foresight"] is None
+    capsys.readouterr()
+    assert main(["eval", str(out / "tokenppo.zip"), "--env", "BugFix-v1", "--split", "test", "--episodes", "1",
+                 "--baselines", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert set(report["baselines"]) == {"debugger", "brute_force"} and report["foresight"] is None
+    assert report["n_tasks"] == len(split_problems("test")) and "pass_after_test_calls" in report
