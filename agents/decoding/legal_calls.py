@@ -47,10 +47,13 @@ class _Table:
     __slots__ = ("rows", "states")
 
     def __init__(self, encoded: list[tuple[int, ...]], dtype: type):
-        width = max(len(ids) for ids in encoded) + 1  # a pad column: every call ends in -1
-        padded = chain.from_iterable(ids + (-1,) * (width - len(ids)) for ids in sorted(encoded))
-        flat: np.ndarray = np.fromiter(padded, dtype=dtype, count=len(encoded) * width)
-        self.rows: np.ndarray = flat.reshape(len(encoded), width)
+        lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))  # [n]
+        width = int(lengths.max()) + 1  # a pad column: every call ends in -1
+        rows = np.full((len(encoded), width), -1, dtype=dtype)  # [n, width]
+        rows[np.arange(width) < lengths[:, None]] = np.fromiter(chain.from_iterable(encoded), dtype=dtype,
+                                                                count=int(lengths.sum()))
+        # rows in order of their tokens, the first column deciding (as sorting the id tuples does: -1 first)
+        self.rows: np.ndarray = rows[np.lexsort(rows.T[::-1])]
         self.states: list[int] = []  # the grammar states of this table (forgotten with it)
 
 
@@ -101,14 +104,16 @@ class LegalCallGrammar(CallGrammar):
             self._encoded[call] = ids
         return ids
 
-    def _table(self, calls: Sequence[str]) -> int:
-        """The id of the table of ``calls`` (made, or the kept one of the same calls moved to the newest)."""
-        key = "\n".join(calls)  # calls are one line each: the same text is the same list
+    def _table(self, calls: Sequence[str], key: str | None = None) -> int:
+        """The id of the table of ``calls`` (made, or the kept one of the same calls moved to the newest);
+        ``key``: ``calls`` joined by newlines, if the caller has it."""
+        key = "\n".join(calls) if key is None else key  # calls are one line each: the same text is the same list
         tid = self._table_of.get(key)
         if tid is not None:
             self._tables.move_to_end(tid)
             return tid
-        encoded = [ids for ids in map(self._encode, calls) if len(ids) < self.max_call_tokens]
+        known = self._encoded.get
+        encoded = [ids for ids in (known(c) or self._encode(c) for c in calls) if len(ids) < self.max_call_tokens]
         if not encoded:
             raise ValueError(f"no legal call fits in max_call_tokens={self.max_call_tokens} tokens")
         tid, self._next_table = self._next_table, self._next_table + 1
@@ -155,9 +160,13 @@ class LegalCallGrammar(CallGrammar):
         :data:`FALLBACK_CALLS`)."""
         if calls is None or len(calls) == 0:
             return self.start
-        if not all(isinstance(c, str) and "\n" not in c for c in calls):
+        try:  # one line each: as many line breaks as calls in between
+            key = "\n".join(calls)
+        except TypeError:
+            key = None
+        if key is None or key.count("\n") != len(calls) - 1:
             raise ValueError("LegalCallGrammar.start_for takes the legal calls as one-line texts (info['legal_calls'])")
-        tid = self._table(calls)
+        tid = self._table(calls, key)
         return self._state(tid, 0, len(self._tables[tid].rows), 0)
 
     def allowed_tokens(self, state: int) -> list[int]:
