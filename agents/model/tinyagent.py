@@ -147,10 +147,11 @@ class Packing:
     def _group(grp: list[int], B: int, N: int, n_new: list[int], start: list[int], offsets: dict[int, int],
                device: torch.device, one: bool) -> _Group:
         # a group holding most rows attends over all B rows of the cache (a view: no copy of the
-        # keys); the other rows then get dummy queries that see key 0 only, and are dropped
-        full = 2 * len(grp) > B if one else 8 * len(grp) >= 7 * B
-        R = B if full else len(grp)
+        # keys); the other rows then get dummy queries that see key 0 only, and are dropped: for short
+        # feeds (one token, or a few forced ones) they cost less than copying the group's keys
         width = max(n_new[b] for b in grp)
+        full = (B - len(grp)) * width <= 2 * len(grp) or (not one and 8 * len(grp) >= 7 * B)
+        R = B if full else len(grp)
         q_start = [0] * R
         index: list[int] = []
         q_row: list[int] = []
