@@ -22,7 +22,6 @@ grammar: TinyAgent repairs with the sited edits and ``delete``.
 from __future__ import annotations
 
 from collections import OrderedDict
-from itertools import chain
 from typing import Any, Sequence, cast
 
 import gymnasium as gym
@@ -42,16 +41,18 @@ LEGAL_CALLS_KEY = "legal_calls"
 
 
 class _Table:
-    """One turn's legal calls: ``rows`` [n, width] of token ids, sorted, padded with -1."""
+    """One turn's legal calls: ``rows`` [n, width] of token ids, sorted, padded with -1.
+
+    :param packed: each call's token ids as the bytes of an array of ``dtype``
+    :param lengths: [n] each call's token count
+    """
 
     __slots__ = ("rows", "states")
 
-    def __init__(self, encoded: list[tuple[int, ...]], dtype: type):
-        lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))  # [n]
+    def __init__(self, packed: list[bytes], lengths: np.ndarray, dtype: type):
         width = int(lengths.max()) + 1  # a pad column: every call ends in -1
-        rows = np.full((len(encoded), width), -1, dtype=dtype)  # [n, width]
-        rows[np.arange(width) < lengths[:, None]] = np.fromiter(chain.from_iterable(encoded), dtype=dtype,
-                                                                count=int(lengths.sum()))
+        rows = np.full((len(packed), width), -1, dtype=dtype)  # [n, width]
+        rows[np.arange(width) < lengths[:, None]] = np.frombuffer(b"".join(packed), dtype=dtype)
         # rows in order of their tokens, the first column deciding (as sorting the id tuples does: -1 first)
         self.rows: np.ndarray = rows[np.lexsort(rows.T[::-1])]
         self.states: list[int] = []  # the grammar states of this table (forgotten with it)
@@ -84,7 +85,7 @@ class LegalCallGrammar(CallGrammar):
         self._nodes: dict[int, tuple[int, int, int, int]] = {}  # state -> (table id, lo, hi, depth)
         self._state_of: dict[tuple[int, int, int, int], int] = {}
         self._allowed: dict[int, list[int]] = {}  # state -> its allowed tokens (<eoc> as eoc_id), memoised
-        self._encoded: dict[str, tuple[int, ...]] = {}
+        self._encoded: dict[str, bytes] = {}  # a call -> its token ids as the bytes of a _dtype array
         self._bytes = 0
         self._next_table = self._next_state = 0
         self.calls = FALLBACK_CALLS
@@ -92,17 +93,19 @@ class LegalCallGrammar(CallGrammar):
         self.start = self._state(self._pinned, 0, len(self._tables[self._pinned].rows), 0)
 
     # ------------------------------------------------------------------ tables and states
-    def _encode(self, call: str) -> tuple[int, ...]:
-        ids = self._encoded.get(call)
-        if ids is None:
-            ids = tuple(self.tokenizer.encode(call))
+    def _encode(self, call: str) -> bytes:
+        """``call``'s token ids, as the bytes of an array of the tables' dtype (kept: a turn's calls mostly
+        repeat the last turn's)."""
+        packed = self._encoded.get(call)
+        if packed is None:
+            ids = self.tokenizer.encode(call)
             if not ids or self.tokenizer.unk_id in ids or self.eoc_id in ids:
                 raise ValueError(f"legal call {call[:60]!r} has words the tokenizer does not know; use a tokenizer "
                                  "that encodes any text (ByteTokenizer)")
             if len(self._encoded) > 200_000:
                 self._encoded.clear()
-            self._encoded[call] = ids
-        return ids
+            packed = self._encoded[call] = np.asarray(ids, dtype=self._dtype).tobytes()
+        return packed
 
     def _table(self, calls: Sequence[str], key: str | None = None) -> int:
         """The id of the table of ``calls`` (made, or the kept one of the same calls moved to the newest);
@@ -112,12 +115,17 @@ class LegalCallGrammar(CallGrammar):
         if tid is not None:
             self._tables.move_to_end(tid)
             return tid
-        known = self._encoded.get
-        encoded = [ids for ids in (known(c) or self._encode(c) for c in calls) if len(ids) < self.max_call_tokens]
+        encoded = list(map(self._encoded.get, calls))
+        if not all(encoded):  # a call not seen before (a known one is never empty)
+            encoded = list(map(self._encode, calls))
+        lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)) // np.dtype(self._dtype).itemsize
+        fits = lengths < self.max_call_tokens  # [n]
+        if not fits.all():
+            encoded, lengths = [ids for ids, ok in zip(encoded, fits) if ok], lengths[fits]
         if not encoded:
             raise ValueError(f"no legal call fits in max_call_tokens={self.max_call_tokens} tokens")
         tid, self._next_table = self._next_table, self._next_table + 1
-        table = self._tables[tid] = _Table(encoded, self._dtype)
+        table = self._tables[tid] = _Table(encoded, lengths, self._dtype)
         self._table_of[key], self._calls_of[tid] = tid, key
         self._bytes += table.rows.nbytes + len(key)
         self._forget_oldest()
