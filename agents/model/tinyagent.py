@@ -92,7 +92,8 @@ class _Group:
     :param q_row, q_col: where each of those tokens sits in the padded ``[R, S]`` queries, or None
         when the group is one token per row, in order (the queries need no scatter)
     :param n_rows, width, n_keys: R, S and the number of key positions P to read
-    :param mask: [R, 1, S, P] bool, key ``j`` visible to query ``(r, s)`` iff ``j <= position``; None when
+    :param mask: [R, 1, S, P] bool, key ``j`` visible to query ``(r, s)`` iff ``j <= position`` (the first layer
+        makes it additive: 0 or ``-inf``, in the model's dtype, for the other layers to reuse); None when
         every row of the group starts an empty row (a prompt): the mask is then plain causal (``is_causal``)
     """
 
@@ -298,6 +299,8 @@ class CausalSelfAttention(nn.Module):
         cache.v[layer, packing.rows, :, packing.pos] = v.view(N, nh, hs)
         y = q.new_empty(N, C) if len(packing.groups) > 1 else None
         for g in packing.groups:
+            if g.mask is not None and g.mask.dtype == torch.bool:  # additive, as SDPA would make it: once per call
+                g.mask = torch.zeros(g.mask.shape, dtype=q.dtype, device=q.device).masked_fill_(~g.mask, float("-inf"))
             if g.rows is None:
                 keys, vals = cache.k[layer, :, :, :g.n_keys], cache.v[layer, :, :, :g.n_keys]  # [B, nh, P, hs] views
             else:
