@@ -51,7 +51,7 @@ class _Table:
 
     def __init__(self, packed: list[bytes], lengths: np.ndarray, dtype: type):
         width = int(lengths.max()) + 1  # a pad column: every call ends in -1
-        rows = np.full((len(packed), width), -1, dtype=dtype)  # [n, width]
+        rows: np.ndarray = np.full((len(packed), width), -1, dtype=dtype)  # [n, width]
         rows[np.arange(width) < lengths[:, None]] = np.frombuffer(b"".join(packed), dtype=dtype)
         # rows in order of their tokens, the first column deciding (as sorting the id tuples does: -1 first)
         self.rows: np.ndarray = rows[np.lexsort(rows.T[::-1])]
@@ -115,9 +115,9 @@ class LegalCallGrammar(CallGrammar):
         if tid is not None:
             self._tables.move_to_end(tid)
             return tid
-        encoded = list(map(self._encoded.get, calls))
-        if not all(encoded):  # a call not seen before (a known one is never empty)
-            encoded = list(map(self._encode, calls))
+        known = list(map(self._encoded.get, calls))
+        # a call not seen before is None (a known one is never empty)
+        encoded = cast(list[bytes], known) if all(known) else list(map(self._encode, calls))
         lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)) // np.dtype(self._dtype).itemsize
         fits = lengths < self.max_call_tokens  # [n]
         if not fits.all():

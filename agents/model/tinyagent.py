@@ -168,7 +168,7 @@ class Packing:
         starts, rows, idx, qr, qc = _long_tensors(device, q_start, grp, index, q_row, q_col)
         keys = torch.arange(max(n_keys, width), device=device)
         q_pos = starts[:, None] + keys[:width]  # [R, S]
-        mask = (keys[:n_keys] <= q_pos[:, :, None])[:, None]  # [R, 1, S, P]
+        mask: torch.Tensor | None = (keys[:n_keys] <= q_pos[:, :, None])[:, None]  # [R, 1, S, P]
         if not one and not full and not any(start[b] for b in grp):  # queries at 0..S-1 and P == S
             mask = None
         return _Group(rows=None if full else rows, index=None if len(index) == N else idx,
