@@ -23,6 +23,13 @@ Each repeat times, in turn, on the same tasks and seed:
 Printed: sampling / forward for free text and under the grammar (goal >= 0.5), the KV cache's
 speed-up over re-running the prefix, and with ``--foresight`` what foresight costs: grammar +
 foresight / grammar throughput.
+
+``--env BugFix-v1`` times BugFix-v1 instead (:func:`main_v1`): a random-init TinyAgent of
+:func:`agents.bugfix.v1.v1_policy_kwargs` (seed 0; no base agent exists for v1) samples one episode of each of
+``--batch`` train-split tasks (:func:`agents.bugfix.v1.split_tasks`, cycled) under the legal-call grammar, as
+:func:`agents.bugfix.v1.play_v1` plays them, against the full forward over the same episodes:
+
+    python benchmarks/sampling.py --env BugFix-v1 --repeats 3 --batch 32
 """
 
 from __future__ import annotations
@@ -129,10 +136,17 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--foresight", type=float, default=None, metavar="P",
                         help="also time decoding under the call grammar without and with foresight at P")
+    parser.add_argument("--env", choices=("BugFix-v0", "BugFix-v1"), default="BugFix-v0",
+                        help="BugFix-v1: a random-init v1 TinyAgent under the legal-call grammar (main_v1)")
     args = parser.parse_args(argv)
     if args.repeats < 1 or args.batch < 1 or args.threads < 1:
         parser.error("--repeats, --batch and --threads must be positive")
     torch.set_num_threads(args.threads)
+    if args.env == "BugFix-v1":
+        if args.foresight is not None or args.untrained:
+            parser.error("--env BugFix-v1 samples a random-init agent under the legal-call grammar: no --foresight "
+                         "or --untrained")
+        return main_v1(args)
 
     tok = bugfix_gym.build_tokenizer()
     if args.untrained:
@@ -154,6 +168,44 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                                                           foresight=Foresight(grammar, tok, args.foresight, **WORDS))
     rows, tokens = time_repeats(args, model, tasks, sampler, slow_sampler, grammared)
     return report(args, name, rows, tokens, "grammar + foresight" in grammared)
+
+
+def main_v1(args: argparse.Namespace) -> dict[str, float]:
+    """BugFix-v1: legal-call grammar sampling of ``--batch`` train-split episodes against the full forward over
+    them, each repeat on the same tasks and seed; returns ``{"v1_sampling_over_forward": ratio}``."""
+    from agents.bugfix.v1 import V1_MAX_CALL_TOKENS, make_v1_env, split_tasks, v1_policy_kwargs
+    from agents.decoding.legal_calls import LEGAL_CALLS_KEY, LegalCallGrammar
+    from agents.rollout.vec_env import FreshInfoDummyVecEnv
+
+    kwargs = v1_policy_kwargs()
+    tok = kwargs["tokenizer"]
+    torch.manual_seed(0)
+    model = TinyAgent(kwargs["model_config"]).eval()
+    train = split_tasks("train")
+    tasks = [train[i % len(train)] for i in range(args.batch)]
+    venv = FreshInfoDummyVecEnv([lambda: make_v1_env(tasks=train) for _ in range(args.batch)])
+    sampler = EpisodeSampler(venv, tok, max_call_tokens=V1_MAX_CALL_TOKENS,
+                             grammar=LegalCallGrammar(tok, V1_MAX_CALL_TOKENS), call_mask_key=LEGAL_CALLS_KEY)
+    time_sampling(sampler, model, tasks, 999)  # warm-up: allocator, encodings
+    rows: dict[str, list[float]] = {"grammar (v1)": [], "full forward (v1)": []}
+    tokens: dict[str, list[int]] = {k: [] for k in rows}
+    for r in range(args.repeats):
+        trajs, dt = time_sampling(sampler, model, tasks, r)
+        rows["grammar (v1)"].append(generated_tokens(trajs) / dt)
+        tokens["grammar (v1)"].append(generated_tokens(trajs))
+        ids = collate(trajs, tok.pad_id)["ids"]  # [B, T]
+        real = int((ids != tok.pad_id).sum())
+        rows["full forward (v1)"].append(real / time_forward(model, ids))
+        tokens["full forward (v1)"].append(real)
+    med = {k: statistics.median(v) for k, v in rows.items()}
+    print(f"\nBugFix-v1, random-init TinyAgent (seed 0), batch {args.batch}, {args.repeats} repeats (median), "
+          f"torch threads {torch.get_num_threads()}")
+    print(f"{'path':<24}{'tokens':>9}{'tokens/s':>12}")
+    for k, v in med.items():
+        print(f"{k:<24}{statistics.median(tokens[k]):>9.0f}{v:>12,.0f}")
+    ratio = med["grammar (v1)"] / med["full forward (v1)"]
+    print(f"\nv1 grammar sampling / forward throughput: {ratio:.2f}  (goal >= 0.5)")
+    return {"v1_sampling_over_forward": ratio}
 
 
 def time_repeats(args: argparse.Namespace, model: TinyAgent, tasks: Sequence[str], sampler: EpisodeSampler,

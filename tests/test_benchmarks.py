@@ -36,6 +36,12 @@ def test_sampling_runs_every_path_more_than_once(argv, shared_base_agent, capsys
     assert "KV cache speed-up over re-running the prefix" in capsys.readouterr().out
 
 
+def test_sampling_on_bugfix_v1_runs(capsys):
+    out = _load("sampling").main(["--env", "BugFix-v1", "--batch", "2", "--repeats", "1"])
+    assert set(out) == {"v1_sampling_over_forward"} and math.isfinite(out["v1_sampling_over_forward"])
+    assert "v1 grammar sampling / forward throughput" in capsys.readouterr().out
+
+
 def test_env_throughput_runs():
     out = _load("env_throughput").main(["--steps", "50", "--repeats", "1"])
     assert out and all(math.isfinite(v) and v > 0 for v in out.values() if isinstance(v, float))

@@ -97,6 +97,27 @@ def test_kv_cache_ragged_chunks_match_full_forward():
             torch.testing.assert_close(vo[b, :n], values[b, s: s + n], atol=1e-5, rtol=0)
 
 
+def test_feeds_of_very_different_widths_attend_in_groups_and_match_full_forward():
+    """Prompts of 0 to 60 tokens (causal groups), then long tool outputs next to a few forced tokens and single
+    tokens (groups split by width, short feeds over a view of the whole cache), then one token per row."""
+    model = _model(seed=3, value_init_std=0.5)
+    B, T = 8, 120
+    ids = torch.randint(V, (B, T))
+    logits, values = model(ids)
+    cache = model.new_cache(B)
+    for widths in ([60, 3, 45, 2, 0, 30, 1, 12], [1, 2, 40, 1, 3, 2, 25, 1], [1] * B, [2, 0, 2, 2, 2, 2, 2, 2]):
+        start = cache.lengths.clone()
+        n_new = torch.tensor(widths)
+        chunk = torch.zeros(B, max(widths), dtype=torch.long)
+        for b in range(B):
+            chunk[b, : widths[b]] = ids[b, start[b]: start[b] + widths[b]]
+        lo, vo = model.extend(chunk, n_new, cache, last_only=False)
+        for b in range(B):
+            s, n = int(start[b]), widths[b]
+            torch.testing.assert_close(lo[b, :n], logits[b, s: s + n], atol=1e-5, rtol=0)
+            torch.testing.assert_close(vo[b, :n], values[b, s: s + n], atol=1e-5, rtol=0)
+
+
 def test_rows_starting_with_one_prompt_share_its_run_and_decode_as_the_full_forward():
     """Rows that start with the same tokens get the first such row's keys and outputs (it runs once);
     every row then decodes on its own as the full forward does."""

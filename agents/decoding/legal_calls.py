@@ -22,7 +22,6 @@ grammar: TinyAgent repairs with the sited edits and ``delete``.
 from __future__ import annotations
 
 from collections import OrderedDict
-from itertools import chain
 from typing import Any, Sequence, cast
 
 import gymnasium as gym
@@ -42,15 +41,20 @@ LEGAL_CALLS_KEY = "legal_calls"
 
 
 class _Table:
-    """One turn's legal calls: ``rows`` [n, width] of token ids, sorted, padded with -1."""
+    """One turn's legal calls: ``rows`` [n, width] of token ids, sorted, padded with -1.
+
+    :param packed: each call's token ids as the bytes of an array of ``dtype``
+    :param lengths: [n] each call's token count
+    """
 
     __slots__ = ("rows", "states")
 
-    def __init__(self, encoded: list[tuple[int, ...]], dtype: type):
-        width = max(len(ids) for ids in encoded) + 1  # a pad column: every call ends in -1
-        padded = chain.from_iterable(ids + (-1,) * (width - len(ids)) for ids in sorted(encoded))
-        flat: np.ndarray = np.fromiter(padded, dtype=dtype, count=len(encoded) * width)
-        self.rows: np.ndarray = flat.reshape(len(encoded), width)
+    def __init__(self, packed: list[bytes], lengths: np.ndarray, dtype: type):
+        width = int(lengths.max()) + 1  # a pad column: every call ends in -1
+        rows: np.ndarray = np.full((len(packed), width), -1, dtype=dtype)  # [n, width]
+        rows[np.arange(width) < lengths[:, None]] = np.frombuffer(b"".join(packed), dtype=dtype)
+        # rows in order of their tokens, the first column deciding (as sorting the id tuples does: -1 first)
+        self.rows: np.ndarray = rows[np.lexsort(rows.T[::-1])]
         self.states: list[int] = []  # the grammar states of this table (forgotten with it)
 
 
@@ -81,7 +85,7 @@ class LegalCallGrammar(CallGrammar):
         self._nodes: dict[int, tuple[int, int, int, int]] = {}  # state -> (table id, lo, hi, depth)
         self._state_of: dict[tuple[int, int, int, int], int] = {}
         self._allowed: dict[int, list[int]] = {}  # state -> its allowed tokens (<eoc> as eoc_id), memoised
-        self._encoded: dict[str, tuple[int, ...]] = {}
+        self._encoded: dict[str, bytes] = {}  # a call -> its token ids as the bytes of a _dtype array
         self._bytes = 0
         self._next_table = self._next_state = 0
         self.calls = FALLBACK_CALLS
@@ -89,30 +93,39 @@ class LegalCallGrammar(CallGrammar):
         self.start = self._state(self._pinned, 0, len(self._tables[self._pinned].rows), 0)
 
     # ------------------------------------------------------------------ tables and states
-    def _encode(self, call: str) -> tuple[int, ...]:
-        ids = self._encoded.get(call)
-        if ids is None:
-            ids = tuple(self.tokenizer.encode(call))
+    def _encode(self, call: str) -> bytes:
+        """``call``'s token ids, as the bytes of an array of the tables' dtype (kept: a turn's calls mostly
+        repeat the last turn's)."""
+        packed = self._encoded.get(call)
+        if packed is None:
+            ids = self.tokenizer.encode(call)
             if not ids or self.tokenizer.unk_id in ids or self.eoc_id in ids:
                 raise ValueError(f"legal call {call[:60]!r} has words the tokenizer does not know; use a tokenizer "
                                  "that encodes any text (ByteTokenizer)")
             if len(self._encoded) > 200_000:
                 self._encoded.clear()
-            self._encoded[call] = ids
-        return ids
+            packed = self._encoded[call] = np.asarray(ids, dtype=self._dtype).tobytes()
+        return packed
 
-    def _table(self, calls: Sequence[str]) -> int:
-        """The id of the table of ``calls`` (made, or the kept one of the same calls moved to the newest)."""
-        key = "\n".join(calls)  # calls are one line each: the same text is the same list
+    def _table(self, calls: Sequence[str], key: str | None = None) -> int:
+        """The id of the table of ``calls`` (made, or the kept one of the same calls moved to the newest);
+        ``key``: ``calls`` joined by newlines, if the caller has it."""
+        key = "\n".join(calls) if key is None else key  # calls are one line each: the same text is the same list
         tid = self._table_of.get(key)
         if tid is not None:
             self._tables.move_to_end(tid)
             return tid
-        encoded = [ids for ids in map(self._encode, calls) if len(ids) < self.max_call_tokens]
+        known = list(map(self._encoded.get, calls))
+        # a call not seen before is None (a known one is never empty)
+        encoded = cast(list[bytes], known) if all(known) else list(map(self._encode, calls))
+        lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)) // np.dtype(self._dtype).itemsize
+        fits = lengths < self.max_call_tokens  # [n]
+        if not fits.all():
+            encoded, lengths = [ids for ids, ok in zip(encoded, fits) if ok], lengths[fits]
         if not encoded:
             raise ValueError(f"no legal call fits in max_call_tokens={self.max_call_tokens} tokens")
         tid, self._next_table = self._next_table, self._next_table + 1
-        table = self._tables[tid] = _Table(encoded, self._dtype)
+        table = self._tables[tid] = _Table(encoded, lengths, self._dtype)
         self._table_of[key], self._calls_of[tid] = tid, key
         self._bytes += table.rows.nbytes + len(key)
         self._forget_oldest()
@@ -155,9 +168,13 @@ class LegalCallGrammar(CallGrammar):
         :data:`FALLBACK_CALLS`)."""
         if calls is None or len(calls) == 0:
             return self.start
-        if not all(isinstance(c, str) and "\n" not in c for c in calls):
+        try:  # one line each: as many line breaks as calls in between
+            key = "\n".join(calls)
+        except TypeError:
+            key = None
+        if key is None or key.count("\n") != len(calls) - 1:
             raise ValueError("LegalCallGrammar.start_for takes the legal calls as one-line texts (info['legal_calls'])")
-        tid = self._table(calls)
+        tid = self._table(calls, key)
         return self._state(tid, 0, len(self._tables[tid].rows), 0)
 
     def allowed_tokens(self, state: int) -> list[int]:

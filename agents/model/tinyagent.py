@@ -92,7 +92,9 @@ class _Group:
     :param q_row, q_col: where each of those tokens sits in the padded ``[R, S]`` queries, or None
         when the group is one token per row, in order (the queries need no scatter)
     :param n_rows, width, n_keys: R, S and the number of key positions P to read
-    :param mask: [R, 1, S, P] bool, key ``j`` visible to query ``(r, s)`` iff ``j <= position``
+    :param mask: [R, 1, S, P] bool, key ``j`` visible to query ``(r, s)`` iff ``j <= position`` (the first layer
+        makes it additive: 0 or ``-inf``, in the model's dtype, for the other layers to reuse); None when
+        every row of the group starts an empty row (a prompt): the mask is then plain causal (``is_causal``)
     """
 
     rows: torch.Tensor | None
@@ -102,7 +104,7 @@ class _Group:
     n_rows: int
     width: int
     n_keys: int
-    mask: torch.Tensor
+    mask: torch.Tensor | None
 
 
 @dataclass
@@ -134,9 +136,9 @@ class Packing:
                 pos_l += range(start[b], start[b] + n_new[b])
         active = list(offsets)
         singles = [b for b in active if n_new[b] == 1]
-        multis = [b for b in active if n_new[b] > 1]
-        groups = [cls._group(g, B, len(row_l), n_new, start, offsets, device, one=g is singles)
-                  for g in (singles, multis) if g]
+        groups = [cls._group(singles, B, len(row_l), n_new, start, offsets, device, one=True)] if singles else []
+        groups += [cls._group(g, B, len(row_l), n_new, start, offsets, device, one=False)
+                   for g in _similar_rows([b for b in active if n_new[b] > 1], n_new, start)]
         rows, cols, pos, ends, last, act = _long_tensors(
             device, row_l, col_l, pos_l, [a + n for a, n in zip(start, n_new)],
             [offsets[b] + n_new[b] - 1 for b in active], active)
@@ -146,10 +148,11 @@ class Packing:
     def _group(grp: list[int], B: int, N: int, n_new: list[int], start: list[int], offsets: dict[int, int],
                device: torch.device, one: bool) -> _Group:
         # a group holding most rows attends over all B rows of the cache (a view: no copy of the
-        # keys); the other rows then get dummy queries that see key 0 only, and are dropped
-        full = 2 * len(grp) > B if one else 8 * len(grp) >= 7 * B
-        R = B if full else len(grp)
+        # keys); the other rows then get dummy queries that see key 0 only, and are dropped: for short
+        # feeds (one token, or a few forced ones) they cost less than copying the group's keys
         width = max(n_new[b] for b in grp)
+        full = (B - len(grp)) * width <= 2 * len(grp) or (not one and 8 * len(grp) >= 7 * B)
+        R = B if full else len(grp)
         q_start = [0] * R
         index: list[int] = []
         q_row: list[int] = []
@@ -165,10 +168,31 @@ class Packing:
         starts, rows, idx, qr, qc = _long_tensors(device, q_start, grp, index, q_row, q_col)
         keys = torch.arange(max(n_keys, width), device=device)
         q_pos = starts[:, None] + keys[:width]  # [R, S]
-        mask = (keys[:n_keys] <= q_pos[:, :, None])[:, None]  # [R, 1, S, P]
+        mask: torch.Tensor | None = (keys[:n_keys] <= q_pos[:, :, None])[:, None]  # [R, 1, S, P]
+        if not one and not full and not any(start[b] for b in grp):  # queries at 0..S-1 and P == S
+            mask = None
         return _Group(rows=None if full else rows, index=None if len(index) == N else idx,
                       q_row=None if direct else qr, q_col=None if direct else qc,
                       n_rows=R, width=width, n_keys=n_keys, mask=mask)
+
+
+def _similar_rows(rows: list[int], n_new: list[int], start: list[int], waste: float = 1.25) -> list[list[int]]:
+    """``rows`` (each feeding several tokens) split into attention groups whose padded queries and keys cost
+    at most ``waste`` times what the rows need on their own: a group pads its rows to its widest feed and
+    longest row, so a prefill of one long tool output next to a few forced tokens would otherwise run every
+    row at the longest width. Rows are taken widest first; a group ends when the next row would pass the limit."""
+    groups: list[list[int]] = []
+    need = width = keys = 0
+    for b in sorted(rows, key=lambda r: (-n_new[r], -(start[r] + n_new[r]), r)):
+        own = n_new[b] * (start[b] + n_new[b])  # query-key pairs of the row alone
+        grown = (len(groups[-1]) + 1) * width * max(keys, start[b] + n_new[b]) if groups else 0
+        if groups and grown <= waste * (need + own):
+            groups[-1].append(b)
+            need, keys = need + own, max(keys, start[b] + n_new[b])
+        else:
+            groups.append([b])
+            need, width, keys = own, n_new[b], start[b] + n_new[b]
+    return [sorted(g) for g in groups]
 
 
 @dataclass
@@ -275,6 +299,8 @@ class CausalSelfAttention(nn.Module):
         cache.v[layer, packing.rows, :, packing.pos] = v.view(N, nh, hs)
         y = q.new_empty(N, C) if len(packing.groups) > 1 else None
         for g in packing.groups:
+            if g.mask is not None and g.mask.dtype == torch.bool:  # additive, as SDPA would make it: once per call
+                g.mask = torch.zeros(g.mask.shape, dtype=q.dtype, device=q.device).masked_fill_(~g.mask, float("-inf"))
             if g.rows is None:
                 keys, vals = cache.k[layer, :, :, :g.n_keys], cache.v[layer, :, :, :g.n_keys]  # [B, nh, P, hs] views
             else:
@@ -287,7 +313,8 @@ class CausalSelfAttention(nn.Module):
                 qp = qg.new_zeros(g.n_rows, g.width, C)  # [R, S, C]
                 qp[g.q_row, g.q_col] = qg
                 qp = qp.view(g.n_rows, g.width, nh, hs).transpose(1, 2)  # [R, nh, S, hs]
-            yg = F.scaled_dot_product_attention(qp, keys, vals, attn_mask=g.mask)  # [R, nh, S, hs]
+            yg = F.scaled_dot_product_attention(qp, keys, vals, attn_mask=g.mask,
+                                                is_causal=g.mask is None)  # [R, nh, S, hs]
             yg = yg.transpose(1, 2).reshape(g.n_rows, g.width, C)  # [R, S, C]
             yg = yg.view(g.n_rows, C) if g.q_row is None else yg[g.q_row, g.q_col]  # [n_g, C]
             if y is None:
