@@ -3,6 +3,8 @@ bug in a visible case while its fix passes every hidden case."""
 
 from __future__ import annotations
 
+import importlib.util
+import json
 from pathlib import Path
 
 from bugfix_gym import load_task_pack
@@ -10,7 +12,9 @@ from bugfix_gym.core.env_v1 import BugFixEnvV1
 from bugfix_gym.execution.repair_runner import run_repair_tests
 from bugfix_gym.tasks.problems import RepairTask
 
-PACK = Path(__file__).resolve().parent.parent / "examples" / "real_bugs_v1.json"
+ROOT = Path(__file__).resolve().parent.parent
+PACK = ROOT / "examples" / "real_bugs_v1.json"
+BENCHMARKS = ROOT / "benchmarks"
 
 
 def test_the_real_bugs_pack_loads_with_a_bug_shown_and_a_fix_given_for_every_task():
@@ -28,3 +32,24 @@ def test_the_real_bugs_pack_loads_with_a_bug_shown_and_a_fix_given_for_every_tas
         assert fixed.ok, f"{task.name}: the fix fails {fixed.total - fixed.passed} hidden cases"
         observation, info = env.reset(seed=0, options={"task": task.name})
         assert info["task"] == task.name and task.name in observation
+
+
+def test_the_benchmark_counts_one_call_repairs_and_plays_the_baselines(tmp_path, capsys):
+    """On a two-task pack: `// 3` is repaired by one sited edit (`const 2` among others), a missing line is not;
+    the baselines play both tasks."""
+    spec = importlib.util.spec_from_file_location("benchmark_real_bugs_v1", BENCHMARKS / "real_bugs_v1.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    pack = {"format": "bugfix-gym/v1", "tasks": [
+        {"name": "halve", "statement": "return half of n, rounded down",
+         "source": "def halve(n):\n    return n // 3\n", "visible": [[[4], 2]], "hidden": [[[4], 2], [[9], 4]]},
+        {"name": "first_or_none", "statement": "return the first item, or None for an empty list",
+         "source": "def first_or_none(items):\n    return items[0]\n",
+         "visible": [[[[]], None]], "hidden": [[[[]], None], [[[5, 6]], 5]]}]}
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps(pack))
+    out = bench.main(["--pack", str(path)])
+    assert "edit 2.3 const 2" in out["writable"]["halve"] and out["writable"]["first_or_none"] == []
+    assert set(out["baselines"]) == {"debugger", "brute_force"}
+    assert "writable as one sited edit or delete: 1 / 2 = 0.500" in capsys.readouterr().out
