@@ -2,6 +2,7 @@
 
     python benchmarks/repair_v1.py train --seeds 0 1 2            # bugfix-gym train --env BugFix-v1 per seed
     python benchmarks/repair_v1.py report                         # the table, the curves, the two-bug and pack rows
+    python benchmarks/repair_v1.py analyse --model runs/repair_v1/ppo/seed-0/tokenppo.zip   # what it learned
 
 ``train`` runs ``bugfix-gym train --env BugFix-v1 --rl-only --seed S --out runs/repair_v1/<algo>/seed-S`` for
 each seed not finished yet (one at a time by default: the recipe's minutes are per seed on one core), with any
@@ -116,6 +117,64 @@ def report(algos: Sequence[str]) -> None:
     print(f"wrote {OUT / 'report.md'} and {OUT / 'report.png'}")
 
 
+def analyse(model_path: Path, n_transcripts: int = 2) -> None:
+    """What a kept model does on the test split's evaluation tasks: how often it calls ``locate``, ``read`` and
+    ``test``, whether its first edit is on ``locate``'s top line, which mutations it tries first, its pass rate per
+    defect class, and a few failed episodes replayed as transcripts."""
+    from collections import Counter
+
+    import torch
+
+    from agents.algorithms.presets import load_algorithm
+    from agents.bugfix.recipe_v1 import RepairRecipeV1
+    from agents.bugfix.repair_v1 import tasks_per_function
+    from agents.bugfix.v1 import play_v1, summarise_v1
+    from bugfix_gym.core.env_v1 import BugFixEnvV1
+    from bugfix_gym.core.scripted_v1 import locate_scores
+
+    torch.set_num_threads(1)
+    results = json.loads((model_path.parent / "results.json").read_text())
+    recipe = RepairRecipeV1.from_dict(results["settings"]["recipe"])
+    model = load_algorithm(model_path)
+    tasks = tasks_per_function("test", recipe.eval_tasks, 1, seed=0)
+    trajs = play_v1(model, tasks, 1, seed=results["seed"], env_kwargs=dict(max_turns=recipe.max_turns))
+    env = BugFixEnvV1(tasks=tasks, max_turns=recipe.max_turns)
+    calls: Counter[str] = Counter()
+    first_mutation: Counter[str] = Counter()
+    on_top, first_edits, failed = 0, 0, []
+    for task, traj in zip(tasks, trajs):
+        actions = traj.info["actions"]
+        calls.update({a.split()[0] if a.split() else "" for a in actions})
+        obs, info = env.reset(options={"task": task})
+        transcript, top = [obs], None
+        for action in actions:
+            obs, *_, info = env.step(action)
+            transcript.append(f">>> {action}\n{obs}")
+            if action.strip() == "locate" and top is None:
+                scores = locate_scores(obs)
+                top = max(scores, key=scores.get) if scores else None
+        edits = [a for a in actions if a.startswith(("edit ", "delete "))]
+        if edits:
+            first_edits += 1
+            words = edits[0].split()
+            first_mutation[words[2] if words[0] == "edit" else "delete"] += 1
+            line = int(words[1].split(".")[0])
+            on_top += top is not None and line == top
+        if not info.get("hidden_pass") and len(failed) < n_transcripts:
+            failed.append((task.name, "\n".join(transcript)))
+    n = len(trajs)
+    stats = summarise_v1(tasks, 1, [t.info for t in trajs])
+    print(f"{model_path}: {n} test tasks, pass rate {stats['pass_rate']:.3f}")
+    print("share of episodes that call: " + ", ".join(f"{c} {calls[c] / n:.2f}" for c in
+                                                      ("read", "test", "locate", "edit", "delete", "revert")))
+    print(f"first edit on locate's top line: {on_top}/{first_edits} episodes with an edit")
+    print("first edit's mutation: " + ", ".join(f"{m} {c}" for m, c in first_mutation.most_common(8)))
+    print("pass rate per defect class: " + ", ".join(f"{k} {v['pass_rate']:.2f} ({v['episodes']})"
+                                                     for k, v in stats["per_class"].items()))
+    for name, text in failed:
+        print(f"\n--- failed: {name}\n{text}")
+
+
 def _plot(curves: dict[str, list[dict[str, float]]], path: Path) -> None:
     import matplotlib
 
@@ -144,7 +203,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     argv = argv[: argv.index("--")] if "--" in argv else argv
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", choices=("train", "report"))
+    p.add_argument("what", choices=("train", "report", "analyse"))
+    p.add_argument("--model", type=Path, help="with analyse: a kept model (runs/repair_v1/ppo/seed-0/tokenppo.zip)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--algos", default="ppo", help="comma-separated --algo names")
     args = p.parse_args(argv)
@@ -152,6 +212,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.what == "train":
         for algo in algos:
             train(args.seeds, algo, extra)
+    elif args.what == "analyse":
+        if args.model is None:
+            p.error("analyse needs --model")
+        analyse(args.model)
     else:
         report(algos)
     return 0
