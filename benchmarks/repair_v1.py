@@ -38,8 +38,8 @@ def train(seeds: Sequence[int], algo: str, extra: Sequence[str]) -> None:
         if out.exists():
             print(f"{out}: unfinished run folder; move it aside to train this seed again", flush=True)
             continue
-        cmd = [sys.executable, "-m", "agents.cli", "train", "--env", "BugFix-v1", "--rl-only", "--seed", str(seed),
-               "--algo", algo, "--out", str(out), "--no-progress", *extra]
+        cmd = [sys.executable, "-u", "-m", "agents.cli", "train", "--env", "BugFix-v1", "--rl-only",
+               "--seed", str(seed), "--algo", algo, "--out", str(out), "--no-progress", *extra]
         print(" ".join(cmd), flush=True)
         subprocess.run(cmd, check=True)
 
@@ -76,6 +76,7 @@ def report(algos: Sequence[str]) -> None:
             print(f"playing {kind} on {len(tasks)} test tasks ...", flush=True)
             baselines[kind] = baseline_v1(kind, tasks, recipe.max_turns)
     cache.write_text(json.dumps(baselines))
+    baselines = json.loads(cache.read_text())  # the k of pass_after_test_calls as JSON keys, like results.json's
     two_bug = tasks_per_function("test", 1, 2, seed=0)
     packs = {p.name: one_task_per_problem(BugFixEnvV1(tasks=load_task_pack(p)).tasks) for p in PACKS if p.exists()}
     lines = ["| player | seeds | test pass rate (one-bug) | calls | test calls | passed within 1 / 2 / 3 test calls "

@@ -95,7 +95,10 @@ class StopAfterMinutes(BaseCallback):
 
 @dataclasses.dataclass
 class RepairResult:
-    """What :func:`train_repair` returns (``results.json``)."""
+    """What :func:`train_repair` returns (``results.json``): the run's size and wall time, the kept iteration
+    and every validation ``(iteration, pass rate)``, the base agent's and the kept weights' test statistics
+    (:func:`agents.bugfix.v1.evaluate_v1`), and per iteration the training batch's mean return (BugFix-v1's
+    reward is 1 for a submit that passes the hidden tests, 0 otherwise: the batch's pass rate)."""
 
     algo: str
     seed: int
@@ -117,19 +120,19 @@ def train_repair(recipe: RepairRecipeV1, algo: str = "ppo", seed: int = 0, *, ve
     :param recipe: the settings
     :param algo: an ``--algo`` name
     :param seed: seeds the base agent, the envs, the weights' updates and the sampling
-    :param verbose: 1 prints progress (the base agent's bars, each validation)
+    :param verbose: 1 prints each validation, 2 also shows the base agent's progress bars while it is made
     :param on_model: called with the model once it is built (e.g. to save a first checkpoint)
     :param callbacks: more SB3 callbacks
     """
     from agents.bugfix.callbacks import KeepBest
 
-    model = new_repair_model(recipe, algo, seed, verbose)
+    model = new_repair_model(recipe, algo, seed, int(verbose >= 2))
     if on_model is not None:
         on_model(model)
     validation_tasks = tasks_per_function("heldout", recipe.validation_tasks, recipe.bugs, seed=0)
     env_kwargs = dict(max_turns=recipe.max_turns)
     keep = KeepBest(validation_tasks, every=recipe.validation_every, seed=seed, env_kwargs=env_kwargs,
-                    verbose=verbose, evaluate=evaluate_v1)
+                    verbose=int(verbose >= 1), evaluate=evaluate_v1)
     stop = StopAfterMinutes(recipe.minutes, recipe.iterations)
     started = time.perf_counter()
     model.learn(10**12, callback=[stop, keep, *callbacks])
@@ -138,9 +141,8 @@ def train_repair(recipe: RepairRecipeV1, algo: str = "ppo", seed: int = 0, *, ve
     trained = evaluate_v1(model, test_tasks, 1, seed=seed, env_kwargs=env_kwargs)
     base_model = new_repair_model(recipe, algo, seed, 0)  # the same base agent (cached), the same decoding
     base = evaluate_v1(base_model, test_tasks, 1, seed=seed, env_kwargs=env_kwargs)
-    from agents.cli.train import learning_curve
-
-    curve = learning_curve(model.diagnostics)
+    curve = [dict(iteration=d["iteration"], num_timesteps=d.get("num_timesteps"),
+                  pass_rate=d.get("rollout", {}).get("reward")) for d in model.diagnostics]
     result = RepairResult(algo, seed, model.iteration, model.num_timesteps, train_s, keep.best_iteration,
                           keep.history, base, trained, curve)
     return model, result

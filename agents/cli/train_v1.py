@@ -137,7 +137,7 @@ def cmd_train_v1(argv: Sequence[str]) -> int:
     print(f"BugFix-v1 repair: {args.algo}, seed {args.seed}, at most {recipe.minutes:g} min of training; "
           f"setting up the base agent (cached after the first run) ...", flush=True)
     try:
-        model, result = train_repair(recipe, args.algo, args.seed, verbose=0 if args.no_progress else 1)
+        model, result = train_repair(recipe, args.algo, args.seed, verbose=1 if args.no_progress else 2)
     except KeyboardInterrupt:
         print(f"\nbugfix-gym: interrupted; nothing kept in {out} (a v1 run does not resume yet)", file=sys.stderr)
         return 130
