@@ -69,14 +69,14 @@ def test_the_base_agent_clones_the_debugger_and_is_cached(tmp_path, monkeypatch)
     cfg = bav1.BaseAgentV1Config(demonstrations=4, steps=25, batch_size=4, lr=3e-3)
     data = bav1.cached_demonstrations(tok, cfg, TINY.max_len, 40)
     untrained = _cloning_nll(bav1.TinyAgent(TINY), data)
-    agent = bav1.cached_base_agent_v1(tok, TINY, seed=0, cfg=cfg)
+    agent = bav1.cached_base_agent_v1(tok, TINY, 0, cfg, 40)
     assert _cloning_nll(agent, data) < 0.8 * untrained  # it learned the debugger's calls
-    again = bav1.cached_base_agent_v1(tok, TINY, seed=0, cfg=cfg)  # from the cache
+    again = bav1.cached_base_agent_v1(tok, TINY, 0, cfg, 40)  # from the cache
     assert all(torch.equal(a, b) for a, b in zip(agent.state_dict().values(), again.state_dict().values()))
-    path = bav1.cached_path(tok, TINY, seed=0, cfg=cfg)
+    path = bav1.cached_path(tok, TINY, 0, cfg, 40)
     path.write_bytes(b"not a checkpoint")
     with pytest.warns(UserWarning, match="unreadable base-agent cache"):
-        retrained = bav1.cached_base_agent_v1(tok, TINY, seed=0, cfg=cfg)
+        retrained = bav1.cached_base_agent_v1(tok, TINY, 0, cfg, 40)
     assert all(torch.equal(a, b) for a, b in zip(agent.state_dict().values(), retrained.state_dict().values()))
 
 

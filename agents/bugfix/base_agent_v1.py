@@ -144,8 +144,8 @@ def cached_demonstrations(tok: TokenizerLike, cfg: BaseAgentV1Config, max_len: i
     return data
 
 
-def make_base_agent_v1(tok: TokenizerLike, model_config: TinyAgentConfig, seed: int = 0,
-                       cfg: BaseAgentV1Config = BaseAgentV1Config(), max_call_tokens: int = 40,
+def make_base_agent_v1(tok: TokenizerLike, model_config: TinyAgentConfig, seed: int, cfg: BaseAgentV1Config,
+                       max_call_tokens: int,
                        progress: Progress | None = None) -> TinyAgent:
     """TinyAgent (``model_config``) behaviour-cloned on :func:`demonstrations`: ``cfg.steps`` Adam steps on random
     minibatches of the cross-entropy of the debugger's call tokens. Seeded: the same call returns the same
@@ -193,8 +193,8 @@ def _agent_key(tok: TokenizerLike, model_config: TinyAgentConfig, seed: int, cfg
                           max_call_tokens=max_call_tokens))
 
 
-def cached_base_agent_v1(tok: TokenizerLike, model_config: TinyAgentConfig, seed: int = 0,
-                         cfg: BaseAgentV1Config = BaseAgentV1Config(), max_call_tokens: int = 40,
+def cached_base_agent_v1(tok: TokenizerLike, model_config: TinyAgentConfig, seed: int, cfg: BaseAgentV1Config,
+                         max_call_tokens: int,
                          use_cache: bool = True, verbose: int = 0) -> TinyAgent:
     """:func:`make_base_agent_v1`, cached under :func:`agents.bugfix.base_agent.cache_dir` by a hash of the
     tokenizer, the sizes, the settings and this recipe's source; a corrupt cache file is retrained."""
@@ -221,8 +221,8 @@ def cached_base_agent_v1(tok: TokenizerLike, model_config: TinyAgentConfig, seed
     return agent
 
 
-def cached_path(tok: TokenizerLike, model_config: TinyAgentConfig, seed: int = 0,
-                cfg: BaseAgentV1Config = BaseAgentV1Config(), max_call_tokens: int = 40) -> Path:
+def cached_path(tok: TokenizerLike, model_config: TinyAgentConfig, seed: int, cfg: BaseAgentV1Config,
+                max_call_tokens: int) -> Path:
     """Where :func:`cached_base_agent_v1` keeps these weights."""
     return cache_dir() / f"base_agent_v1-{_agent_key(tok, model_config, seed, cfg, max_call_tokens)}.pt"
 

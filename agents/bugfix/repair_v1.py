@@ -28,6 +28,7 @@ from bugfix_gym.tasks.problems import RepairTask
 from agents.bugfix.base_agent_v1 import cached_base_agent_v1
 from agents.bugfix.recipe_v1 import RepairRecipeV1
 from agents.bugfix.v1 import evaluate_v1, make_v1_env, v1_tokenizer
+from agents.files.checkpoint import ParameterSnapshot
 from agents.model.tinyagent import TinyAgentConfig
 from agents.rollout.vec_env import FreshInfoDummyVecEnv
 
@@ -127,6 +128,7 @@ def train_repair(recipe: RepairRecipeV1, algo: str = "ppo", seed: int = 0, *, ve
     from agents.bugfix.callbacks import KeepBest
 
     model = new_repair_model(recipe, algo, seed, int(verbose >= 2))
+    base_weights = ParameterSnapshot(model.policy, with_optimizer=False)  # evaluated beside the kept ones at the end
     if on_model is not None:
         on_model(model)
     validation_tasks = tasks_per_function("heldout", recipe.validation_tasks, recipe.bugs, seed=0)
@@ -139,8 +141,10 @@ def train_repair(recipe: RepairRecipeV1, algo: str = "ppo", seed: int = 0, *, ve
     train_s = time.perf_counter() - started
     test_tasks = tasks_per_function("test", recipe.eval_tasks, 1, seed=0)
     trained = evaluate_v1(model, test_tasks, 1, seed=seed, env_kwargs=env_kwargs)
-    base_model = new_repair_model(recipe, algo, seed, 0)  # the same base agent (cached), the same decoding
-    base = evaluate_v1(base_model, test_tasks, 1, seed=seed, env_kwargs=env_kwargs)
+    kept = ParameterSnapshot(model.policy, with_optimizer=False)
+    base_weights.restore()  # the base agent, under the same decoding
+    base = evaluate_v1(model, test_tasks, 1, seed=seed, env_kwargs=env_kwargs)
+    kept.restore()
     curve = [dict(iteration=d["iteration"], num_timesteps=d.get("num_timesteps"),
                   pass_rate=d.get("rollout", {}).get("reward")) for d in model.diagnostics]
     result = RepairResult(algo, seed, model.iteration, model.num_timesteps, train_s, keep.best_iteration,
