@@ -179,7 +179,7 @@ _RECIPE_FUNCTIONS = ("demonstration_tasks", "debugger_episode", "demonstrations"
 def _key(tok: TokenizerLike, what: dict[str, Any], functions: Sequence[str] = _RECIPE_FUNCTIONS) -> str:
     """16 hex digits of the tokenizer, ``what`` and the source of ``functions``."""
     h = hashlib.sha256()
-    h.update(json.dumps({"format": BASE_V1_FORMAT, "tokenizer": tok.to_dict(),  # type: ignore[attr-defined]
+    h.update(json.dumps({"format": BASE_V1_FORMAT, "tokenizer": tok.to_dict(),
                          **what}, sort_keys=True).encode())
     module = sys.modules[__name__]
     for name in functions:
