@@ -190,13 +190,7 @@ def main_v1(args: argparse.Namespace) -> dict[str, float]:
     rows: dict[str, list[float]] = {"grammar (v1)": [], "full forward (v1)": []}
     tokens: dict[str, list[int]] = {k: [] for k in rows}
     for r in range(args.repeats):
-        trajs, dt = time_sampling(sampler, model, tasks, r)
-        rows["grammar (v1)"].append(generated_tokens(trajs) / dt)
-        tokens["grammar (v1)"].append(generated_tokens(trajs))
-        ids = collate(trajs, tok.pad_id)["ids"]  # [B, T]
-        real = int((ids != tok.pad_id).sum())
-        rows["full forward (v1)"].append(real / time_forward(model, ids))
-        tokens["full forward (v1)"].append(real)
+        sample_then_forward(sampler, model, tasks, r, rows, tokens, "grammar (v1)", "full forward (v1)")
     med = {k: statistics.median(v) for k, v in rows.items()}
     print(f"\nBugFix-v1, random-init TinyAgent (seed 0), batch {args.batch}, {args.repeats} repeats (median), "
           f"torch threads {torch.get_num_threads()}")
@@ -208,23 +202,33 @@ def main_v1(args: argparse.Namespace) -> dict[str, float]:
     return {"v1_sampling_over_forward": ratio}
 
 
+def sample_then_forward(sampler: EpisodeSampler, model: TinyAgent, tasks: Sequence, repeat: int,
+                        rows: dict[str, list[float]], tokens: dict[str, list[int]], sampled: str,
+                        forward: str | None) -> list[Trajectory]:
+    """Time ``sampler`` on ``tasks`` (row ``sampled``), then (unless ``forward`` is None) one no-grad forward over
+    the episodes it sampled (row ``forward``): tokens per second into ``rows``, tokens into ``tokens``; return the
+    episodes."""
+    trajs, dt = time_sampling(sampler, model, tasks, repeat)
+    rows[sampled].append(generated_tokens(trajs) / dt)
+    tokens[sampled].append(generated_tokens(trajs))
+    if forward is not None:
+        ids = collate(trajs, sampler.tok.pad_id)["ids"]  # [B, T]
+        real = int((ids != sampler.tok.pad_id).sum())
+        rows[forward].append(real / time_forward(model, ids))
+        tokens[forward].append(real)
+    return trajs
+
+
 def time_repeats(args: argparse.Namespace, model: TinyAgent, tasks: Sequence[str], sampler: EpisodeSampler,
                  slow_sampler: EpisodeSampler, grammared: dict[str, EpisodeSampler]
                  ) -> tuple[dict[str, list[float]], dict[str, list[int]]]:
     """Every path once per repeat, in turn, on the same tasks and seed: tokens per second and tokens, per path."""
-    tok = sampler.tok
     naive = without_cache(model)
     rows: dict[str, list[float]] = {"sampling (KV cache)": [], "full forward": [], "sampling (no cache)": [],
                                     "grammar": [], "full forward (grammar)": [], "grammar + foresight": []}
     tokens: dict[str, list[int]] = {k: [] for k in rows}
     for r in range(args.repeats):
-        trajs, dt = time_sampling(sampler, model, tasks, r)
-        rows["sampling (KV cache)"].append(generated_tokens(trajs) / dt)
-        tokens["sampling (KV cache)"].append(generated_tokens(trajs))
-        ids = collate(trajs, tok.pad_id)["ids"]  # [B, T]
-        real = int((ids != tok.pad_id).sum())
-        rows["full forward"].append(real / time_forward(model, ids))
-        tokens["full forward"].append(real)
+        trajs = sample_then_forward(sampler, model, tasks, r, rows, tokens, "sampling (KV cache)", "full forward")
         if not args.no_naive:
             slow, dt = time_sampling(slow_sampler, naive, tasks, r)
             rows["sampling (no cache)"].append(generated_tokens(slow) / dt)
@@ -232,14 +236,8 @@ def time_repeats(args: argparse.Namespace, model: TinyAgent, tasks: Sequence[str
             if not all(torch.equal(a.ids, b.ids) for a, b in zip(trajs, slow)):
                 print(f"  note: repeat {r}: no-cache samples differ from cached ones (float rounding flipped a draw)")
         for key, decoding in grammared.items():  # the same tasks and seed, in turn
-            played, dt = time_sampling(decoding, model, tasks, r)
-            rows[key].append(generated_tokens(played) / dt)
-            tokens[key].append(generated_tokens(played))
-            if key == "grammar":
-                ids = collate(played, tok.pad_id)["ids"]  # [B, T]
-                real = int((ids != tok.pad_id).sum())
-                rows["full forward (grammar)"].append(real / time_forward(model, ids))
-                tokens["full forward (grammar)"].append(real)
+            sample_then_forward(decoding, model, tasks, r, rows, tokens, key,
+                                "full forward (grammar)" if key == "grammar" else None)
     return rows, tokens
 
 
