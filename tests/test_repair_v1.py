@@ -63,6 +63,7 @@ def test_a_demonstration_is_the_debuggers_calls_tokenized_as_the_sampler_records
     assert bav1.debugger_episode(env, task, tok, max_len=200, max_call_tokens=40) is None
 
 
+@pytest.mark.heavy  # ~18 s: it plays and clones four debugger episodes
 def test_the_base_agent_clones_the_debugger_and_is_cached(tmp_path, monkeypatch):
     monkeypatch.setenv("BUGFIX_GYM_CACHE", str(tmp_path))
     tok = ByteTokenizer()
