@@ -98,7 +98,8 @@ def report(algos: Sequence[str]) -> None:
                     for name, pack_tasks in packs.items():
                         extra[name].append(evaluate_v1(model, pack_tasks, 8, seed=r["seed"])["pass_rate"])
             k = {n: interval([row["pass_after_test_calls"][str(n)] for row in rows]) for n in (1, 2, 3)}
-            name = f"{algo} (kept weights)" if who == "trained" else "base agent"
+            seeds = f"{len(rows)} seed{'s' if len(rows) > 1 else ''}"
+            name = f"{algo} (kept weights, {seeds})" if who == "trained" else f"base agent ({algo}'s runs, {seeds})"
             lines.append(f"| {name} | {len(rows)} | {interval([row['pass_rate'] for row in rows])} | "
                          f"{statistics.mean(row['mean_calls'] for row in rows):.2f} | "
                          f"{statistics.mean(row['mean_test_calls'] for row in rows):.2f} | "
@@ -191,7 +192,7 @@ def _plot(curves: dict[str, list[dict[str, float]]], path: Path) -> None:
             lo = [min(float(row[str(k)]) for row in rows) for k in ks]
             hi = [max(float(row[str(k)]) for row in rows) for k in ks]
             ax.fill_between(ks, lo, hi, alpha=0.15)
-    ax.set(xlabel="test calls (test and locate) allowed", ylabel="pass rate",
+    ax.set(xlabel="test calls (test and locate) allowed", ylabel="pass rate (bands: min-max over seeds)",
            title="BugFix-v1 test split, one-bug tasks, 12 calls")
     ax.legend(fontsize=8)
     fig.tight_layout()
