@@ -1,12 +1,13 @@
-"""The seeded algorithm table: every ``--algo`` name trained with the same env-step budget from the
-same base agent, on two protocols, each run a ``bugfix-gym train`` of its own.
+"""The seeded algorithm table: every ``--algo`` name trained with the same budget from the same base
+agent, on each protocol, each run a ``bugfix-gym train`` of its own.
 
-    python benchmarks/algorithms.py                          # the whole table (both protocols), 2 runs at a time
+    python benchmarks/algorithms.py                          # book and generalisation, 2 runs at a time
     python benchmarks/algorithms.py --protocol book --seeds 5 --algos ppo,grpo,rloo
+    python benchmarks/algorithms.py --protocol v1            # BugFix-v1: 5 names x 3 seeds, 25 min each
     python benchmarks/algorithms.py --report                 # only re-read runs/algorithms/ and write the table
 
-Every run is ``--preset-only``: the recipe of ``--tasks`` gives the tasks, the env, the base agent and the
-budget; the ``--algo`` preset (on its class's defaults) gives every algorithm setting, and the recipe's
+On BugFix-v0 every run is ``--preset-only``: the recipe of ``--tasks`` gives the tasks, the env, the base agent
+and the budget; the ``--algo`` preset (on its class's defaults) gives every algorithm setting, and the recipe's
 additions to the loss (the generated recipe's KL, entropy bonus, tool-output loss and edit practice) are off
 for every row, so each row is the algorithm it names. A run's ``run.json`` is checked against those settings.
 
@@ -19,6 +20,12 @@ Protocols:
   reported: the unseen test templates (200 tasks, generator seed 0, one episode each, the run's own
   table) and the example task pack (``bugfix-gym eval --pack``).
 * **generalisation-100k**: the same at the recipe's own budget, 100,000 env steps (not run by default).
+* **v1**: ``bugfix-gym train --env BugFix-v1 --rl-only``: the v1 repair recipe (HumanEval functions, real bug
+  classes, decoding under the legal-call grammar only) from its base agent, its wall-clock budget (``--minutes``,
+  25 by default) per run; every name gets the preset's algorithm settings and the recipe's batch, learning rate
+  and passes (no KL, entropy or other loss the recipe adds); reported: the test split's one-bug tasks (four per
+  function, one episode each) and the human-written pack ``examples/real_bugs_v1.json`` (two episodes per bug).
+  Run by ``--protocol v1`` only, for ``ppo,grpo,dr_grpo,reinforce_pp,gigpo`` unless ``--algos`` names others.
 
 Each run's folder is ``runs/algorithms/<protocol>/<algo>/<digest>/seed-<S>``, the digest that of the
 run's flags and algorithm settings; a run whose ``results.json`` exists is not run again, so an interrupted
@@ -48,6 +55,7 @@ from typing import Any, Sequence
 ROOT = Path(__file__).resolve().parents[1]
 OUT = Path("runs") / "algorithms"
 PACK = ROOT / "examples" / "task_pack_example.json"
+PACK_V1 = ROOT / "examples" / "real_bugs_v1.json"
 #: every protocol trains each name with ``--preset-only``: the recipe gives the tasks, env, base agent and budget,
 #: the preset (and its class's defaults) every algorithm setting; the recipe's additions to the loss (the
 #: generated recipe's KL 0.05, entropy 0.005, tool-output loss and edit practice) are off for every row, so a row
@@ -61,6 +69,10 @@ PROTOCOLS: dict[str, dict[str, Any]] = {
 }
 #: the generalisation protocol at the recipe's own budget (run for the names the 20,000-step table picks)
 PROTOCOLS["generalisation-100k"] = dict(PROTOCOLS["generalisation"], timesteps=100_000)
+#: BugFix-v1's repair recipe: a budget in minutes (``--minutes``; None: the recipe's), not env steps
+PROTOCOLS["v1"] = dict(flags=["--env", "BugFix-v1", "--rl-only"], timesteps=None, seeds=3,
+                       cells=(("test", "test split, one bug"), ("pack", "human-written pack")),
+                       algos=("ppo", "grpo", "dr_grpo", "reinforce_pp", "gigpo"))
 #: two-sided 95% Student-t quantiles by degrees of freedom (1..10), then the normal's
 T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
 TARGET_PASS = 0.8
@@ -103,6 +115,11 @@ def steps_to(curve: list[dict[str, Any]], target: float = TARGET_PASS) -> int | 
 def expected_settings(protocol: str, algo: str, seed: int = 0) -> dict[str, Any]:
     """The settings (``run.json``, as JSON reads back) a run of ``algo`` under ``protocol`` trains with: what
     ``bugfix-gym train`` builds of the protocol's flags."""
+    if protocol == "v1":
+        from agents.cli.train_v1 import build_parser as build_v1_parser, settings_of
+
+        v1_args = build_v1_parser().parse_args(["--algo", algo, *PROTOCOLS[protocol]["flags"], "--seed", str(seed)])
+        return json.loads(json.dumps(settings_of(v1_args)))
     from agents.cli.parser import build_parser
     from agents.cli.settings import train_settings
 
@@ -125,9 +142,11 @@ def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "agents.cli", *args]
 
 
-def run_one(protocol: str, algo: str, seed: int, timesteps: int) -> dict[str, Any]:
+def run_one(protocol: str, algo: str, seed: int, budget: float | None) -> dict[str, Any]:
     """Train one cell's seed (unless its results exist), evaluate what the protocol asks, and return
     its record (also written to ``record.json`` in the run's folder).
+
+    :param budget: env steps (``--timesteps``), or on the v1 protocol minutes (``--minutes``; None: the recipe's)
 
     :raises RuntimeError: the training or an evaluation exited non-zero (its last output lines)
     """
@@ -136,21 +155,29 @@ def run_one(protocol: str, algo: str, seed: int, timesteps: int) -> dict[str, An
     if record_file.exists():
         return json.loads(record_file.read_text())
     started = time.perf_counter()
+    v1 = protocol == "v1"
     if not (out / "results.json").exists():
-        _run(_cli("train", "--algo", algo, *PROTOCOLS[protocol]["flags"], "--timesteps", str(timesteps),
+        flag = "--minutes" if v1 else "--timesteps"
+        _run(_cli("train", "--algo", algo, *PROTOCOLS[protocol]["flags"], *([flag, str(budget)] if budget else []),
                   "--seed", str(seed), "--out", str(out), "--no-progress"), out.with_suffix(".log"))
     results = json.loads((out / "results.json").read_text())
     trained = json.loads((out / "run.json").read_text())["ppo"]
     if trained != expected_settings(protocol, algo, seed)["ppo"]:
         raise RuntimeError(f"{out} trained with other settings than {protocol} gives {algo} now: move it aside")
     wall = time.perf_counter() - started
-    cells = {name: results["after"][name]["pass_rate"] for name in results["after"]}
-    if protocol.startswith("generalisation"):
-        pack = _run(_cli("eval", str(out / "tokenppo.zip"), "--pack", str(PACK), "--episodes", "8", "--json",
-                         "--seed", str(seed)), out.with_suffix(".eval.log"))
+    if v1:  # the base agent and the kept weights on the same test tasks (agents/bugfix/repair_v1.py)
+        cells, base = {"test": results["trained"]["pass_rate"]}, {"test": results["base"]["pass_rate"]}
+    else:
+        cells = {name: results["after"][name]["pass_rate"] for name in results["after"]}
+        base = {name: values["pass_rate"] for name, values in (results.get("before") or {}).items()}
+    if protocol != "book":
+        pack_args = ["--env", "BugFix-v1", "--pack", str(PACK_V1), "--episodes", "2"] if v1 else \
+            ["--pack", str(PACK), "--episodes", "8"]
+        pack = _run(_cli("eval", str(out / "tokenppo.zip"), *pack_args, "--json", "--seed", str(seed)),
+                    out.with_suffix(".eval.log"))
         cells["pack"] = json.loads(pack.strip().splitlines()[-1])["pass_rate"]
-    base = {name: values["pass_rate"] for name, values in (results.get("before") or {}).items()}
-    record = dict(protocol=protocol, algo=algo, seed=seed, timesteps=timesteps, cells=cells, base=base,
+    record = dict(protocol=protocol, algo=algo, seed=seed, timesteps=results.get("env_steps", budget) if v1
+                  else budget, cells=cells, base=base,
                   settings_digest=settings_digest(protocol, algo), ppo=trained,
                   wall_s=wall, train_s=results["train_s"], curve=results.get("curve", []),
                   steps_to_target=steps_to(results.get("curve", [])))
@@ -170,8 +197,8 @@ def _run(cmd: list[str], log: Path) -> str:
     return proc.stdout
 
 
-def run_table(jobs: list[tuple[str, str, int, int]], workers: int) -> list[dict[str, Any]]:
-    """Run the (protocol, algo, seed, timesteps) jobs, ``workers`` at a time; each finished run printed."""
+def run_table(jobs: list[tuple[str, str, int, float | None]], workers: int) -> list[dict[str, Any]]:
+    """Run the (protocol, algo, seed, budget) jobs, ``workers`` at a time; each finished run printed."""
     records: list[dict[str, Any]] = []
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
         futures = {pool.submit(run_one, *job): job for job in jobs}
@@ -303,24 +330,34 @@ def _names(text: str, allowed: Sequence[str], what: str) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--protocol", default="book,generalisation",
-                   help="comma-separated: book, generalisation, generalisation-100k (default: the first two)")
-    p.add_argument("--algos", default=None, help="comma-separated --algo names (default: all)")
+                   help="comma-separated: book, generalisation, generalisation-100k, v1 (default: the first two)")
+    p.add_argument("--algos", default=None,
+                   help="comma-separated --algo names (default: all; on v1 ppo,grpo,dr_grpo,reinforce_pp,gigpo)")
     p.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 per cell (default: 5 book, 3 generalisation)")
     p.add_argument("--timesteps", type=int, default=None,
                    help="env steps per run (default: 12000 book, 20000 generalisation)")
+    p.add_argument("--minutes", type=float, default=None,
+                   help="v1: training minutes per run (default: the v1 recipe's)")
     p.add_argument("--jobs", type=int, default=2, help="runs at a time (default 2, one per core)")
     p.add_argument("--report", action="store_true", help="only read the finished runs and write the table")
     args = p.parse_args(argv)
     protocols = _names(args.protocol, tuple(PROTOCOLS), "protocol")
-    algos = _names(args.algos, algorithm_names(), "algorithm") if args.algos else list(algorithm_names())
+    asked = _names(args.algos, algorithm_names(), "algorithm") if args.algos else None
+
+    def algos(protocol: str) -> Sequence[str]:
+        return asked or PROTOCOLS[protocol].get("algos") or algorithm_names()
+
+    def budget(protocol: str) -> float | None:
+        return args.minutes if protocol == "v1" else args.timesteps or PROTOCOLS[protocol]["timesteps"]
+
     if not args.report:
-        jobs = [(protocol, algo, seed, args.timesteps or PROTOCOLS[protocol]["timesteps"])
-                for protocol in protocols for algo in algos
+        jobs = [(protocol, algo, seed, budget(protocol))
+                for protocol in protocols for algo in algos(protocol)
                 for seed in range(args.seeds or PROTOCOLS[protocol]["seeds"])]
         started = time.perf_counter()
         run_table(jobs, max(1, args.jobs))
         print(f"{len(jobs)} runs in {time.perf_counter() - started:.0f} s", flush=True)
-    records = [r for r in read_records() if r["protocol"] in protocols and r["algo"] in algos]
+    records = [r for r in read_records() if r["protocol"] in protocols and r["algo"] in algos(r["protocol"])]
     print(report(records))
     return records
 

@@ -114,6 +114,80 @@ def test_each_row_of_the_algorithm_table_trains_the_preset_it_names(protocol, al
     assert table.run_dir(protocol, algo, 1).name == "seed-1"
 
 
+#: what the v1 recipe may set over a preset: the batch, the learning rate, the passes and the longest call (and
+#: Dr. GRPO's L_max, which they give); never the estimator, the loss, the clip range or a KL
+V1_BUDGET = {"n_episodes", "learning_rate", "max_call_tokens", "n_epochs", "n_minibatches", "ent_coef",
+             "loss_norm_const"}
+
+
+def _algorithm_names() -> tuple[str, ...]:
+    from agents.algorithms.presets import ALGORITHM_NAMES
+
+    return tuple(ALGORITHM_NAMES)
+
+
+@pytest.mark.parametrize("algo", _algorithm_names())
+def test_each_v1_row_trains_its_preset_with_only_the_recipes_budget(algo):
+    """run.json's settings on the v1 protocol: the preset's on its class's defaults wherever the recipe's budget
+    is silent; the entropy bonus off; and a model built as the recipe builds it has exactly those settings."""
+    import dataclasses
+    import json
+
+    from agents.algorithms.presets import get_preset, make_algorithm
+    from agents.bugfix.recipe_v1 import RepairRecipeV1
+    from agents.bugfix.repair_v1 import policy_kwargs
+    from agents.bugfix.v1 import make_v1_env, v1_tokenizer
+    from agents.model.tinyagent import TinyAgentConfig
+    from agents.rollout.vec_env import FreshInfoDummyVecEnv
+
+    table = _load("algorithms")
+    settings = table.expected_settings("v1", algo)
+    preset = get_preset(algo)
+    plain = json.loads(json.dumps({f.name: f.default for f in dataclasses.fields(preset.cls.config_class)
+                                   if f.name != "aux_losses"} | preset.settings))
+    assert settings["algo"] == algo and settings["foresight"] is None
+    assert {k: v for k, v in settings["ppo"].items() if k not in V1_BUDGET} == \
+        {k: v for k, v in plain.items() if k not in V1_BUDGET}
+    assert settings["ppo"].get("ent_coef", 0.0) == 0.0
+    recipe = RepairRecipeV1()
+    tok = v1_tokenizer(recipe.tokenizer)
+    venv = FreshInfoDummyVecEnv([lambda: make_v1_env(split="train", max_turns=recipe.max_turns)])
+    model = make_algorithm(algo, "TinyAgentPolicy", venv, policy_kwargs=policy_kwargs(
+        tok, TinyAgentConfig(vocab_size=tok.vocab_size, d_model=16, n_layer=1, n_head=2, d_ff=32, max_len=1024)),
+        **recipe.algorithm_settings(algo))
+    built = json.loads(json.dumps({k: v for k, v in dataclasses.asdict(model.config).items()
+                                   if k not in ("aux_losses", "preset")}))
+    assert built == {k: v for k, v in settings["ppo"].items() if k != "preset"}
+    assert table.run_dir("v1", algo, 2).name == "seed-2"
+
+
+def test_the_v1_protocol_reads_a_finished_run_into_a_row(tmp_path, monkeypatch):
+    """A v1 run's folder (run.json as the protocol writes it, results.json as train_v1 does) becomes a record
+    with the test split's and the pack's pass rates and the base agent's, without training again."""
+    import json
+
+    table = _load("algorithms")
+    monkeypatch.chdir(tmp_path)
+    out = table.run_dir("v1", "grpo", 0)
+    out.mkdir(parents=True)
+    (out / "run.json").write_text(json.dumps(table.expected_settings("v1", "grpo", 0)))
+    curve = [dict(iteration=1, num_timesteps=300, pass_rate=0.1), dict(iteration=2, num_timesteps=600, pass_rate=0.2)]
+    (out / "results.json").write_text(json.dumps(dict(trained=dict(pass_rate=0.25), base=dict(pass_rate=0.125),
+                                                      train_s=60.0, env_steps=600, curve=curve)))
+    asked = []
+    monkeypatch.setattr(table, "_run", lambda cmd, log: asked.append(cmd) or '{"pass_rate": 0.5}\n')
+    record = table.run_one("v1", "grpo", 0, None)
+    assert (record["cells"], record["base"], record["timesteps"]) == ({"test": 0.25, "pack": 0.5}, {"test": 0.125}, 600)
+    assert [c[3:5] for c in asked] == [["eval", str(out.resolve() / "tokenppo.zip")]]
+    assert "BugFix-v1" in asked[0] and str(table.PACK_V1) in asked[0]
+    assert "| base agent | 1 | 0.125 | - |" in table.table_markdown([record], "v1")
+    assert "| `grpo` | 1 | 0.250 | 0.500 |" in table.table_markdown([record], "v1")
+    (out / "run.json").write_text(json.dumps(table.expected_settings("v1", "ppo", 0)))  # another algorithm's run
+    (out / "record.json").unlink()
+    with pytest.raises(RuntimeError, match="other settings"):
+        table.run_one("v1", "grpo", 0, None)
+
+
 def test_snippet_threads_times_the_documents_first_block():
     bench = _load("snippet_threads")
     readme = bench.first_python_block(bench.ROOT / "README.md")

@@ -86,11 +86,32 @@ class RepairRecipeV1:
         return dict(d_model=self.d_model, n_layer=self.n_layer, n_head=self.n_head, d_ff=self.d_ff,
                     max_len=self.max_len)
 
-    def algorithm_settings(self) -> dict[str, Any]:
-        """What the recipe sets of every algorithm: the batch, its passes and the learning rate (a preset's own
-        settings, its estimator and loss, are the preset's)."""
-        out: dict[str, Any] = dict(n_episodes=self.n_episodes, learning_rate=self.learning_rate)
+    def algorithm_settings(self, algo: str = "ppo") -> dict[str, Any]:
+        """What the recipe sets of algorithm ``algo``, over its preset: the batch, the learning rate and the longest
+        call (every algorithm), the passes, minibatches and entropy bonus (a TokenPPO preset that leaves them to its
+        class), and Dr. GRPO's ``L_max`` (the turn budget times the longest call); the estimator, the loss, its
+        clip range and any KL are the preset's. The same for every name, so the algorithms compare at one budget."""
+        from agents.algorithms.ppo import TokenPPO
+        from agents.algorithms.presets import get_preset
+
+        preset = get_preset(algo)
+        out: dict[str, Any] = dict(n_episodes=self.n_episodes, learning_rate=self.learning_rate,
+                                   max_call_tokens=self.max_call_tokens)
+        if preset.cls is TokenPPO:
+            out.update({name: getattr(self, name) for name in ("n_epochs", "n_minibatches", "ent_coef")
+                        if name not in preset.settings})
+        if preset.settings.get("loss_mode") == "seq_mean_token_sum_norm" and "loss_norm_const" not in preset.settings:
+            out["loss_norm_const"] = float(self.max_turns * self.max_call_tokens)
         return out
+
+    def trained_settings(self, algo: str = "ppo") -> dict[str, Any]:
+        """Every setting of the algorithm a run of ``algo`` trains with (``run.json``'s ``ppo``): its class's
+        defaults, then its preset's, then :meth:`algorithm_settings`."""
+        from agents.algorithms.presets import get_preset
+
+        cls = get_preset(algo).cls
+        defaults = {f.name: f.default for f in dataclasses.fields(cls.config_class) if f.name != "aux_losses"}
+        return {**defaults, **get_preset(algo).settings, **self.algorithm_settings(algo)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RepairRecipeV1":

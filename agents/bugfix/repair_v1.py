@@ -54,25 +54,19 @@ def policy_kwargs(tok: TokenizerLike, model_config: TinyAgentConfig) -> dict[str
 
 
 def new_repair_model(recipe: RepairRecipeV1, algo: str = "ppo", seed: int = 0, verbose: int = 0) -> Any:
-    """The algorithm ``algo`` (its preset's settings, the recipe's batch and learning rate) on train-split envs,
-    seeded with ``seed``, starting from the recipe's base agent (one per ``recipe.base_seed``, cached: every RL
-    seed starts from the same weights, so seeds differ in RL only)."""
-    from agents.algorithms.ppo import TokenPPO
-    from agents.algorithms.presets import get_preset, make_algorithm
+    """The algorithm ``algo`` (its preset's settings, the recipe's batch and learning rate:
+    :meth:`RepairRecipeV1.algorithm_settings`) on train-split envs, seeded with ``seed``, starting from the recipe's
+    base agent (one per ``recipe.base_seed``, cached: every RL seed starts from the same weights, so seeds differ in
+    RL only)."""
+    from agents.algorithms.presets import make_algorithm
 
     tok = v1_tokenizer(recipe.tokenizer)
     config = TinyAgentConfig(vocab_size=tok.vocab_size, **recipe.model_sizes())
     base = cached_base_agent_v1(tok, config, recipe.base_seed, recipe.base, recipe.max_call_tokens, verbose=verbose)
     env_kwargs = dict(split="train", bugs=recipe.bugs, max_turns=recipe.max_turns)
     venv = FreshInfoDummyVecEnv([lambda: make_v1_env(**env_kwargs) for _ in range(recipe.n_envs)])
-    preset = get_preset(algo)
-    settings: dict[str, Any] = dict(recipe.algorithm_settings(), max_call_tokens=recipe.max_call_tokens)
-    if preset.cls is TokenPPO:
-        for name in ("n_epochs", "n_minibatches", "ent_coef"):
-            if name not in preset.settings:
-                settings[name] = getattr(recipe, name)
     return make_algorithm(algo, "TinyAgentPolicy", venv, seed=seed, policy_kwargs=policy_kwargs(tok, config),
-                          base_agent=base, **settings)
+                          base_agent=base, **recipe.algorithm_settings(algo))
 
 
 class StopAfterMinutes(BaseCallback):

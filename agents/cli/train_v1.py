@@ -106,9 +106,11 @@ def recipe_from(args: argparse.Namespace) -> Any:
 
 
 def settings_of(args: argparse.Namespace) -> dict[str, Any]:
-    """``run.json``: the env, the algorithm, the seed, the decoding and the whole recipe."""
+    """``run.json``: the env, the algorithm, the seed, the decoding, the whole recipe and every setting of the
+    algorithm (``ppo``: its class's defaults, its preset's, then the recipe's batch, learning rate and passes)."""
+    recipe = recipe_from(args)
     return dict(env=V1_ENV, algo=args.algo, seed=args.seed, decoding="legal-call grammar", foresight=None,
-                call_mask="legal_calls", recipe=dataclasses.asdict(recipe_from(args)))
+                call_mask="legal_calls", recipe=dataclasses.asdict(recipe), ppo=recipe.trained_settings(args.algo))
 
 
 def cmd_train_v1(argv: Sequence[str]) -> int:
