@@ -30,6 +30,7 @@ from bugfix_gym.tasks.problems import RepairTask
 
 from agents.algorithms.losses import masked_mean
 from agents.bugfix.base_agent import Progress, cache_dir, progress_bar
+from agents.bugfix.v1 import tasks_by_problem
 from agents.files.checkpoint import load_state_dict_file, save_state_dict_file
 from agents.model.tinyagent import TinyAgent, TinyAgentConfig, sequence_log_probs
 from agents.rollout.sampler import cut_tool_output
@@ -60,13 +61,9 @@ class BaseAgentV1Config:
 def demonstration_tasks(n: int, seed: int) -> list[RepairTask]:
     """``n`` train-split one-bug tasks (all of them if ``n`` is larger), drawn with ``seed``, spread over the
     split's functions (a round over every function before a function's second task)."""
-    by_problem: dict[str, list[RepairTask]] = {}
-    for task in BugFixEnvV1(split="train", bugs=1).tasks:
-        by_problem.setdefault(task.problem, []).append(task)
     rng = random.Random(seed)
     queues = []
-    for problem in sorted(by_problem):
-        group = sorted(by_problem[problem], key=lambda t: t.name)
+    for group in tasks_by_problem(BugFixEnvV1(split="train", bugs=1).tasks).values():
         rng.shuffle(group)
         queues.append(group)
     out: list[RepairTask] = []

@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import random
 import time
-from collections import defaultdict
 from typing import Any, Callable, Sequence
 
 from stable_baselines3.common.callbacks import BaseCallback
@@ -27,7 +26,7 @@ from bugfix_gym.tasks.problems import RepairTask
 
 from agents.bugfix.base_agent_v1 import cached_base_agent_v1
 from agents.bugfix.recipe_v1 import RepairRecipeV1
-from agents.bugfix.v1 import evaluate_v1, make_v1_env, v1_tokenizer
+from agents.bugfix.v1 import evaluate_v1, make_v1_env, tasks_by_problem, v1_tokenizer
 from agents.files.checkpoint import ParameterSnapshot
 from agents.model.tinyagent import TinyAgentConfig
 from agents.rollout.vec_env import FreshInfoDummyVecEnv
@@ -36,12 +35,8 @@ from agents.rollout.vec_env import FreshInfoDummyVecEnv
 def tasks_per_function(split: str, k: int, bugs: int = 1, seed: int = 0) -> list[RepairTask]:
     """``k`` tasks of each function of ``split`` (all of a function's tasks when it has fewer), drawn with the
     function's id and ``seed``, in function order: fixed sets for validation and evaluation."""
-    by_problem: dict[str, list[RepairTask]] = defaultdict(list)
-    for task in BugFixEnvV1(split=split, bugs=bugs).tasks:
-        by_problem[task.problem].append(task)
     out: list[RepairTask] = []
-    for problem, group in sorted(by_problem.items()):
-        group = sorted(group, key=lambda t: t.name)
+    for problem, group in tasks_by_problem(BugFixEnvV1(split=split, bugs=bugs).tasks).items():
         out += random.Random(f"{problem}/{seed}").sample(group, min(k, len(group)))
     return out
 

@@ -97,14 +97,19 @@ def split_tasks(split: str) -> list[RepairTask]:
     return one_task_per_problem(BugFixEnvV1(split=split).tasks)
 
 
-def one_task_per_problem(tasks: Sequence[RepairTask]) -> list[RepairTask]:
-    """One of each problem's tasks, drawn with the problem's id as seed from its tasks by name (the same tasks
-    whatever their order, spread over the injection families), in problem order."""
+def tasks_by_problem(tasks: Sequence[RepairTask]) -> dict[str, list[RepairTask]]:
+    """``tasks`` grouped by their function, in function order, each group by task name: the same groups whatever
+    the tasks' order, for drawing fixed task sets."""
     by_problem: dict[str, list[RepairTask]] = defaultdict(list)
     for task in tasks:
         by_problem[task.problem].append(task)
-    return [random.Random(problem).choice(sorted(group, key=lambda t: t.name))
-            for problem, group in sorted(by_problem.items())]
+    return {problem: sorted(group, key=lambda t: t.name) for problem, group in sorted(by_problem.items())}
+
+
+def one_task_per_problem(tasks: Sequence[RepairTask]) -> list[RepairTask]:
+    """One of each problem's tasks, drawn with the problem's id as seed from its tasks by name (the same tasks
+    whatever their order, spread over the injection families), in problem order."""
+    return [random.Random(problem).choice(group) for problem, group in tasks_by_problem(tasks).items()]
 
 
 def task_classes(task: RepairTask) -> tuple[str, ...]:
