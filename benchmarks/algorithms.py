@@ -31,8 +31,9 @@ Each run's folder is ``runs/algorithms/<protocol>/<algo>/<digest>/seed-<S>``, th
 run's flags and algorithm settings; a run whose ``results.json`` exists is not run again, so an interrupted
 table resumes where it stopped, and a changed preset or protocol starts new folders. The table
 (``runs/algorithms/table.md``, also printed) gives per cell the mean over seeds and a 95% Student-t
-interval, the wall time per run, and the env steps at which the rollouts' train pass rate first
-reached 0.8 (mean over the seeds that reached it, and how many did); ``learning_curves.png``
+interval, the wall and training time per run, the env steps at which the rollouts' train pass rate first
+reached 0.8 (mean over the seeds that reached it, and how many did), and on how many seeds validation kept
+iteration 0, the base agent's own weights (no later iteration validated better); ``learning_curves.png``
 plots the rollouts' pass rate against env steps, the mean over seeds with a band from the lowest
 to the highest seed.
 """
@@ -179,7 +180,8 @@ def run_one(protocol: str, algo: str, seed: int, budget: float | None) -> dict[s
     record = dict(protocol=protocol, algo=algo, seed=seed, timesteps=results.get("env_steps", budget) if v1
                   else budget, cells=cells, base=base,
                   settings_digest=settings_digest(protocol, algo), ppo=trained,
-                  wall_s=wall, train_s=results["train_s"], curve=results.get("curve", []),
+                  wall_s=wall, train_s=results["train_s"], kept_iteration=kept_iteration(results),
+                  curve=results.get("curve", []),
                   steps_to_target=steps_to(results.get("curve", [])))
     record_file.write_text(json.dumps(record, indent=1))
     return record
@@ -215,11 +217,25 @@ def run_table(jobs: list[tuple[str, str, int, float | None]], workers: int) -> l
     return records
 
 
+def kept_iteration(results: dict[str, Any]) -> int | None:
+    """The iteration whose weights validation kept (0: the base agent's), from a run's ``results.json`` (v1 has
+    it at the top level, v0 under ``validation``); None for a run without validation."""
+    if "kept_iteration" in results:
+        return results["kept_iteration"]
+    return (results.get("validation") or {}).get("kept_iteration")
+
+
 # ---------------------------------------------------------------------- the report
 def read_records() -> list[dict[str, Any]]:
     """Every finished run's record under ``runs/algorithms/`` made with the settings its protocol and preset
-    give now (:func:`settings_digest`; older runs stay on disk, out of the table)."""
-    records = [json.loads(path.read_text()) for path in sorted(OUT.glob("*/*/*/seed-*/record.json"))]
+    give now (:func:`settings_digest`; older runs stay on disk, out of the table). A record written before
+    records kept ``kept_iteration`` takes it from the ``results.json`` beside it."""
+    records = []
+    for path in sorted(OUT.glob("*/*/*/seed-*/record.json")):
+        record = json.loads(path.read_text())
+        if "kept_iteration" not in record and (path.parent / "results.json").exists():
+            record["kept_iteration"] = kept_iteration(json.loads((path.parent / "results.json").read_text()))
+        records.append(record)
     digests: dict[tuple[str, str], str] = {}
     for r in records:
         if r["protocol"] in PROTOCOLS and (r["protocol"], r["algo"]) not in digests:
@@ -228,12 +244,14 @@ def read_records() -> list[dict[str, Any]]:
 
 
 def table_markdown(records: list[dict[str, Any]], protocol: str) -> str:
-    """One protocol's table: a row per algorithm, mean +- 95% interval per cell, wall time, steps to 0.8."""
+    """One protocol's table: a row per algorithm, mean +- 95% interval per cell, wall and training time, steps to
+    0.8, and how many seeds' validation kept iteration 0 (the row's run is then the base agent's weights)."""
     mine = [r for r in records if r["protocol"] == protocol]
     if not mine:
         return f"(no finished {protocol} runs)"
     cells = PROTOCOLS[protocol]["cells"]
-    head = ["algo", "seeds", *[label for _, label in cells], "wall s / run", f"env steps to {TARGET_PASS} train pass"]
+    head = ["algo", "seeds", *[label for _, label in cells], "wall s / run", "train s / run",
+            f"env steps to {TARGET_PASS} train pass", "kept iteration 0"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     base = _base_row(mine, cells)
     if base:
@@ -244,9 +262,12 @@ def table_markdown(records: list[dict[str, Any]], protocol: str) -> str:
         for key, _ in cells:
             row.append(_mean_ci([r["cells"][key] for r in runs if key in r["cells"]]))
         row.append(f"{statistics.fmean(r['wall_s'] for r in runs):.0f}")
+        row.append(f"{statistics.fmean(r['train_s'] for r in runs):.0f}" if all("train_s" in r for r in runs) else "-")
         reached = [n for n in (steps_to(r["curve"]) for r in runs) if n is not None]
         row.append(f"{statistics.fmean(reached):,.0f} ({len(reached)}/{len(runs)})" if reached
                    else f"never (0/{len(runs)})")
+        kept = [r.get("kept_iteration") for r in runs]
+        row.append("-" if None in kept else f"{kept.count(0)}/{len(runs)}")
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 
@@ -260,7 +281,7 @@ def _base_row(records: list[dict[str, Any]], cells: Sequence[tuple[str, str]]) -
     for key, _ in cells:
         values = [base[key] for base in by_seed.values() if key in base]
         row.append(_mean_ci(values) if values else "-")
-    return "| " + " | ".join(row + ["-", "-"]) + " |"
+    return "| " + " | ".join(row + ["-"] * 4) + " |"
 
 
 def _mean_ci(values: list[float]) -> str:

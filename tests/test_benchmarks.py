@@ -76,11 +76,13 @@ def test_algorithm_table_statistics_by_hand():
     assert table.steps_to(curve + [dict(num_timesteps=320, pass_rate=1.0)], 0.95) is None  # a cut-short last batch
     never = [dict(p, pass_rate=0.5) for p in curve]
     records = [dict(protocol="book", algo="ppo", seed=s, cells={"train": t, "held-out": h}, base={"train": 0.2},
-                    wall_s=10.0 * (s + 1), curve=curve if s else never)
+                    wall_s=10.0 * (s + 1), train_s=4.0 * (s + 1), kept_iteration=20 * s, curve=curve if s else never)
                for s, (t, h) in enumerate([(0.8, 0.6), (1.0, 0.8)])]
     text = table.table_markdown(records, "book")
-    assert "| base agent | 2 | 0.200 ± 0.000 | - | - | - |" in text
-    assert "| `ppo` | 2 | 0.900 ± 1.271 | 0.700 ± 1.271 | 15 | 200 (1/2) |" in text
+    assert "| base agent | 2 | 0.200 ± 0.000 | - | - | - | - | - |" in text
+    assert "| `ppo` | 2 | 0.900 ± 1.271 | 0.700 ± 1.271 | 15 | 6 | 200 (1/2) | 1/2 |" in text
+    records[0].pop("kept_iteration")  # a run without validation: no count
+    assert table.table_markdown(records, "book").endswith("| 200 (1/2) | - |")
 
 
 def _table_rows() -> list[tuple[str, str]]:
@@ -173,11 +175,15 @@ def test_the_v1_protocol_reads_a_finished_run_into_a_row(tmp_path, monkeypatch):
     (out / "run.json").write_text(json.dumps(table.expected_settings("v1", "grpo", 0)))
     curve = [dict(iteration=1, num_timesteps=300, pass_rate=0.1), dict(iteration=2, num_timesteps=600, pass_rate=0.2)]
     (out / "results.json").write_text(json.dumps(dict(trained=dict(pass_rate=0.25), base=dict(pass_rate=0.125),
-                                                      train_s=60.0, env_steps=600, curve=curve)))
+                                                      train_s=60.0, env_steps=600, kept_iteration=3, curve=curve)))
     asked = []
     monkeypatch.setattr(table, "_run", lambda cmd, log: asked.append(cmd) or '{"pass_rate": 0.5}\n')
     record = table.run_one("v1", "grpo", 0, None)
     assert (record["cells"], record["base"], record["timesteps"]) == ({"test": 0.25, "pack": 0.5}, {"test": 0.125}, 600)
+    assert record["kept_iteration"] == 3
+    older = {k: v for k, v in record.items() if k != "kept_iteration"}  # a record from before it was kept
+    (out / "record.json").write_text(json.dumps(older))
+    assert [r["kept_iteration"] for r in table.read_records()] == [3]  # read from results.json
     assert [c[3:5] for c in asked] == [["eval", str(out.resolve() / "tokenppo.zip")]]
     assert "BugFix-v1" in asked[0] and str(table.PACK_V1) in asked[0]
     assert "| base agent | 1 | 0.125 | - |" in table.table_markdown([record], "v1")
