@@ -367,6 +367,8 @@ def test_the_docs_presets_table_lists_every_preset_s_settings():
     assert describe("ppo") == ""
     table = text[text.index("## The table"):]  # the measured table has a row for every name (book protocol)
     assert all(f"| `{name}` | 5 |" in table for name in ALGORITHM_NAMES)
+    generalisation = table[table.index("### b."):table.index("### c.")]  # and on the RL-only protocol (3 seeds)
+    assert all(f"| `{name}` | 3 |" in generalisation for name in ALGORITHM_NAMES)
 
 
 def test_reinforce_reads_gigpo_s_anchor_states_too():
