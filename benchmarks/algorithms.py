@@ -262,7 +262,7 @@ def table_markdown(records: list[dict[str, Any]], protocol: str) -> str:
         for key, _ in cells:
             row.append(_mean_ci([r["cells"][key] for r in runs if key in r["cells"]]))
         row.append(f"{statistics.fmean(r['wall_s'] for r in runs):.0f}")
-        row.append(f"{statistics.fmean(r['train_s'] for r in runs):.0f}" if all("train_s" in r for r in runs) else "-")
+        row.append(f"{statistics.fmean(r['train_s'] for r in runs):.0f}")
         reached = [n for n in (steps_to(r["curve"]) for r in runs) if n is not None]
         row.append(f"{statistics.fmean(reached):,.0f} ({len(reached)}/{len(runs)})" if reached
                    else f"never (0/{len(runs)})")
