@@ -127,6 +127,33 @@ def test_the_recipe_is_one_dataclass_and_its_flags_are_its_fields(capsys):
     assert set(printed["recipe"]) == {f.name for f in dataclasses.fields(RepairRecipeV1)}
 
 
+def test_the_recipes_kl_to_the_base_agent_replaces_the_presets_and_needs_a_reference():
+    from agents.algorithms.presets import get_preset
+
+    plain = RepairRecipeV1()
+    assert "kl_coef" not in plain.algorithm_settings("ppo")  # off unless asked for: the preset's own stays
+    assert plain.trained_settings("grpo")["kl_coef"] == get_preset("grpo").settings["kl_coef"]
+    anchored = with_changes(plain, kl_coef=0.2)
+    assert anchored.trained_settings("ppo")["kl_coef"] == 0.2 == anchored.trained_settings("grpo")["kl_coef"]
+    with pytest.raises(ValueError, match="reference policy"):
+        anchored.algorithm_settings("reinforce")
+    with pytest.raises(ValueError, match="kl_coef"):
+        RepairRecipeV1(kl_coef=-0.1)
+
+
+def test_the_demonstrations_cache_does_not_depend_on_how_they_are_cloned(tmp_path, monkeypatch):
+    """Cloning longer (or at another learning rate) reuses the played demonstrations."""
+    monkeypatch.setenv("BUGFIX_GYM_CACHE", str(tmp_path))
+    tok = ByteTokenizer()
+    cfg = bav1.BaseAgentV1Config(demonstrations=1, steps=3)
+    first = bav1.cached_demonstrations(tok, cfg, TINY.max_len, 40)
+    again = bav1.cached_demonstrations(tok, dataclasses.replace(cfg, steps=9, lr=1e-4), TINY.max_len, 40)
+    assert torch.equal(first["ids"], again["ids"])
+    assert len(list(tmp_path.glob("demonstrations_v1-*.pt"))) == 1  # one cache file: read, not played again
+    bav1.cached_demonstrations(tok, dataclasses.replace(cfg, demonstrations=2), TINY.max_len, 40)
+    assert len(list(tmp_path.glob("demonstrations_v1-*.pt"))) == 2  # more demonstrations: played
+
+
 @pytest.mark.parametrize("argv, says", [
     (["--minutes", "0"], "--minutes"), (["--tokenizer", "words"], "--tokenizer"), (["--bugs", "3"], "bugs"),
     (["--foresight", "0.5"], "unrecognized"), (["--algo", "nope"], "--algo")])

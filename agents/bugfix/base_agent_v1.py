@@ -114,7 +114,8 @@ def cached_demonstrations(tok: TokenizerLike, cfg: BaseAgentV1Config, max_len: i
                           progress: Progress | None = None) -> dict[str, torch.Tensor]:
     """:func:`demonstrations` (drawn with seed 0: every seed's base agent clones the same episodes, in its own
     order) collated (``ids``, ``owner``, ``policy_mask``), cached on disk by a hash of what they depend on."""
-    key = _key(tok, dict(cfg=dataclasses.asdict(cfg), max_len=max_len, max_call_tokens=max_call_tokens),
+    played = dict(demonstrations=cfg.demonstrations, max_turns=cfg.max_turns)  # not the cloning's settings
+    key = _key(tok, dict(cfg=played, max_len=max_len, max_call_tokens=max_call_tokens),
                ("demonstration_tasks", "debugger_episode", "demonstrations"))
     path = cache_dir() / f"demonstrations_v1-{key}.pt"
     try:

@@ -37,6 +37,8 @@ class RepairRecipeV1:
     :param n_minibatches: minibatches per epoch
     :param learning_rate: Adam's learning rate
     :param ent_coef: entropy bonus (0: none)
+    :param kl_coef: weight of a KL penalty to the base agent in the loss (0: none; the algorithm's own KL, if its
+        preset has one, is kept when this is 0)
     :param minutes: wall-clock budget of training (validation included); training stops after the iteration that
         crosses it
     :param iterations: the most iterations
@@ -62,6 +64,7 @@ class RepairRecipeV1:
     n_minibatches: int = 4
     learning_rate: float = 1e-4
     ent_coef: float = 0.0
+    kl_coef: float = 0.0
     minutes: float = 25.0
     iterations: int = 400
     validation_every: int = 5
@@ -78,8 +81,8 @@ class RepairRecipeV1:
                      "validation_tasks", "eval_tasks"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if not self.learning_rate > 0 or self.ent_coef < 0 or not self.minutes > 0:
-            raise ValueError("learning_rate and minutes must be positive and ent_coef non-negative")
+        if not self.learning_rate > 0 or self.ent_coef < 0 or self.kl_coef < 0 or not self.minutes > 0:
+            raise ValueError("learning_rate and minutes must be positive, ent_coef and kl_coef non-negative")
 
     def model_sizes(self) -> dict[str, Any]:
         """The :class:`agents.model.tinyagent.TinyAgentConfig` fields this recipe sets."""
@@ -89,8 +92,8 @@ class RepairRecipeV1:
     def algorithm_settings(self, algo: str = "ppo") -> dict[str, Any]:
         """What the recipe sets of algorithm ``algo``, over its preset: the batch, the learning rate and the longest
         call (every algorithm), the passes, minibatches and entropy bonus (a TokenPPO preset that leaves them to its
-        class), and Dr. GRPO's ``L_max`` (the turn budget times the longest call); the estimator, the loss, its
-        clip range and any KL are the preset's. The same for every name, so the algorithms compare at one budget."""
+        class), a nonzero ``kl_coef`` (it replaces the preset's), and Dr. GRPO's ``L_max`` (the turn budget times the
+        longest call); the estimator, the loss, its clip range and, at ``kl_coef`` 0, any KL are the preset's. The same for every name, so the algorithms compare at one budget."""
         from agents.algorithms.ppo import TokenPPO
         from agents.algorithms.presets import get_preset
 
@@ -100,6 +103,10 @@ class RepairRecipeV1:
         if preset.cls is TokenPPO:
             out.update({name: getattr(self, name) for name in ("n_epochs", "n_minibatches", "ent_coef")
                         if name not in preset.settings})
+        if self.kl_coef:
+            if preset.cls is not TokenPPO:
+                raise ValueError(f"kl_coef needs an algorithm with a reference policy; {algo} has none (use 0)")
+            out["kl_coef"] = self.kl_coef
         if preset.settings.get("loss_mode") == "seq_mean_token_sum_norm" and "loss_norm_const" not in preset.settings:
             out["loss_norm_const"] = float(self.max_turns * self.max_call_tokens)
         return out
