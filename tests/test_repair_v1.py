@@ -183,3 +183,12 @@ def test_one_tiny_run_leaves_a_model_and_results_and_eval_reads_them(tmp_path, m
     report = json.loads(capsys.readouterr().out)
     assert set(report["baselines"]) == {"debugger", "brute_force"} and report["foresight"] is None
     assert report["n_tasks"] == len(split_problems("test")) and "pass_after_test_calls" in report
+    # greedy decoding: the run evaluated both weights that way too, and eval --greedy is seed-free
+    assert results["trained_greedy"]["episodes"] == results["base_greedy"]["episodes"] == report["n_tasks"]
+    greedy = []
+    for seed in ("0", "5"):
+        assert main(["eval", str(out / "tokenppo.zip"), "--env", "BugFix-v1", "--split", "test", "--episodes", "1",
+                     "--greedy", "--seed", seed, "--json"]) == 0
+        greedy.append(json.loads(capsys.readouterr().out))
+    assert greedy[0]["decoding"] == "legal-call grammar, greedy"
+    assert greedy[0]["pass_rate"] == greedy[1]["pass_rate"] and greedy[0]["mean_calls"] == greedy[1]["mean_calls"]

@@ -87,7 +87,8 @@ class StopAfterMinutes(BaseCallback):
 class RepairResult:
     """What :func:`train_repair` returns (``results.json``): the run's size and wall time, the kept iteration
     and every validation ``(iteration, pass rate)``, the base agent's and the kept weights' test statistics
-    (:func:`agents.bugfix.v1.evaluate_v1`), and per iteration the training batch's mean return (BugFix-v1's
+    (:func:`agents.bugfix.v1.evaluate_v1`; ``base_greedy`` and ``trained_greedy``: the same tasks decoded greedily
+    under the same grammar), and per iteration the training batch's mean return (BugFix-v1's
     reward is 1 for a submit that passes the hidden tests, 0 otherwise: the batch's pass rate)."""
 
     algo: str
@@ -100,6 +101,8 @@ class RepairResult:
     base: dict[str, Any]
     trained: dict[str, Any]
     curve: list[dict[str, Any]]
+    base_greedy: dict[str, Any] | None = None
+    trained_greedy: dict[str, Any] | None = None
 
 
 def train_repair(recipe: RepairRecipeV1, algo: str = "ppo", seed: int = 0, *, verbose: int = 1,
@@ -130,12 +133,14 @@ def train_repair(recipe: RepairRecipeV1, algo: str = "ppo", seed: int = 0, *, ve
     train_s = time.perf_counter() - started
     test_tasks = tasks_per_function("test", recipe.eval_tasks, 1, seed=0)
     trained = evaluate_v1(model, test_tasks, 1, seed=seed, env_kwargs=env_kwargs)
+    trained_greedy = evaluate_v1(model, test_tasks, 1, seed=seed, env_kwargs=env_kwargs, greedy=True)
     kept = ParameterSnapshot(model.policy, with_optimizer=False)
     base_weights.restore()  # the base agent, under the same decoding
     base = evaluate_v1(model, test_tasks, 1, seed=seed, env_kwargs=env_kwargs)
+    base_greedy = evaluate_v1(model, test_tasks, 1, seed=seed, env_kwargs=env_kwargs, greedy=True)
     kept.restore()
     curve = [dict(iteration=d["iteration"], num_timesteps=d.get("num_timesteps"),
                   pass_rate=d.get("rollout", {}).get("reward")) for d in model.diagnostics]
     result = RepairResult(algo, seed, model.iteration, model.num_timesteps, train_s, keep.best_iteration,
-                          keep.history, base, trained, curve)
+                          keep.history, base, trained, curve, base_greedy, trained_greedy)
     return model, result

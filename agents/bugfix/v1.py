@@ -119,9 +119,10 @@ def task_classes(task: RepairTask) -> tuple[str, ...]:
 
 
 def play_v1(agent: Any, tasks: Sequence[RepairTask], n_per_task: int = 1, seed: int = 0,
-            max_envs: int = 16, env_kwargs: dict | None = None) -> list[Trajectory]:
+            max_envs: int = 16, env_kwargs: dict | None = None, greedy: bool = False) -> list[Trajectory]:
     """``n_per_task`` episodes of each task on BugFix-v1 with an algorithm's policy as it samples (its grammar and
-    temperature), seeded, in task order."""
+    temperature), seeded, in task order; ``greedy`` takes each token the grammar allows with the highest
+    probability instead of sampling (the same grammar: no other rule)."""
     from agents.bugfix.evaluation import playing_settings
 
     model, tok, settings = playing_settings(agent)
@@ -129,6 +130,7 @@ def play_v1(agent: Any, tasks: Sequence[RepairTask], n_per_task: int = 1, seed: 
     if not batch:
         return []
     play = {k: settings.pop(k) for k in ("temperature", "deterministic") if k in settings}
+    play["deterministic"] = play.get("deterministic", False) or greedy
     kwargs = dict(tasks=list(tasks), **(env_kwargs or {}))
     venv = FreshInfoDummyVecEnv([lambda: make_v1_env(**kwargs) for _ in range(min(max_envs, len(batch)))])
     sampler = EpisodeSampler(venv, tok, **settings)

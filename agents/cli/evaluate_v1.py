@@ -42,7 +42,7 @@ def eval_env(args: argparse.Namespace, model: TokenOnPolicyAlgorithm) -> str:
             raise usage_error("eval", "--tasks-per-function and --bugs choose split tasks; a --pack plays its own")
     else:
         given = [flag for flag, on in (("--tasks-per-function", args.tasks_per_function), ("--bugs", args.bugs),
-                                       ("--baselines", args.baselines)) if on]
+                                       ("--baselines", args.baselines), ("--greedy", args.greedy)) if on]
         if given:
             raise usage_error("eval", f"{given[0]} is BugFix-v1's (--env BugFix-v1)")
     return env
@@ -59,7 +59,7 @@ def cmd_eval_v1(args: argparse.Namespace, model: TokenOnPolicyAlgorithm) -> int:
 
     tasks, what = _v1_tasks(args)
     episodes = args.episodes or (1 if (args.tasks_per_function or 1) > 1 else 8)
-    stats = evaluate_v1(model, tasks, episodes, seed=args.seed, per_task=args.pack is not None)
+    stats = evaluate_v1(model, tasks, episodes, seed=args.seed, per_task=args.pack is not None, greedy=args.greedy)
     baselines = {kind: baseline_v1(kind, tasks, per_task=args.pack is not None)
                  for kind in (BASELINES if args.baselines else ())}
     if args.json:
@@ -67,9 +67,10 @@ def cmd_eval_v1(args: argparse.Namespace, model: TokenOnPolicyAlgorithm) -> int:
         print(json.dumps(jsonable(dict(stats, model=str(args.model), **trained_by(model), env="BugFix-v1",
                                        tasks=what, n_tasks=len(tasks), episodes_per_task=episodes,
                                        call_mask="legal_calls",
-                                       decoding="legal-call grammar", foresight=None, **extra))))
+                                       decoding="legal-call grammar, greedy" if args.greedy else
+                                       "legal-call grammar", foresight=None, **extra))))
         return 0
-    print(v1_table(f"{args.model.name} on {what}", stats, baselines))
+    print(v1_table(f"{args.model.name} on {what}{', greedy' if args.greedy else ''}", stats, baselines))
     if "per_task" in stats:
         print(per_task_table(stats["per_task"]))
     return 0

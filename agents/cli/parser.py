@@ -272,6 +272,9 @@ def _add_eval_command(sub: Any) -> None:
     ev.add_argument("--baselines", action="store_true",
                     help="with --env BugFix-v1: also play the scripted debugger and brute force on the same tasks "
                          "(one table, side by side)")
+    ev.add_argument("--greedy", action="store_true",
+                    help="with --env BugFix-v1: take each token the call grammar allows at its highest probability "
+                         "instead of sampling (the same grammar, no other rule)")
     ev.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
 
 

@@ -154,8 +154,10 @@ def cmd_train_v1(argv: Sequence[str]) -> int:
 
 
 def _summary(result: Any) -> str:
-    rows = [("base agent", result.base), (f"trained ({result.algo}, iteration {result.kept_iteration})",
-                                          result.trained)]
+    trained = f"trained ({result.algo}, iteration {result.kept_iteration})"
+    rows = [("base agent", result.base), (trained, result.trained)]
+    if result.base_greedy is not None and result.trained_greedy is not None:
+        rows += [("base agent, greedy", result.base_greedy), (f"{trained}, greedy", result.trained_greedy)]
     lines = [f"{result.iterations} iterations, {result.env_steps} env steps in {result.train_s / 60:.1f} min; "
              f"test split, {result.trained['episodes']} one-bug tasks:",
              f"  {'':<32} {'pass rate':>9} {'calls':>6} {'test calls':>10}"]
