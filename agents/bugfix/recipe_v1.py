@@ -93,7 +93,8 @@ class RepairRecipeV1:
         """What the recipe sets of algorithm ``algo``, over its preset: the batch, the learning rate and the longest
         call (every algorithm), the passes, minibatches and entropy bonus (a TokenPPO preset that leaves them to its
         class), a nonzero ``kl_coef`` (it replaces the preset's), and Dr. GRPO's ``L_max`` (the turn budget times the
-        longest call); the estimator, the loss, its clip range and, at ``kl_coef`` 0, any KL are the preset's. The same for every name, so the algorithms compare at one budget."""
+        longest call); the estimator, the loss, its clip range and, at ``kl_coef`` 0, any KL are the preset's. The
+        same for every name, so the algorithms compare at one budget."""
         from agents.algorithms.ppo import TokenPPO
         from agents.algorithms.presets import get_preset
 

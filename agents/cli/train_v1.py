@@ -21,7 +21,8 @@ from agents.cli.flags import (NON_NEGATIVE_FLOAT, NON_NEGATIVE_INT, POSITIVE_FLO
 
 V1_ENV = "BugFix-v1"
 _NUMBERS = {int: POSITIVE_INT, float: POSITIVE_FLOAT}
-_ZERO_OK = {"ent_coef": NON_NEGATIVE_FLOAT, "kl_coef": NON_NEGATIVE_FLOAT, "seed": NON_NEGATIVE_INT, "base_seed": NON_NEGATIVE_INT}
+_ZERO_OK = {"ent_coef": NON_NEGATIVE_FLOAT, "kl_coef": NON_NEGATIVE_FLOAT, "seed": NON_NEGATIVE_INT,
+            "base_seed": NON_NEGATIVE_INT}
 
 
 def wants_v1(argv: Sequence[str]) -> bool:
