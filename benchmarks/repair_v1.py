@@ -29,9 +29,10 @@ PACKS = (ROOT / "examples" / "real_bugs_v1.json", ROOT / "examples" / "task_pack
 T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
 
 
-def train(seeds: Sequence[int], algo: str, extra: Sequence[str]) -> None:
+def train(seeds: Sequence[int], algo: str, extra: Sequence[str], name: str | None = None) -> None:
+    """Each seed of ``algo`` (with the flags ``extra``) under ``runs/repair_v1/<name or algo>/seed-S``."""
     for seed in seeds:
-        out = OUT / algo / f"seed-{seed}"
+        out = OUT / (name or algo) / f"seed-{seed}"
         if (out / "results.json").exists():
             print(f"{out}: done", flush=True)
             continue
@@ -88,7 +89,9 @@ def report(algos: Sequence[str]) -> None:
                      + " | ".join("-" for _ in packs) + " | - |")
     curves: dict[str, list[dict[str, float]]] = {kind: [s["pass_after_test_calls"]] for kind, s in baselines.items()}
     for algo, results in runs.items():
-        for who in ("base", "trained"):
+        for who in ("base", "trained", "base_greedy", "trained_greedy"):
+            if not all(r.get(who) for r in results):  # greedy: runs from before it was evaluated have none
+                continue
             rows = [r[who] for r in results]
             extra = {"two": [], **{name: [] for name in packs}}
             if who == "trained":
@@ -99,7 +102,8 @@ def report(algos: Sequence[str]) -> None:
                         extra[name].append(evaluate_v1(model, pack_tasks, 8, seed=r["seed"])["pass_rate"])
             k = {n: interval([row["pass_after_test_calls"][str(n)] for row in rows]) for n in (1, 2, 3)}
             seeds = f"{len(rows)} seed{'s' if len(rows) > 1 else ''}"
-            name = f"{algo} (kept weights, {seeds})" if who == "trained" else f"base agent ({algo}'s runs, {seeds})"
+            name = (f"{algo} (kept weights, {seeds})" if who.startswith("trained") else
+                    f"base agent ({algo}'s runs, {seeds})") + (", greedy" if who.endswith("greedy") else "")
             lines.append(f"| {name} | {len(rows)} | {interval([row['pass_rate'] for row in rows])} | "
                          f"{statistics.mean(row['mean_calls'] for row in rows):.2f} | "
                          f"{statistics.mean(row['mean_test_calls'] for row in rows):.2f} | "
@@ -208,12 +212,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("what", choices=("train", "report", "analyse"))
     p.add_argument("--model", type=Path, help="with analyse: a kept model (runs/repair_v1/ppo/seed-0/tokenppo.zip)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--algos", default="ppo", help="comma-separated --algo names")
+    p.add_argument("--algos", default="ppo", help="comma-separated --algo names (report: run folder names)")
+    p.add_argument("--name", help="with train and one --algos name: the run folder's name under runs/repair_v1 "
+                                  "(default the algorithm's), for runs with other flags after --")
     args = p.parse_args(argv)
     algos = [a for a in args.algos.split(",") if a]
+    if args.name is not None and (args.what != "train" or len(algos) != 1):
+        p.error("--name goes with train and one --algos name")
     if args.what == "train":
         for algo in algos:
-            train(args.seeds, algo, extra)
+            train(args.seeds, algo, extra, args.name)
     elif args.what == "analyse":
         if args.model is None:
             p.error("analyse needs --model")
