@@ -192,3 +192,34 @@ def test_one_tiny_run_leaves_a_model_and_results_and_eval_reads_them(tmp_path, m
         greedy.append(json.loads(capsys.readouterr().out))
     assert greedy[0]["decoding"] == "legal-call grammar, greedy"
     assert greedy[0]["pass_rate"] == greedy[1]["pass_rate"] and greedy[0]["mean_calls"] == greedy[1]["mean_calls"]
+
+
+@pytest.mark.heavy
+def test_an_interrupt_during_training_keeps_validations_best_and_still_evaluates(tmp_path, monkeypatch):
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    from agents.bugfix.repair_v1 import train_repair
+
+    class InterruptAt(BaseCallback):
+        def __init__(self, iteration: int):
+            super().__init__(0)
+            self.at, self.done = iteration, 0
+
+        def _on_rollout_end(self) -> None:
+            self.done += 1
+            if self.done == self.at:
+                raise KeyboardInterrupt
+
+        def _on_step(self) -> bool:
+            return True
+
+    monkeypatch.setenv("BUGFIX_GYM_CACHE", str(tmp_path))
+    recipe = with_changes(RepairRecipeV1(), d_model=16, n_layer=1, d_ff=32, base_demonstrations=2, base_steps=1,
+                          iterations=50, n_episodes=2, n_envs=2, validation_every=1, validation_tasks=1,
+                          eval_tasks=1)
+    model, result = train_repair(recipe, seed=0, verbose=0, callbacks=[InterruptAt(3)])
+    assert result.interrupted and 1 <= result.iterations < 50
+    assert [it for it, _ in result.validation] == list(range(len(result.validation)))  # validated every iteration
+    best = max(rate for _, rate in result.validation)
+    assert result.kept_iteration == next(it for it, rate in result.validation if rate == best)  # the earliest best
+    assert result.trained["episodes"] == len(split_problems("test")) and result.trained_greedy is not None

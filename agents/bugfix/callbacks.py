@@ -105,6 +105,14 @@ class KeepBest(BaseCallback):
         elif self._best is not None:
             self._best.restore()
 
+    def restore_best(self) -> bool:
+        """Load the best weights validated so far into the policy (e.g. after an interrupted ``learn``, which
+        does not reach ``_on_training_end``); False when nothing was validated yet."""
+        if self._best is None:
+            return False
+        self._best.restore()
+        return True
+
     def _load_average(self) -> None:
         n = max(1, math.ceil(self.average_last * len(self._evaluated)))  # type: ignore[operator]
         states, self._evaluated = [w.params for w in self._evaluated[-n:]], []

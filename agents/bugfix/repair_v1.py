@@ -103,6 +103,7 @@ class RepairResult:
     curve: list[dict[str, Any]]
     base_greedy: dict[str, Any] | None = None
     trained_greedy: dict[str, Any] | None = None
+    interrupted: bool = False
 
 
 def train_repair(recipe: RepairRecipeV1, algo: str = "ppo", seed: int = 0, *, verbose: int = 1,
@@ -129,7 +130,17 @@ def train_repair(recipe: RepairRecipeV1, algo: str = "ppo", seed: int = 0, *, ve
                     verbose=int(verbose >= 1), evaluate=evaluate_v1)
     stop = StopAfterMinutes(recipe.minutes, recipe.iterations)
     started = time.perf_counter()
-    model.learn(10**12, callback=[stop, keep, *callbacks])
+    interrupted = False
+    try:
+        model.learn(10**12, callback=[stop, keep, *callbacks])
+    except KeyboardInterrupt:  # keep what validation kept so far (else the base agent), and evaluate it
+        interrupted = True
+        if not keep.restore_best():
+            base_weights.restore()
+            keep.best_iteration = 0
+        if verbose:
+            print(f"\ninterrupted: keeping iteration {keep.best_iteration}'s weights (validation's best so far) "
+                  "and evaluating them on the test split; Ctrl-C again stops without saving", flush=True)
     train_s = time.perf_counter() - started
     test_tasks = tasks_per_function("test", recipe.eval_tasks, 1, seed=0)
     trained = evaluate_v1(model, test_tasks, 1, seed=seed, env_kwargs=env_kwargs)
@@ -142,5 +153,5 @@ def train_repair(recipe: RepairRecipeV1, algo: str = "ppo", seed: int = 0, *, ve
     curve = [dict(iteration=d["iteration"], num_timesteps=d.get("num_timesteps"),
                   pass_rate=d.get("rollout", {}).get("reward")) for d in model.diagnostics]
     result = RepairResult(algo, seed, model.iteration, model.num_timesteps, train_s, keep.best_iteration,
-                          keep.history, base, trained, curve, base_greedy, trained_greedy)
+                          keep.history, base, trained, curve, base_greedy, trained_greedy, interrupted)
     return model, result

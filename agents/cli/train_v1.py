@@ -142,13 +142,16 @@ def cmd_train_v1(argv: Sequence[str]) -> int:
     try:
         model, result = train_repair(recipe, args.algo, args.seed, verbose=1 if args.no_progress else 2)
     except KeyboardInterrupt:
-        print(f"\nbugfix-gym: interrupted; nothing kept in {out} (a v1 run does not resume yet)", file=sys.stderr)
+        print(f"\nbugfix-gym: interrupted while setting up or evaluating; nothing kept in {out} (a v1 run does not "
+              "resume yet; an interrupt during training keeps validation's best weights)", file=sys.stderr)
         return 130
     model.save(out / MODEL_FILE)
     results = dict(dataclasses.asdict(result), total_s=time.perf_counter() - started, settings=settings)
     write_run_file(out / "results.json", json.dumps(_jsonable(results), indent=1))
     _plot(result, out / "learning_curve.png", f"{args.algo} on BugFix-v1, seed {args.seed}")
     print(_summary(result))
+    if result.interrupted:
+        print("(training was interrupted: these are the weights validation kept before the interrupt)")
     print(f"\nsaved {out / MODEL_FILE} and {out / 'results.json'}  (total {results['total_s'] / 60:.1f} min)")
     print(f"evaluate again with: {program()} eval {out / MODEL_FILE} --env BugFix-v1 --split test --json")
     return 0
