@@ -223,3 +223,30 @@ def test_an_interrupt_during_training_keeps_validations_best_and_still_evaluates
     best = max(rate for _, rate in result.validation)
     assert result.kept_iteration == next(it for it, rate in result.validation if rate == best)  # the earliest best
     assert result.trained["episodes"] == len(split_problems("test")) and result.trained_greedy is not None
+
+
+def test_cloning_reports_each_step_and_the_checkpoint_benchmark_rejects_bad_flags(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("BUGFIX_GYM_CACHE", str(tmp_path))
+    tok = ByteTokenizer()
+    cfg = bav1.BaseAgentV1Config(demonstrations=1, steps=3, batch_size=1)
+    seen: list[tuple[int, float]] = []
+    agent = bav1.make_base_agent_v1(tok, TINY, 0, cfg, 40, on_step=lambda step, model, loss: seen.append(
+        (step, loss)))
+    assert [step for step, _ in seen] == [1, 2, 3] and all(loss > 0 for _, loss in seen)
+    plain = bav1.make_base_agent_v1(tok, TINY, 0, cfg, 40)  # the callback changes nothing
+    assert all(torch.equal(a, b) for a, b in zip(agent.state_dict().values(), plain.state_dict().values()))
+    bench = _benchmark("base_agent_v1")
+    with pytest.raises(SystemExit):
+        bench.main(["--steps", "0"])
+    assert "--steps" in capsys.readouterr().err
+
+
+def _benchmark(name: str):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -19,7 +19,7 @@ import random
 import sys
 import warnings
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
@@ -144,17 +144,19 @@ def cached_demonstrations(tok: TokenizerLike, cfg: BaseAgentV1Config, max_len: i
 
 def make_base_agent_v1(tok: TokenizerLike, model_config: TinyAgentConfig, seed: int, cfg: BaseAgentV1Config,
                        max_call_tokens: int,
-                       progress: Progress | None = None) -> TinyAgent:
+                       progress: Progress | None = None,
+                       on_step: Callable[[int, TinyAgent, float], None] | None = None) -> TinyAgent:
     """TinyAgent (``model_config``) behaviour-cloned on :func:`demonstrations`: ``cfg.steps`` Adam steps on random
     minibatches of the cross-entropy of the debugger's call tokens. Seeded: the same call returns the same
-    weights under the same torch thread count."""
+    weights under the same torch thread count. ``on_step(step, model, loss)`` is called after each step (from 1),
+    e.g. to evaluate checkpoints."""
     data = cached_demonstrations(tok, cfg, model_config.max_len, max_call_tokens, progress)
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     lengths = (data["owner"] > 0).sum(1)  # [N]
     model = TinyAgent(model_config)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
-    for _ in (progress or _quiet)(cfg.steps, "behaviour cloning"):
+    for step in (progress or _quiet)(cfg.steps, "behaviour cloning"):
         idx = torch.randint(len(lengths), (cfg.batch_size,), generator=gen)  # [b]
         T = int(lengths[idx].max())  # trim the shared right padding
         logp = sequence_log_probs(model, data["ids"][idx, :T])  # [b, T-1]
@@ -162,6 +164,8 @@ def make_base_agent_v1(tok: TokenizerLike, model_config: TinyAgentConfig, seed: 
         opt.zero_grad()
         loss.backward()
         opt.step()
+        if on_step is not None:
+            on_step(step + 1, model, float(loss.detach()))
     return model
 
 
