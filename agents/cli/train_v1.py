@@ -110,8 +110,12 @@ def settings_of(args: argparse.Namespace) -> dict[str, Any]:
     """``run.json``: the env, the algorithm, the seed, the decoding, the whole recipe and every setting of the
     algorithm (``ppo``: its class's defaults, its preset's, then the recipe's batch, learning rate and passes)."""
     recipe = recipe_from(args)
+    try:
+        trained = recipe.trained_settings(args.algo)
+    except ValueError as e:  # a recipe setting the algorithm cannot take (kl_coef without a reference policy)
+        raise usage_error("train", str(e)) from None
     return dict(env=V1_ENV, algo=args.algo, seed=args.seed, decoding="legal-call grammar", foresight=None,
-                call_mask="legal_calls", recipe=dataclasses.asdict(recipe), ppo=recipe.trained_settings(args.algo))
+                call_mask="legal_calls", recipe=dataclasses.asdict(recipe), ppo=trained)
 
 
 def cmd_train_v1(argv: Sequence[str]) -> int:
