@@ -156,7 +156,8 @@ def test_the_demonstrations_cache_does_not_depend_on_how_they_are_cloned(tmp_pat
 
 @pytest.mark.parametrize("argv, says", [
     (["--minutes", "0"], "--minutes"), (["--tokenizer", "words"], "--tokenizer"), (["--bugs", "3"], "bugs"),
-    (["--foresight", "0.5"], "unrecognized"), (["--algo", "nope"], "--algo")])
+    (["--foresight", "0.5"], "unrecognized"), (["--algo", "nope"], "--algo"),
+    (["--kl-coef", "0.1", "--algo", "reinforce"], "reference policy")])
 def test_a_bad_v1_train_flag_is_one_line(argv, says, capsys):
     assert main(["train", "--env", "BugFix-v1", *argv]) == 2
     err = capsys.readouterr().err.strip()
@@ -226,6 +227,8 @@ def test_an_interrupt_during_training_keeps_validations_best_and_still_evaluates
 
 
 def test_cloning_reports_each_step_and_the_checkpoint_benchmark_rejects_bad_flags(tmp_path, monkeypatch, capsys):
+    from tests.test_benchmarks import _load
+
     monkeypatch.setenv("BUGFIX_GYM_CACHE", str(tmp_path))
     tok = ByteTokenizer()
     cfg = bav1.BaseAgentV1Config(demonstrations=1, steps=3, batch_size=1)
@@ -235,18 +238,6 @@ def test_cloning_reports_each_step_and_the_checkpoint_benchmark_rejects_bad_flag
     assert [step for step, _ in seen] == [1, 2, 3] and all(loss > 0 for _, loss in seen)
     plain = bav1.make_base_agent_v1(tok, TINY, 0, cfg, 40)  # the callback changes nothing
     assert all(torch.equal(a, b) for a, b in zip(agent.state_dict().values(), plain.state_dict().values()))
-    bench = _benchmark("base_agent_v1")
     with pytest.raises(SystemExit):
-        bench.main(["--steps", "0"])
+        _load("base_agent_v1").main(["--steps", "0"])
     assert "--steps" in capsys.readouterr().err
-
-
-def _benchmark(name: str):
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module

@@ -133,13 +133,14 @@ def train_repair(recipe: RepairRecipeV1, algo: str = "ppo", seed: int = 0, *, ve
     interrupted = False
     try:
         model.learn(10**12, callback=[stop, keep, *callbacks])
+        kept_iteration = keep.best_iteration
     except KeyboardInterrupt:  # keep what validation kept so far (else the base agent), and evaluate it
         interrupted = True
-        if not keep.restore_best():
+        kept_iteration = keep.best_iteration if keep.restore_best() else 0
+        if kept_iteration == 0:
             base_weights.restore()
-            keep.best_iteration = 0
         if verbose:
-            print(f"\ninterrupted: keeping iteration {keep.best_iteration}'s weights (validation's best so far) "
+            print(f"\ninterrupted: keeping iteration {kept_iteration}'s weights (validation's best so far) "
                   "and evaluating them on the test split; Ctrl-C again stops without saving", flush=True)
     train_s = time.perf_counter() - started
     test_tasks = tasks_per_function("test", recipe.eval_tasks, 1, seed=0)
@@ -152,6 +153,6 @@ def train_repair(recipe: RepairRecipeV1, algo: str = "ppo", seed: int = 0, *, ve
     kept.restore()
     curve = [dict(iteration=d["iteration"], num_timesteps=d.get("num_timesteps"),
                   pass_rate=d.get("rollout", {}).get("reward")) for d in model.diagnostics]
-    result = RepairResult(algo, seed, model.iteration, model.num_timesteps, train_s, keep.best_iteration,
+    result = RepairResult(algo, seed, model.iteration, model.num_timesteps, train_s, kept_iteration,
                           keep.history, base, trained, curve, base_greedy, trained_greedy, interrupted)
     return model, result
