@@ -81,6 +81,50 @@ def test_the_base_agent_clones_the_debugger_and_is_cached(tmp_path, monkeypatch)
     assert all(torch.equal(a, b) for a, b in zip(agent.state_dict().values(), retrained.state_dict().values()))
 
 
+class _Replay(torch.nn.Module):
+    """A "model" whose logits put all mass on the episode's own next token, except at ``wrong`` positions."""
+
+    def __init__(self, ids: torch.Tensor, vocab: int, wrong: set[int] = frozenset()):
+        super().__init__()
+        self.ids, self.vocab, self.wrong = ids, vocab, wrong
+
+    def forward(self, ids):
+        logits = torch.zeros(1, len(self.ids), self.vocab)
+        for t in range(len(self.ids) - 1):
+            target = int(self.ids[t + 1])
+            logits[0, t, (target + 1) % self.vocab if t in self.wrong else target] = 30.0
+        return logits, torch.zeros(1, len(self.ids))
+
+
+def test_imitation_scores_read_each_call_and_its_site_off_the_argmax():
+    tok = ByteTokenizer()
+    env = BugFixEnvV1(split="train", bugs=1, max_turns=12)
+    traj = bav1.debugger_episode(env, bav1.demonstration_tasks(1, seed=0)[0], tok, max_len=4096, max_call_tokens=40)
+    calls = traj.info["actions"]
+    edits = [c for c in calls if c.startswith(("edit ", "delete "))]
+    assert edits, "the debugger edits in this episode"
+    perfect = bav1.imitation_scores(_Replay(traj.ids, tok.vocab_size), [traj], tok)
+    assert perfect["nll"] < 1e-6 and perfect["call_accuracy"] == perfect["site_accuracy"] == 1.0
+    assert perfect["first_edit_accuracy"] == 1.0 and (perfect["calls"], perfect["edits"]) == (len(calls), len(edits))
+    # wrong on the last token of every call's site ("edit L.K" / "delete L"): every edit's site is missed, and so
+    # is each edit call, while the other calls stay right
+    owner, wrong, t = traj.owner.tolist(), set(), 0
+    while t < len(owner):
+        if owner[t] == 2:
+            end = t
+            while owner[end] == 2:
+                end += 1
+            text = tok.decode(traj.ids[t:end].tolist())
+            if text.startswith(("edit ", "delete ")):
+                wrong.add(t - 1 + len(" ".join(text.split()[:2])) - 1)  # the position predicting the site's last byte
+            t = end
+        t += 1
+    missed = bav1.imitation_scores(_Replay(traj.ids, tok.vocab_size, wrong), [traj], tok)
+    assert missed["site_accuracy"] == missed["first_edit_accuracy"] == 0.0
+    assert missed["call_accuracy"] == pytest.approx((len(calls) - len(edits)) / len(calls))
+    assert missed["nll"] == pytest.approx(30.0 * len(wrong) / float(traj.policy_mask.sum()), rel=1e-3)
+
+
 def _cloning_nll(model, data) -> float:
     from agents.algorithms.losses import masked_mean
     from agents.model.tinyagent import sequence_log_probs
@@ -238,6 +282,8 @@ def test_cloning_reports_each_step_and_the_checkpoint_benchmark_rejects_bad_flag
     assert [step for step, _ in seen] == [1, 2, 3] and all(loss > 0 for _, loss in seen)
     plain = bav1.make_base_agent_v1(tok, TINY, 0, cfg, 40)  # the callback changes nothing
     assert all(torch.equal(a, b) for a, b in zip(agent.state_dict().values(), plain.state_dict().values()))
-    with pytest.raises(SystemExit):
-        _load("base_agent_v1").main(["--steps", "0"])
-    assert "--steps" in capsys.readouterr().err
+    for bad, says in ((["--steps", "0"], "--steps"), (["--d-model", "0"], "model sizes"),
+                      (["--n-head", "5"], "divisible")):
+        with pytest.raises(SystemExit):
+            _load("base_agent_v1").main(bad)
+        assert says in capsys.readouterr().err

@@ -169,6 +169,56 @@ def make_base_agent_v1(tok: TokenizerLike, model_config: TinyAgentConfig, seed: 
     return model
 
 
+def imitation_scores(model: TinyAgent, episodes: Sequence[Trajectory], tok: TokenizerLike) -> dict[str, float]:
+    """How well ``model`` predicts the debugger's calls in ``episodes`` (e.g. played on held-out functions), each
+    call's tokens read with the debugger's own play before them (teacher forcing; argmax over the whole vocabulary,
+    so a correct argmax is also the grammar's choice):
+
+    * ``nll``: mean negative log-likelihood per call token;
+    * ``call_accuracy``: share of calls with every token the argmax;
+    * ``site_accuracy``: over the ``edit`` and ``delete`` calls, share whose tokens up to the end of the site
+      (``edit L.K`` / ``delete L``) are the argmax: did it pick the line and expression the debugger picked;
+    * ``first_edit_accuracy``: the same for each episode's first edit or delete call.
+    """
+    nll, tokens, calls, right, sites, sites_right, firsts, firsts_right = 0.0, 0, 0, 0, 0, 0, 0, 0
+    for ep in episodes:
+        with torch.no_grad():
+            logits, _ = model(ep.ids[None])  # [1, T, V] (no dropout: train and eval modes agree)
+        logp = torch.log_softmax(logits[0, :-1].float(), dim=-1)  # [T-1, V]: logp[t] predicts ids[t+1]
+        hit = logp.argmax(-1) == ep.ids[1:]  # [T-1]
+        target_logp = logp.gather(-1, ep.ids[1:, None]).squeeze(-1)  # [T-1]
+        owner = ep.owner.tolist()
+        t, first = 1, True
+        while t < len(owner):
+            if owner[t] != OWNER_POLICY:
+                t += 1
+                continue
+            end = t
+            while end < len(owner) and owner[end] == OWNER_POLICY:
+                end += 1
+            ids = ep.ids[t:end].tolist()
+            ok = hit[t - 1:end - 1].tolist()
+            nll -= float(target_logp[t - 1:end - 1].sum())
+            tokens += end - t
+            calls += 1
+            right += all(ok)
+            text = tok.decode(ids)
+            if text.startswith(("edit ", "delete ")):
+                # a token belongs to the site when fewer than two words precede it
+                site = [k for k in range(len(ids)) if tok.decode(ids[:k]).count(" ") < 2]
+                site_ok = all(ok[k] for k in site)
+                sites += 1
+                sites_right += site_ok
+                if first:
+                    firsts += 1
+                    firsts_right += site_ok
+                    first = False
+            t = end
+    return dict(nll=nll / max(tokens, 1), call_accuracy=right / max(calls, 1),
+                site_accuracy=sites_right / max(sites, 1), first_edit_accuracy=firsts_right / max(firsts, 1),
+                calls=calls, edits=sites)
+
+
 def _quiet(n: int, what: str) -> Iterable[int]:
     return range(n)
 
@@ -230,4 +280,4 @@ def cached_path(tok: TokenizerLike, model_config: TinyAgentConfig, seed: int, cf
 
 
 __all__: Sequence[str] = ("BaseAgentV1Config", "cached_base_agent_v1", "debugger_episode", "demonstration_tasks",
-                          "demonstrations", "make_base_agent_v1")
+                          "demonstrations", "imitation_scores", "make_base_agent_v1")
