@@ -3,7 +3,9 @@ held-out split.
 
     python benchmarks/base_agent_v1.py --demonstrations 1000 --steps 400 800
     python benchmarks/base_agent_v1.py --demonstrations 4000 --steps 400 800 1200
-    python benchmarks/base_agent_v1.py --demonstrations 4000 --steps 400 --d-model 192 --n-layer 4 --d-ff 576
+    python benchmarks/base_agent_v1.py --demonstrations 4000 --steps 300 600 \
+        --d-model 192 --n-layer 4 --n-head 6 --d-ff 576
+    python benchmarks/base_agent_v1.py --demonstrations 4000 --steps 400 --weight-decay 0.1 --cosine
 
 Runs the base agent's cloning loop (:func:`agents.bugfix.base_agent_v1.make_base_agent_v1`, the recipe's settings
 but the flags) once up to the largest ``--steps``, and at each of them, with the weights so far:
@@ -38,6 +40,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for size in ("d_model", "n_layer", "n_head", "d_ff"):
         p.add_argument(f"--{size.replace('_', '-')}", type=int, default=None, help=f"TinyAgent's {size} "
                        "(default: the recipe's)")
+    p.add_argument("--weight-decay", type=float, default=None, help="AdamW's weight decay (default: the recipe's)")
+    p.add_argument("--cosine", action="store_true", help="decay the learning rate to 0 over the largest --steps "
+                   "(earlier checkpoints are then mid-schedule)")
     p.add_argument("--name", default=None, help="the output's name under runs/base_agent_v1/")
     args = p.parse_args(argv)
     sizes = {k: getattr(args, k) for k in ("d_model", "n_layer", "n_head", "d_ff") if getattr(args, k) is not None}
@@ -59,14 +64,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     torch.set_num_threads(1)
     recipe = RepairRecipeV1()
-    if args.demonstrations is not None:
-        recipe = with_changes(recipe, base_demonstrations=args.demonstrations)
+    cloning = dict(base_demonstrations=args.demonstrations, base_weight_decay=args.weight_decay,
+                   base_cosine=args.cosine or None)
     try:
-        recipe = with_changes(recipe, **sizes)
+        recipe = with_changes(recipe, **sizes, **{k: v for k, v in cloning.items() if v is not None})
         config = TinyAgentConfig(vocab_size=v1_tokenizer(recipe.tokenizer).vocab_size, **recipe.model_sizes())
         TinyAgent(config)
-    except (ValueError, AssertionError) as e:
-        p.error(f"bad model sizes {sizes}: {e}")
+    except ValueError as e:
+        p.error(f"bad model sizes or cloning settings ({e})")
     checkpoints = sorted(set(args.steps or [recipe.base.steps]))
     cfg = with_changes(recipe, base_steps=checkpoints[-1]).base
     tok = v1_tokenizer(recipe.tokenizer)
@@ -96,6 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         greedy = evaluate_v1(algo, heldout, 1, seed=0, env_kwargs=env_kwargs, greedy=True)["pass_rate"]
         imitation = bav1.imitation_scores(model, debugger_play, tok)
         record = dict(demonstrations=cfg.demonstrations, steps=step, sizes=recipe.model_sizes(),
+                      weight_decay=cfg.weight_decay, cosine=cfg.cosine,
                       parameters=sum(p.numel() for p in model.parameters()), loss_last_50=statistics.mean(losses[-50:]),
                       heldout_sampled=sampled, heldout_sampled_mean=statistics.mean(sampled), heldout_greedy=greedy,
                       episodes=len(heldout), heldout_imitation=imitation, cloning_min=clone_s[0] / 60)

@@ -283,7 +283,7 @@ def test_cloning_reports_each_step_and_the_checkpoint_benchmark_rejects_bad_flag
     plain = bav1.make_base_agent_v1(tok, TINY, 0, cfg, 40)  # the callback changes nothing
     assert all(torch.equal(a, b) for a, b in zip(agent.state_dict().values(), plain.state_dict().values()))
     for bad, says in ((["--steps", "0"], "--steps"), (["--d-model", "0"], "model sizes"),
-                      (["--n-head", "5"], "divisible")):
+                      (["--weight-decay", "-1"], "weight_decay"), (["--n-head", "5"], "divisible")):
         with pytest.raises(SystemExit):
             _load("base_agent_v1").main(bad)
         assert says in capsys.readouterr().err

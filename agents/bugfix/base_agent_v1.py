@@ -48,7 +48,9 @@ class BaseAgentV1Config:
     :param max_turns: the turn budget of the demonstrations' env (that of training and evaluation)
     :param steps: Adam steps of cross-entropy on the debugger's call tokens
     :param batch_size: episodes per step
-    :param lr: Adam learning rate
+    :param lr: Adam learning rate (the peak one with ``cosine``)
+    :param weight_decay: AdamW's decoupled weight decay (0: plain Adam)
+    :param cosine: decay the learning rate to 0 over ``steps`` on a half cosine (False: constant)
     """
 
     demonstrations: int = 1000
@@ -56,6 +58,14 @@ class BaseAgentV1Config:
     steps: int = 400
     batch_size: int = 16
     lr: float = 1e-3
+    weight_decay: float = 0.0
+    cosine: bool = False
+
+    def __post_init__(self) -> None:
+        if self.demonstrations < 1 or self.steps < 1 or self.batch_size < 1 or self.max_turns < 1:
+            raise ValueError("demonstrations, steps, batch_size and max_turns must be at least 1")
+        if not self.lr > 0 or self.weight_decay < 0:
+            raise ValueError(f"lr must be positive and weight_decay non-negative, got {self.lr}, {self.weight_decay}")
 
 
 def demonstration_tasks(n: int, seed: int) -> list[RepairTask]:
@@ -155,7 +165,9 @@ def make_base_agent_v1(tok: TokenizerLike, model_config: TinyAgentConfig, seed: 
     gen = torch.Generator().manual_seed(seed)
     lengths = (data["owner"] > 0).sum(1)  # [N]
     model = TinyAgent(model_config)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    opt: torch.optim.Optimizer = (torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+                                  if cfg.weight_decay else torch.optim.Adam(model.parameters(), lr=cfg.lr))
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(opt, cfg.steps) if cfg.cosine else None
     for step in (progress or _quiet)(cfg.steps, "behaviour cloning"):
         idx = torch.randint(len(lengths), (cfg.batch_size,), generator=gen)  # [b]
         T = int(lengths[idx].max())  # trim the shared right padding
@@ -164,6 +176,8 @@ def make_base_agent_v1(tok: TokenizerLike, model_config: TinyAgentConfig, seed: 
         opt.zero_grad()
         loss.backward()
         opt.step()
+        if schedule is not None:
+            schedule.step()
         if on_step is not None:
             on_step(step + 1, model, float(loss.detach()))
     return model
