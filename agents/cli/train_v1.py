@@ -22,7 +22,7 @@ from agents.cli.flags import (NON_NEGATIVE_FLOAT, NON_NEGATIVE_INT, POSITIVE_FLO
 V1_ENV = "BugFix-v1"
 _NUMBERS = {int: POSITIVE_INT, float: POSITIVE_FLOAT}
 _ZERO_OK = {"ent_coef": NON_NEGATIVE_FLOAT, "kl_coef": NON_NEGATIVE_FLOAT, "seed": NON_NEGATIVE_INT,
-            "base_seed": NON_NEGATIVE_INT}
+            "base_seed": NON_NEGATIVE_INT, "base_weight_decay": NON_NEGATIVE_FLOAT}
 
 
 def wants_v1(argv: Sequence[str]) -> bool:
@@ -83,11 +83,13 @@ def _field_docs(cls: type) -> dict[str, str]:
 
 
 def _add_field(p: argparse.ArgumentParser, name: str, kind: Any, default: Any, text: str) -> None:
-    kind = {"int": int, "float": float, "str": str}.get(kind, kind) if isinstance(kind, str) else kind
+    kind = {"int": int, "float": float, "str": str, "bool": bool}.get(kind, kind) if isinstance(kind, str) else kind
     flag = "--" + name.replace("_", "-")
     if kind is str:
         choices = ("bpe", "byte") if name == "tokenizer" else None
         p.add_argument(flag, choices=choices, default=None, help=f"{text} (default {default})")
+    elif kind is bool:  # --flag / --no-flag
+        p.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=f"{text} (default {default})")
     else:
         p.add_argument(flag, type=_ZERO_OK.get(name, _NUMBERS.get(kind, kind)), default=None,
                        help=f"{text} (default {default})")
