@@ -163,10 +163,13 @@ def test_the_baselines_play_the_same_tasks_and_report_what_the_model_reports():
 def test_the_recipe_is_one_dataclass_and_its_flags_are_its_fields(capsys):
     assert wants_v1(["--env", "BugFix-v1"]) and wants_v1(["--env=BugFix-v1"]) and not wants_v1(["--seed", "1"])
     assert main(["train", "--env", "BugFix-v1", "--print-config", "--base-steps", "7", "--minutes", "3.5",
-                 "--algo", "grpo"]) == 0
+                 "--algo", "grpo", "--base-cosine", "--base-weight-decay", "0.1"]) == 0
     printed = json.loads(capsys.readouterr().out)
     recipe = RepairRecipeV1.from_dict(printed["recipe"])
-    assert recipe == with_changes(RepairRecipeV1(), base_steps=7, minutes=3.5)
+    assert recipe == with_changes(RepairRecipeV1(), base_steps=7, minutes=3.5, base_cosine=True,
+                                  base_weight_decay=0.1)
+    assert main(["train", "--env", "BugFix-v1", "--print-config", "--no-base-cosine"]) == 0  # a switch turns off too
+    assert RepairRecipeV1.from_dict(json.loads(capsys.readouterr().out)["recipe"]) == RepairRecipeV1()
     assert (printed["algo"], printed["foresight"], printed["decoding"]) == ("grpo", None, "legal-call grammar")
     assert set(printed["recipe"]) == {f.name for f in dataclasses.fields(RepairRecipeV1)}
 
@@ -201,7 +204,8 @@ def test_the_demonstrations_cache_does_not_depend_on_how_they_are_cloned(tmp_pat
 @pytest.mark.parametrize("argv, says", [
     (["--minutes", "0"], "--minutes"), (["--tokenizer", "words"], "--tokenizer"), (["--bugs", "3"], "bugs"),
     (["--foresight", "0.5"], "unrecognized"), (["--algo", "nope"], "--algo"),
-    (["--kl-coef", "0.1", "--algo", "reinforce"], "reference policy")])
+    (["--kl-coef", "0.1", "--algo", "reinforce"], "reference policy"), (["--base-weight-decay", "-1"], ">= 0"),
+    (["--base-cosine", "yes"], "unrecognized")])
 def test_a_bad_v1_train_flag_is_one_line(argv, says, capsys):
     assert main(["train", "--env", "BugFix-v1", *argv]) == 2
     err = capsys.readouterr().err.strip()
