@@ -162,9 +162,17 @@ def make_base_agent_v1(tok: TokenizerLike, model_config: TinyAgentConfig, seed: 
     e.g. to evaluate checkpoints."""
     data = cached_demonstrations(tok, cfg, model_config.max_len, max_call_tokens, progress)
     torch.manual_seed(seed)
+    model = TinyAgent(model_config)
+    return clone(model, data, cfg, seed, progress, on_step)
+
+
+def clone(model: TinyAgent, data: dict[str, torch.Tensor], cfg: BaseAgentV1Config, seed: int,
+          progress: Progress | None = None,
+          on_step: Callable[[int, TinyAgent, float], None] | None = None) -> TinyAgent:
+    """``cfg.steps`` optimiser steps of ``model`` (in place) on the cross-entropy of ``data``'s target tokens
+    (``ids``, ``owner``, ``policy_mask``: rows drawn at random, ``cfg.batch_size`` a step, with ``seed``)."""
     gen = torch.Generator().manual_seed(seed)
     lengths = (data["owner"] > 0).sum(1)  # [N]
-    model = TinyAgent(model_config)
     opt: torch.optim.Optimizer = (torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
                                   if cfg.weight_decay else torch.optim.Adam(model.parameters(), lr=cfg.lr))
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(opt, cfg.steps) if cfg.cosine else None
@@ -239,7 +247,7 @@ def _quiet(n: int, what: str) -> Iterable[int]:
 
 #: what the weights depend on besides the arguments: the recipe's source
 _RECIPE_FUNCTIONS = ("demonstration_tasks", "debugger_episode", "demonstrations", "cached_demonstrations",
-                     "make_base_agent_v1")
+                     "make_base_agent_v1", "clone")
 
 
 def _key(tok: TokenizerLike, what: dict[str, Any], functions: Sequence[str] = _RECIPE_FUNCTIONS) -> str:
@@ -294,4 +302,4 @@ def cached_path(tok: TokenizerLike, model_config: TinyAgentConfig, seed: int, cf
 
 
 __all__: Sequence[str] = ("BaseAgentV1Config", "cached_base_agent_v1", "debugger_episode", "demonstration_tasks",
-                          "demonstrations", "imitation_scores", "make_base_agent_v1")
+                          "demonstrations", "clone", "imitation_scores", "make_base_agent_v1")
