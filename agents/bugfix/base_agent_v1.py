@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib
 import inspect
 import json
 import random
@@ -246,6 +247,8 @@ def _quiet(n: int, what: str) -> Iterable[int]:
 
 
 #: what the weights depend on besides the arguments: the recipe's source
+_ENV_MODULES = ("bugfix_gym.core.env_v1", "bugfix_gym.core.locate", "bugfix_gym.core.scripted_v1")
+"""The modules whose source the caches' keys include besides the recipe's: the tools' text and the debugger."""
 _RECIPE_FUNCTIONS = ("demonstration_tasks", "debugger_episode", "demonstrations", "cached_demonstrations",
                      "make_base_agent_v1", "clone")
 
@@ -258,6 +261,8 @@ def _key(tok: TokenizerLike, what: dict[str, Any], functions: Sequence[str] = _R
     module = sys.modules[__name__]
     for name in functions:
         h.update(inspect.getsource(getattr(module, name)).encode())
+    for env_module in _ENV_MODULES:  # what the debugger does and what the tools print
+        h.update(inspect.getsource(importlib.import_module(env_module)).encode())
     return h.hexdigest()[:16]
 
 

@@ -218,10 +218,10 @@ class BugFixEnvV1(gym.Env):
         return obs, 0.0
 
     def _locate(self, call: ParsedCall) -> tuple[str, float]:
-        """``locate``: Ochiai over the visible tests' line coverage, the top lines with their scores."""
+        """``locate``: Ochiai over the visible tests' line coverage, the top lines with their scores and sites."""
         report = self._visible(coverage=True)
         coverage = report.coverage or tuple(frozenset() for _ in report.per_case)
-        return locate_text(report.per_case, coverage, report.first_failure), 0.0
+        return locate_text(report.per_case, coverage, report.first_failure, source=self.source), 0.0
 
     def _change(self, call: ParsedCall) -> tuple[str, float]:
         """``edit`` / ``patch`` / ``insert`` / ``delete``: the new source, or EditError (nothing changes)."""

@@ -10,17 +10,31 @@ that runs in the failing cases and rarely in the passing ones is suspicious. Och
 with ``failed(s)`` / ``passed(s)`` the failing / passing cases that ran ``s`` and ``total_failed`` all failing
 cases; 0 when either factor under the root is 0. It is 1 for a line that ran in every failing case and no
 passing one.
+
+After the lines, ``locate`` lists the sites of the lines it shows (most suspicious first, whole lines, while they
+fit in :data:`SITES_CHARS` characters; the first line always): ``L.K`` and the expression's code, so that an
+agent can write ``edit L.K ...`` without numbering a line's expressions itself. Every site of a line with a
+legal edit is listed, whatever the bug: the list says where an edit can go, not which one repairs.
 """
 
 from __future__ import annotations
 
+import ast
 import math
 from typing import Sequence
 
-__all__ = ("TOP_LINES", "locate_text", "ochiai", "ranked")
+from ..edits.sites import analysis, clip_text
+
+__all__ = ("SITES_CHARS", "SITES_MARK", "TOP_LINES", "line_sites", "locate_text", "ochiai", "ranked")
 
 TOP_LINES = 5
 """Lines ``locate`` shows at most."""
+SITES_CHARS = 200
+"""Characters of site lists ``locate`` adds after its lines at most (the first line's sites always)."""
+SITE_CHARS = 16
+"""Characters of one site's code at most (longer code ends ``...``)."""
+SITES_MARK = " . sites : "
+"""What separates ``locate``'s scored lines from its site lists."""
 
 
 def ochiai(per_case: Sequence[bool], coverage: Sequence[frozenset[int]]) -> dict[int, float]:
@@ -50,14 +64,46 @@ def ranked(scores: dict[int, float]) -> list[tuple[int, float]]:
     return sorted(((line, s) for line, s in scores.items() if s > 0), key=lambda item: (-item[1], item[0]))
 
 
+def line_sites(source: str, line: int) -> str:
+    """The sites of ``line`` that have a legal edit, ``L.K code`` joined by `` , `` (``L.0 statement`` for the
+    statement itself); empty when there are none or the source does not parse."""
+    try:
+        found = analysis(source)
+    except SyntaxError:
+        return ""
+    parts = []
+    for (at, k), slot in sorted(found.sites.slots.items()):
+        if at == line and found.legal_at(at, k):
+            code = "statement" if k == 0 else clip_text(ast.unparse(slot.node), SITE_CHARS)
+            parts.append(f"{at}.{k} {code}")
+    return " , ".join(parts)
+
+
+def _sites(source: str, lines: Sequence[int]) -> str:
+    """The site lists of ``lines`` in order, ``;``-separated, whole lines while they fit in :data:`SITES_CHARS`."""
+    out: list[str] = []
+    used = 0
+    for line in lines:
+        text = line_sites(source, line)
+        if not text:
+            continue
+        if out and used + len(text) > SITES_CHARS:
+            break
+        out.append(text)
+        used += len(text)
+    return " ; ".join(out)
+
+
 def locate_text(per_case: Sequence[bool], coverage: Sequence[frozenset[int]], first_failure: str | None,
-                top: int = TOP_LINES) -> str:
-    """What ``locate`` answers: the top lines with their scores, or why there are none.
+                top: int = TOP_LINES, source: str | None = None) -> str:
+    """What ``locate`` answers: the top lines with their scores (and, given ``source``, their sites), or why
+    there are none.
 
     :param per_case: whether each visible case passed
     :param coverage: the lines each visible case ran
     :param first_failure: the first failing case in words (shown when no line can be scored)
     :param top: lines shown at most
+    :param source: the source the cases ran: its shown lines' sites follow :data:`SITES_MARK`
     """
     total_failed = sum(1 for ok in per_case if not ok)
     if not total_failed:
@@ -66,4 +112,6 @@ def locate_text(per_case: Sequence[bool], coverage: Sequence[frozenset[int]], fi
     if not best:
         return f"{total_failed} / {len(per_case)} visible tests fail but ran no line of the function : {first_failure}"
     lines = " , ".join(f"line {line} {score:.2f}" for line, score in best)
-    return f"suspicious lines (Ochiai, {total_failed} / {len(per_case)} visible tests failing) : {lines}"
+    text = f"suspicious lines (Ochiai, {total_failed} / {len(per_case)} visible tests failing) : {lines}"
+    sites = _sites(source, [line for line, _ in best]) if source is not None else ""
+    return text + SITES_MARK + sites if sites else text

@@ -35,6 +35,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from .locate import SITES_MARK
+
 __all__ = ("KINDS_V1", "Episode", "EditSearch", "Legal", "PolicyV1", "brute_force_order", "debugger_order",
            "locate_scores", "make_policy", "mutation_prior", "play_episode", "prior_counts", "tests_passed")
 
@@ -65,10 +67,12 @@ def tests_passed(observation: str) -> bool:
 
 
 def locate_scores(observation: str) -> dict[int, float]:
-    """The ``{line: score}`` a ``locate`` answer prints (empty when it scored no line)."""
+    """The ``{line: score}`` a ``locate`` answer prints (empty when it scored no line; its site lists are not
+    read)."""
     if not observation.startswith("suspicious lines"):
         return {}
-    return {int(line): float(score) for line, score in _LOCATE_LINE.findall(observation)}
+    scored = observation.split(SITES_MARK, 1)[0]
+    return {int(line): float(score) for line, score in _LOCATE_LINE.findall(scored)}
 
 
 # ---------------------------------------------------------------------------------------------- the prior

@@ -196,17 +196,18 @@ class Edit:
             raise EditError(f"not an edit call : {form}")
         line, dot, expr = parts[1].partition(".")
         if not (dot and line.isdigit() and expr.isdigit() and line.isascii() and expr.isascii()):
-            raise EditError(f"the site {_clip(parts[1])} is not L.K (two numbers) : {form}")
+            raise EditError(f"the site {clip_text(parts[1])} is not L.K (two numbers) : {form}")
         if parts[2] not in MUTATIONS:
-            raise EditError(f"unknown mutation {_clip(parts[2])} : one of {' '.join(MUTATIONS)}")
+            raise EditError(f"unknown mutation {clip_text(parts[2])} : one of {' '.join(MUTATIONS)}")
         arg = parts[3] if len(parts) == 4 else None
         if arg is not None and arg not in ARGS:
-            raise EditError(f"unknown argument {_clip(arg)} : a names-table slot nK, an operator, builtin, method or "
+            raise EditError(f"unknown argument {clip_text(arg)} : a names-table slot nK, an operator, builtin, method or "
                             f"constant word, or a position cI")
         return cls(int(line), int(expr), parts[2], arg)
 
 
-def _clip(text: str, limit: int = 24) -> str:
+def clip_text(text: str, limit: int = 24) -> str:
+    """``text`` in ASCII (other characters escaped), cut to ``limit`` characters and ``...``."""
     text = ascii(text)[1:-1]
     return text if len(text) <= limit else text[:limit] + "..."
 
@@ -669,7 +670,7 @@ def is_legal(source: str, edit: Edit) -> bool:
 
 __all__: tuple[str, ...] = (
     "ARGS", "ARG_INDEX", "ARITH_OPS", "ASSIGN_OPS", "BIT_ASSIGN_OPS", "BIT_OPS", "BOOL_OPS", "BUILTIN_WORDS",
-    "COMPARE_OPS", "CONSTANT_WORDS", "Analysis", "Edit", "EditError", "IDENTITY_OPS", "IDENT_WORDS", "MAX_EXPRS",
+    "COMPARE_OPS", "CONSTANT_WORDS", "Analysis", "clip_text", "Edit", "EditError", "IDENTITY_OPS", "IDENT_WORDS", "MAX_EXPRS",
     "MAX_LINES", "MAX_NAMES", "MEMBER_OPS", "METHOD_WORDS", "MUTATIONS", "MUTATION_DOC", "MUTATION_INDEX", "NAME_SLOTS",
     "Names", "OPERATOR_WORDS", "POSITIONS", "SiteTable", "Slot", "WRAP_WORDS", "analysis", "constant_node",
     "edit_list", "is_legal", "legal_edits", "names_line", "names_table", "normalise", "op_node", "op_word",

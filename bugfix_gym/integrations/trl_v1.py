@@ -86,7 +86,7 @@ class BugFixToolEnvV1(ToolEnvCalls):
         """Rank the lines by suspiciousness over the visible tests' line coverage (Ochiai).
 
         Returns:
-            The most suspicious lines with their scores.
+            The most suspicious lines with their scores, then where an edit can go on them (L.K and the code).
         """
         return self._call("locate")
 
