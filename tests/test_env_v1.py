@@ -15,8 +15,9 @@ from gymnasium.utils.env_checker import check_env
 import bugfix_gym
 from bugfix_gym.core.calls_v1 import CALL_INDEX, CALL_KINDS, CallError, parse_call_v1
 from bugfix_gym.core.env_v1 import MAX_TOOL_CHARS, BugFixEnvV1, apply_call, cap
-from bugfix_gym.core.locate import locate_text, ochiai, ranked
-from bugfix_gym.edits.sites import ARGS, MAX_EXPRS, MAX_LINES, MUTATIONS
+from bugfix_gym.core.locate import SITES_CHARS, SITES_MARK, line_sites, locate_text, ochiai, ranked
+from bugfix_gym.core.scripted_v1 import locate_scores
+from bugfix_gym.edits.sites import ARGS, MAX_EXPRS, MAX_LINES, MUTATIONS, legal_edits
 from bugfix_gym.execution.repair_runner import run_repair_tests
 from bugfix_gym.tasks.humaneval import humaneval_problems
 
@@ -130,6 +131,27 @@ def test_ochiai_by_hand():
     assert [line for line, _ in ranked(scores)] == [3, 1, 2]
     assert ochiai((True, True), (frozenset({1}), frozenset({2}))) == {1: 0.0, 2: 0.0}
     assert locate_text((True,), (frozenset({1}),), None).startswith("all 1 visible tests pass")
+
+
+def test_locate_lists_the_sites_with_a_legal_edit_of_its_lines_within_the_budget():
+    source = "def f(a, b):\n    c = [a, 'line 3 0.50']\n    return a * b + len(c)\n"
+    listed = [part.split()[0] for part in line_sites(source, 3).split(" , ")]
+    assert listed == [f"{line}.{k}" for (line, k) in legal_edits(source) if line == 3] and "3.1" in listed
+    per_case, coverage = (False, True), (frozenset({2, 3}), frozenset({2}))
+    text = locate_text(per_case, coverage, None, source=source)
+    scored, sites = text.split(SITES_MARK)
+    assert scored.endswith(": line 3 1.00 , line 2 0.71") and sites.startswith("3.1 a * b + len(c) , ")
+    assert sites == line_sites(source, 3) + " ; " + line_sites(source, 2)  # both fit in SITES_CHARS
+    assert locate_scores(text) == {3: 1.0, 2: 0.71}  # a site's code is never read as a score
+    assert locate_text(per_case, coverage, None) == scored  # no source: no sites
+    long = "def f(x):\n" + "".join(f"    x{i} = x + {i} * x - {i}\n" for i in range(20))
+    many = locate_text((False,), (frozenset(range(2, 22)),), None, source=long).split(SITES_MARK)[1]
+    assert many.startswith(line_sites(long, 2)) and len(many) <= SITES_CHARS + len(" ; ") * 5
+    wide = "def f(x):\n    return [" + ", ".join(f"x + {i}" for i in range(40)) + "]\n"
+    cut = locate_text((False,), (frozenset({2}),), None, source=wide).split(SITES_MARK)[1]
+    assert cut.endswith(" , ...") and line_sites(wide, 2).startswith(cut[:-len(" , ...")])
+    assert len(cut) <= SITES_CHARS + len(" , ...")
+    assert line_sites("def f(:\n", 1) == ""
 
 
 @pytest.mark.parametrize("prefix, line", [("how_many_times~56", 4), ("is_palindrome~9", 3)])

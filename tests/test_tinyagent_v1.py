@@ -21,7 +21,7 @@ from bugfix_gym.core.env_v1 import BugFixEnvV1
 from bugfix_gym.edits.defect_classes import FAMILIES
 
 PACK = "examples/task_pack_v1_example.json"
-TINY = dict(max_len=1024, d_model=16, n_layer=1, n_head=2, d_ff=32)
+TINY = dict(max_len=2048, d_model=16, n_layer=1, n_head=2, d_ff=32)
 
 
 @lru_cache(maxsize=None)

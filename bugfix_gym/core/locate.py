@@ -12,7 +12,7 @@ cases; 0 when either factor under the root is 0. It is 1 for a line that ran in 
 passing one.
 
 After the lines, ``locate`` lists the sites of the lines it shows (most suspicious first, whole lines, while they
-fit in :data:`SITES_CHARS` characters; the first line always): ``L.K`` and the expression's code, so that an
+fit in :data:`SITES_CHARS` characters; the first line always, cut at that length): ``L.K`` and the expression's code, so that an
 agent can write ``edit L.K ...`` without numbering a line's expressions itself. Every site of a line with a
 legal edit is listed, whatever the bug: the list says where an edit can go, not which one repairs.
 """
@@ -30,7 +30,7 @@ __all__ = ("SITES_CHARS", "SITES_MARK", "TOP_LINES", "line_sites", "locate_text"
 TOP_LINES = 5
 """Lines ``locate`` shows at most."""
 SITES_CHARS = 200
-"""Characters of site lists ``locate`` adds after its lines at most (the first line's sites always)."""
+"""Characters of site lists ``locate`` adds after its lines at most (a first line longer than that is cut)."""
 SITE_CHARS = 16
 """Characters of one site's code at most (longer code ends ``...``)."""
 SITES_MARK = " . sites : "
@@ -80,7 +80,8 @@ def line_sites(source: str, line: int) -> str:
 
 
 def _sites(source: str, lines: Sequence[int]) -> str:
-    """The site lists of ``lines`` in order, ``;``-separated, whole lines while they fit in :data:`SITES_CHARS`."""
+    """The site lists of ``lines`` in order, ``;``-separated, whole lines while they fit in :data:`SITES_CHARS`;
+    a first line longer than that shows the sites that fit (one at least), then ``...``."""
     out: list[str] = []
     used = 0
     for line in lines:
@@ -89,6 +90,9 @@ def _sites(source: str, lines: Sequence[int]) -> str:
             continue
         if out and used + len(text) > SITES_CHARS:
             break
+        if len(text) > SITES_CHARS:
+            cut = text.rfind(" , ", 0, SITES_CHARS)
+            text = (text[:cut] if cut > 0 else text.split(" , ")[0]) + " , ..."
         out.append(text)
         used += len(text)
     return " ; ".join(out)
