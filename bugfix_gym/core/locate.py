@@ -12,9 +12,9 @@ cases; 0 when either factor under the root is 0. It is 1 for a line that ran in 
 passing one.
 
 After the lines, ``locate`` lists the sites of the lines it shows (most suspicious first, whole lines, while they
-fit in :data:`SITES_CHARS` characters; the first line always, cut at that length): ``L.K`` and the expression's code, so that an
-agent can write ``edit L.K ...`` without numbering a line's expressions itself. Every site of a line with a
-legal edit is listed, whatever the bug: the list says where an edit can go, not which one repairs.
+fit in :data:`SITES_CHARS` characters; the first line always, cut at that length): ``L.K`` and the expression's
+code, so that an agent can write ``edit L.K ...`` without numbering a line's expressions itself. Every site of a
+line with a legal edit is listed, whatever the bug: the list says where an edit can go, not which one repairs.
 """
 
 from __future__ import annotations

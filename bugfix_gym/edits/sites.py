@@ -201,8 +201,8 @@ class Edit:
             raise EditError(f"unknown mutation {clip_text(parts[2])} : one of {' '.join(MUTATIONS)}")
         arg = parts[3] if len(parts) == 4 else None
         if arg is not None and arg not in ARGS:
-            raise EditError(f"unknown argument {clip_text(arg)} : a names-table slot nK, an operator, builtin, method or "
-                            f"constant word, or a position cI")
+            raise EditError(f"unknown argument {clip_text(arg)} : a names-table slot nK, an operator, builtin, "
+                            f"method or constant word, or a position cI")
         return cls(int(line), int(expr), parts[2], arg)
 
 
@@ -670,9 +670,9 @@ def is_legal(source: str, edit: Edit) -> bool:
 
 __all__: tuple[str, ...] = (
     "ARGS", "ARG_INDEX", "ARITH_OPS", "ASSIGN_OPS", "BIT_ASSIGN_OPS", "BIT_OPS", "BOOL_OPS", "BUILTIN_WORDS",
-    "COMPARE_OPS", "CONSTANT_WORDS", "Analysis", "clip_text", "Edit", "EditError", "IDENTITY_OPS", "IDENT_WORDS", "MAX_EXPRS",
+    "COMPARE_OPS", "CONSTANT_WORDS", "Analysis", "Edit", "EditError", "IDENTITY_OPS", "IDENT_WORDS", "MAX_EXPRS",
     "MAX_LINES", "MAX_NAMES", "MEMBER_OPS", "METHOD_WORDS", "MUTATIONS", "MUTATION_DOC", "MUTATION_INDEX", "NAME_SLOTS",
     "Names", "OPERATOR_WORDS", "POSITIONS", "SiteTable", "Slot", "WRAP_WORDS", "analysis", "constant_node",
-    "edit_list", "is_legal", "legal_edits", "names_line", "names_table", "normalise", "op_node", "op_word",
+    "clip_text", "edit_list", "is_legal", "legal_edits", "names_line", "names_table", "normalise", "op_node", "op_word",
     "site_table",
 )
