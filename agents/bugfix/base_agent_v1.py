@@ -247,10 +247,10 @@ def _quiet(n: int, what: str) -> Iterable[int]:
 
 
 #: what the weights depend on besides the arguments: the recipe's source
-_ENV_MODULES = ("bugfix_gym.core.env_v1", "bugfix_gym.core.locate", "bugfix_gym.core.scripted_v1")
-"""The modules whose source the caches' keys include besides the recipe's: the tools' text and the debugger."""
 _RECIPE_FUNCTIONS = ("demonstration_tasks", "debugger_episode", "demonstrations", "cached_demonstrations",
                      "make_base_agent_v1", "clone")
+_ENV_MODULES = ("bugfix_gym.core.env_v1", "bugfix_gym.core.locate", "bugfix_gym.core.scripted_v1")
+"""The modules whose source the caches' keys include besides the recipe's: the tools' text and the debugger."""
 
 
 def _key(tok: TokenizerLike, what: dict[str, Any], functions: Sequence[str] = _RECIPE_FUNCTIONS) -> str:

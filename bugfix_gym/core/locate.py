@@ -23,7 +23,7 @@ import ast
 import math
 from typing import Sequence
 
-from ..edits.sites import analysis, clip_text
+from ..edits.sites import MAX_EXPRS, analysis, clip_text
 
 __all__ = ("SITES_CHARS", "SITES_MARK", "TOP_LINES", "line_sites", "locate_text", "ochiai", "ranked")
 
@@ -72,10 +72,10 @@ def line_sites(source: str, line: int) -> str:
     except SyntaxError:
         return ""
     parts = []
-    for (at, k), slot in sorted(found.sites.slots.items()):
-        if at == line and found.legal_at(at, k):
-            code = "statement" if k == 0 else clip_text(ast.unparse(slot.node), SITE_CHARS)
-            parts.append(f"{at}.{k} {code}")
+    for k in range(MAX_EXPRS):  # legal_at has nothing past MAX_EXPRS
+        if found.legal_at(line, k):
+            code = "statement" if k == 0 else clip_text(ast.unparse(found.sites.slots[(line, k)].node), SITE_CHARS)
+            parts.append(f"{line}.{k} {code}")
     return " , ".join(parts)
 
 
