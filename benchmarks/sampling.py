@@ -24,12 +24,14 @@ Printed: sampling / forward for free text and under the grammar (goal >= 0.5), t
 speed-up over re-running the prefix, and with ``--foresight`` what foresight costs: grammar +
 foresight / grammar throughput.
 
-``--env BugFix-v1`` times BugFix-v1 instead (:func:`main_v1`): a random-init TinyAgent of
-:func:`agents.bugfix.v1.v1_policy_kwargs` (seed 0; no base agent exists for v1) samples one episode of each of
-``--batch`` train-split tasks (:func:`agents.bugfix.v1.split_tasks`, cycled) under the legal-call grammar, as
-:func:`agents.bugfix.v1.play_v1` plays them, against the full forward over the same episodes:
+``--env BugFix-v1`` times BugFix-v1 instead (:func:`main_v1`), what the repair recipe samples: its base agent
+(its BPE tokenizer, sizes and longest call; ``--v1-agent untrained``: a random-init model of the same, ``byte``:
+the random-init byte-level TinyAgent of :func:`agents.bugfix.v1.v1_policy_kwargs`) plays one episode of each of
+``--episodes`` train-split tasks (:func:`agents.bugfix.v1.split_tasks`, cycled) in ``--batch`` lockstep envs
+(default the recipe's ``n_envs``) under the legal-call grammar, against a padded full forward over the same
+episodes and against the trainer's length-sorted chunked forward over them:
 
-    python benchmarks/sampling.py --env BugFix-v1 --repeats 3 --batch 32
+    python benchmarks/sampling.py --env BugFix-v1 --repeats 5
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ import torch
 
 import bugfix_gym
 from agents.bugfix.base_agent import cached_base_agent
-from agents.model.tinyagent import TinyAgent
+from agents.model.tinyagent import TinyAgent, TinyAgentConfig
 from agents.decoding.grammar import CallGrammar
 from agents.rollout.sampler import EpisodeSampler
 from agents.decoding.foresight import Foresight
@@ -106,7 +108,7 @@ def generated_tokens(trajs: Sequence[Trajectory]) -> int:
     return sum(int((t.owner != bugfix_gym.OWNER_PROMPT).sum()) for t in trajs)
 
 
-def time_sampling(sampler: EpisodeSampler, model: TinyAgent, tasks: Sequence[str], seed: int
+def time_sampling(sampler: EpisodeSampler, model: TinyAgent, tasks: Sequence, seed: int
                   ) -> tuple[list[Trajectory], float]:
     """One episode of each task; returns the episodes and the seconds it took."""
     start = time.perf_counter()
@@ -115,13 +117,21 @@ def time_sampling(sampler: EpisodeSampler, model: TinyAgent, tasks: Sequence[str
 
 
 @torch.no_grad()
-def time_forward(model: TinyAgent, ids: torch.Tensor, passes: int = 3) -> float:
-    """Median seconds of a full no-grad forward over ``ids`` [B, T] (``passes`` timed, after one warm-up)."""
-    model(ids)
+def time_forward(model: TinyAgent, ids: torch.Tensor, passes: int = 3, chunk: int | None = None,
+                 pad_id: int = 0) -> float:
+    """Median seconds of a full no-grad forward over ``ids`` [B, T] (``passes`` timed, after one warm-up); with
+    ``chunk``, over length-sorted chunks of that many rows, each trimmed to its longest (as the trainer scores)."""
+    lengths = (ids != pad_id).sum(1)  # [B]
+    order = torch.argsort(lengths, descending=True).tolist()
+    parts = [ids] if chunk is None else [ids[rows, : int(lengths[rows].max())]
+                                         for rows in (order[i: i + chunk] for i in range(0, len(order), chunk))]
+    for part in parts:
+        model(part)
     times = []
     for _ in range(passes):
         start = time.perf_counter()
-        model(ids)
+        for part in parts:
+            model(part)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
@@ -129,7 +139,15 @@ def time_forward(model: TinyAgent, ids: torch.Tensor, passes: int = 3) -> float:
 def main(argv: list[str] | None = None) -> dict[str, float]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5, help="alternating repeats (default 5)")
-    parser.add_argument("--batch", type=int, default=64, help="episodes sampled in lockstep (default 64)")
+    parser.add_argument("--batch", type=int, default=None,
+                        help="episodes sampled in lockstep (default 64; BugFix-v1: envs in lockstep, default the "
+                             "repair recipe's n_envs)")
+    parser.add_argument("--episodes", type=int, default=32,
+                        help="BugFix-v1: train-split episodes per repeat, --batch at a time (default 32)")
+    parser.add_argument("--v1-agent", choices=("base", "untrained", "byte"), default="base",
+                        help="BugFix-v1's model: the repair recipe's base agent (built and cached on first use, "
+                             "about 16 min), a random-init model of its sizes and BPE, or the earlier measurement's "
+                             "random-init byte-level TinyAgent of v1_policy_kwargs()")
     parser.add_argument("--untrained", action="store_true",
                         help="sample from an untrained TinyAgent (long, invalid calls)")
     parser.add_argument("--no-naive", action="store_true", help="skip the (slow) no-cache path")
@@ -139,14 +157,15 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--env", choices=("BugFix-v0", "BugFix-v1"), default="BugFix-v0",
                         help="BugFix-v1: a random-init v1 TinyAgent under the legal-call grammar (main_v1)")
     args = parser.parse_args(argv)
-    if args.repeats < 1 or args.batch < 1 or args.threads < 1:
-        parser.error("--repeats, --batch and --threads must be positive")
+    if args.repeats < 1 or (args.batch is not None and args.batch < 1) or args.threads < 1 or args.episodes < 1:
+        parser.error("--repeats, --batch, --episodes and --threads must be positive")
     torch.set_num_threads(args.threads)
     if args.env == "BugFix-v1":
         if args.foresight is not None or args.untrained:
             parser.error("--env BugFix-v1 samples a random-init agent under the legal-call grammar: no --foresight "
                          "or --untrained")
         return main_v1(args)
+    args.batch = 64 if args.batch is None else args.batch
 
     tok = bugfix_gym.build_tokenizer()
     if args.untrained:
@@ -171,35 +190,60 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
 
 def main_v1(args: argparse.Namespace) -> dict[str, float]:
-    """BugFix-v1: legal-call grammar sampling of ``--batch`` train-split episodes against the full forward over
-    them, each repeat on the same tasks and seed; returns ``{"v1_sampling_over_forward": ratio}``."""
-    from agents.bugfix.v1 import V1_MAX_CALL_TOKENS, make_v1_env, split_tasks, v1_policy_kwargs
+    """BugFix-v1: legal-call grammar sampling of ``--episodes`` train-split episodes in ``--batch`` lockstep envs,
+    against two no-grad forwards over the same episodes: one padded pass (the "raw batched forward", as on v0)
+    and the trainer's own, length-sorted chunks of ``forward_chunk`` rows each trimmed to its longest; each repeat
+    on the same tasks and seed. Returns ``{"v1_sampling_over_forward": ..., "v1_sampling_over_chunked_forward":
+    ...}``."""
+    from agents.algorithms.config import PPOConfig
+    from agents.bugfix.base_agent_v1 import cached_base_agent_v1
+    from agents.bugfix.recipe_v1 import RepairRecipeV1
+    from agents.bugfix.v1 import V1_MAX_CALL_TOKENS, make_v1_env, split_tasks, v1_policy_kwargs, v1_tokenizer
     from agents.decoding.legal_calls import LEGAL_CALLS_KEY, LegalCallGrammar
     from agents.rollout.vec_env import FreshInfoDummyVecEnv
 
-    kwargs = v1_policy_kwargs()
-    tok = kwargs["tokenizer"]
+    recipe = RepairRecipeV1()
+    batch = recipe.n_envs if args.batch is None else args.batch
     torch.manual_seed(0)
-    model = TinyAgent(kwargs["model_config"]).eval()
+    if args.v1_agent == "byte":  # the earlier measurement's model
+        kwargs, max_call_tokens = v1_policy_kwargs(), V1_MAX_CALL_TOKENS
+        tok = kwargs["tokenizer"]
+        model, name = TinyAgent(kwargs["model_config"]), "random-init byte-level TinyAgent (v1_policy_kwargs())"
+    else:
+        tok, max_call_tokens = v1_tokenizer(recipe.tokenizer), recipe.max_call_tokens
+        config = TinyAgentConfig(vocab_size=tok.vocab_size, **recipe.model_sizes())  # as the recipe builds it
+        if args.v1_agent == "untrained":
+            model, name = TinyAgent(config), "random-init TinyAgent of the repair recipe's sizes"
+        else:
+            model = cached_base_agent_v1(tok, config, recipe.base_seed, recipe.base, max_call_tokens, verbose=1)
+            name = "the repair recipe's base agent"
+    model.eval()
     train = split_tasks("train")
-    tasks = [train[i % len(train)] for i in range(args.batch)]
-    venv = FreshInfoDummyVecEnv([lambda: make_v1_env(tasks=train) for _ in range(args.batch)])
-    sampler = EpisodeSampler(venv, tok, max_call_tokens=V1_MAX_CALL_TOKENS,
-                             grammar=LegalCallGrammar(tok, V1_MAX_CALL_TOKENS), call_mask_key=LEGAL_CALLS_KEY)
+    tasks = [train[i % len(train)] for i in range(args.episodes)]
+    venv = FreshInfoDummyVecEnv([lambda: make_v1_env(tasks=train) for _ in range(batch)])
+    sampler = EpisodeSampler(venv, tok, max_call_tokens=max_call_tokens,
+                             grammar=LegalCallGrammar(tok, max_call_tokens), call_mask_key=LEGAL_CALLS_KEY)
+    chunk = int(PPOConfig().forward_chunk or args.episodes)
     time_sampling(sampler, model, tasks, 999)  # warm-up: allocator, encodings
-    rows: dict[str, list[float]] = {"grammar (v1)": [], "full forward (v1)": []}
+    rows: dict[str, list[float]] = {"grammar (v1)": [], "full forward (v1)": [], "chunked forward (v1)": []}
     tokens: dict[str, list[int]] = {k: [] for k in rows}
     for r in range(args.repeats):
-        sample_then_forward(sampler, model, tasks, r, rows, tokens, "grammar (v1)", "full forward (v1)")
+        trajs = sample_then_forward(sampler, model, tasks, r, rows, tokens, "grammar (v1)", "full forward (v1)")
+        ids = collate(trajs, tok.pad_id)["ids"]  # [B, T]
+        real = int((ids != tok.pad_id).sum())
+        rows["chunked forward (v1)"].append(real / time_forward(model, ids, chunk=chunk, pad_id=tok.pad_id))
+        tokens["chunked forward (v1)"].append(real)
     med = {k: statistics.median(v) for k, v in rows.items()}
-    print(f"\nBugFix-v1, random-init TinyAgent (seed 0), batch {args.batch}, {args.repeats} repeats (median), "
-          f"torch threads {torch.get_num_threads()}")
+    print(f"\nBugFix-v1, {name}, {args.episodes} episodes in {batch} lockstep envs, {args.repeats} repeats (median), "
+          f"torch threads {torch.get_num_threads()}; chunked forward: length-sorted chunks of {chunk} rows")
     print(f"{'path':<24}{'tokens':>9}{'tokens/s':>12}")
     for k, v in med.items():
         print(f"{k:<24}{statistics.median(tokens[k]):>9.0f}{v:>12,.0f}")
-    ratio = med["grammar (v1)"] / med["full forward (v1)"]
-    print(f"\nv1 grammar sampling / forward throughput: {ratio:.2f}  (goal >= 0.5)")
-    return {"v1_sampling_over_forward": ratio}
+    out = {"v1_sampling_over_forward": med["grammar (v1)"] / med["full forward (v1)"],
+           "v1_sampling_over_chunked_forward": med["grammar (v1)"] / med["chunked forward (v1)"]}
+    print(f"\nv1 grammar sampling / forward throughput: {out['v1_sampling_over_forward']:.2f}  (goal >= 0.5)")
+    print(f"v1 grammar sampling / chunked forward throughput: {out['v1_sampling_over_chunked_forward']:.2f}")
+    return out
 
 
 def sample_then_forward(sampler: EpisodeSampler, model: TinyAgent, tasks: Sequence, repeat: int,

@@ -37,9 +37,12 @@ def test_sampling_runs_every_path_more_than_once(argv, shared_base_agent, capsys
 
 
 def test_sampling_on_bugfix_v1_runs(capsys):
-    out = _load("sampling").main(["--env", "BugFix-v1", "--batch", "2", "--repeats", "1"])
-    assert set(out) == {"v1_sampling_over_forward"} and math.isfinite(out["v1_sampling_over_forward"])
-    assert "v1 grammar sampling / forward throughput" in capsys.readouterr().out
+    out = _load("sampling").main(["--env", "BugFix-v1", "--batch", "2", "--episodes", "3", "--repeats", "1",
+                                  "--v1-agent", "untrained"])
+    assert set(out) == {"v1_sampling_over_forward", "v1_sampling_over_chunked_forward"}
+    assert all(math.isfinite(v) and v > 0 for v in out.values())
+    printed = capsys.readouterr().out
+    assert "v1 grammar sampling / forward throughput" in printed and "3 episodes in 2 lockstep envs" in printed
 
 
 def test_env_throughput_runs():

@@ -115,9 +115,9 @@ class LegalCallGrammar(CallGrammar):
         if tid is not None:
             self._tables.move_to_end(tid)
             return tid
-        known = list(map(self._encoded.get, calls))
-        # a call not seen before is None (a known one is never empty)
-        encoded = cast(list[bytes], known) if all(known) else list(map(self._encode, calls))
+        known = list(map(self._encoded.get, calls))  # a call not seen before is None (a known one is never empty)
+        # encode only the calls not seen before (a turn's calls mostly repeat the last turn's)
+        encoded = cast(list[bytes], known) if all(known) else [ids or self._encode(c) for ids, c in zip(known, calls)]
         lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)) // np.dtype(self._dtype).itemsize
         fits = lengths < self.max_call_tokens  # [n]
         if not fits.all():
