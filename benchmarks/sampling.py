@@ -155,15 +155,15 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--foresight", type=float, default=None, metavar="P",
                         help="also time decoding under the call grammar without and with foresight at P")
     parser.add_argument("--env", choices=("BugFix-v0", "BugFix-v1"), default="BugFix-v0",
-                        help="BugFix-v1: a random-init v1 TinyAgent under the legal-call grammar (main_v1)")
+                        help="BugFix-v1: the repair recipe's sampling under the legal-call grammar (main_v1)")
     args = parser.parse_args(argv)
     if args.repeats < 1 or (args.batch is not None and args.batch < 1) or args.threads < 1 or args.episodes < 1:
         parser.error("--repeats, --batch, --episodes and --threads must be positive")
     torch.set_num_threads(args.threads)
     if args.env == "BugFix-v1":
         if args.foresight is not None or args.untrained:
-            parser.error("--env BugFix-v1 samples a random-init agent under the legal-call grammar: no --foresight "
-                         "or --untrained")
+            parser.error("--env BugFix-v1 samples under the legal-call grammar (no --foresight); its model is "
+                         "chosen with --v1-agent (not --untrained)")
         return main_v1(args)
     args.batch = 64 if args.batch is None else args.batch
 
